@@ -1,0 +1,7 @@
+# SPDX-License-Identifier: Apache-2.0
+add_executable(servekit_cli ${CMAKE_CURRENT_LIST_DIR}/servekit_cli.cpp)
+set_target_properties(servekit_cli PROPERTIES OUTPUT_NAME servekit)
+target_link_libraries(servekit_cli PRIVATE servekit::servekit servekit_warnings CLI11::CLI11)
+target_compile_definitions(servekit_cli PRIVATE
+  SERVEKIT_DEFAULT_VOCAB="${PROJECT_SOURCE_DIR}/../shared/data/gpt2")
+install(TARGETS servekit_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0
+// servekit: the command line. `tokenize` turns JSON lines of text into ids; `generate` runs a
+// GPT-2 checkpoint (HF layout) or, without one, a seeded random GPT-2 124M.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "servekit/model/dispatch.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/serve/generate.hpp"
+#include "servekit/text/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+namespace sk = servekit;
+using json = nlohmann::json;
+
+namespace {
+
+// The vocabulary: --vocab, else the model folder (HF ships vocab.json + merges.txt beside the
+// weights), else $SERVEKIT_VOCAB, else the GPT-2 vocabulary next to the source tree.
+fs::path find_vocab(const std::string& vocab, const std::string& model) {
+  if (!vocab.empty()) return vocab;
+  if (!model.empty() && fs::exists(fs::path(model) / "vocab.json")) return model;
+  if (const char* env = std::getenv("SERVEKIT_VOCAB")) return env;
+  return SERVEKIT_DEFAULT_VOCAB;
+}
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+int run_tokenize(const std::string& vocab) {
+  auto tok = sk::text::Gpt2Tokenizer::from_dir(find_vocab(vocab, ""));
+  std::string line;
+  int lineno = 0, bad = 0;
+  while (std::getline(std::cin, line)) {
+    lineno++;
+    if (line.empty()) continue;
+    json out;
+    try {
+      json in = json::parse(line);
+      if (!in.is_object() || !in.contains("text") || !in["text"].is_string())
+        sk::fail("stdin line ", lineno, ": expected {\"text\": \"...\"}");
+      out["ids"] = tok.encode(in["text"].get<std::string>());
+    } catch (const json::exception& e) {
+      out = {{"error", sk::detail::cat("stdin line ", lineno, ": not valid JSON: ", e.what())}};
+      bad++;
+    } catch (const sk::Error& e) {
+      out = {{"error", e.what()}};
+      bad++;
+    }
+    std::cout << dump(out) << '\n';
+  }
+  return bad ? 1 : 0;
+}
+
+struct GenerateArgs {
+  std::string model, vocab, prompt;
+  int max_new_tokens = 32, top_k = 0, top_logprobs = 0;
+  bool greedy = false, no_cache = false, as_json = false, ignore_eos = false;
+  float temperature = 1.f, top_p = 1.f;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+};
+
+template <class D>
+int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
+  using Model = sk::Gpt2<sk::Config<D>>;
+  auto model = a.model.empty() ? Model::random(a.seed) : Model::load(a.model);
+  auto prompt = tok.encode(a.prompt);
+  sk::serve::GenerateOptions opt;
+  opt.sampling.greedy = a.greedy;
+  opt.sampling.temperature = a.temperature;
+  opt.sampling.top_k = a.top_k;
+  opt.sampling.top_p = a.top_p;
+  opt.sampling.seed = a.seed;
+  opt.stop.max_new_tokens = a.max_new_tokens;
+  opt.stop.stop_at_eos = !a.ignore_eos;
+  opt.stop.stop_strings = a.stop;
+  opt.use_cache = !a.no_cache;
+  opt.top_logprobs = a.top_logprobs;
+
+  sk::serve::StreamCallback stream;
+  if (!a.as_json) {
+    std::cout << a.prompt << std::flush;
+    stream = [](std::string_view piece, const sk::serve::GeneratedToken&) {
+      std::cout << piece << std::flush;
+      return true;
+    };
+  }
+  auto r = sk::serve::generate(model, tok, prompt, opt, stream);
+  const double decode_ms = r.total_ms - r.ttft_ms;
+  const double tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / (decode_ms / 1e3) : 0.0;
+  if (!a.as_json) {
+    std::cout << "\n";
+    std::fprintf(
+        stderr, "[%s] %zu prompt + %zu new tokens, finish: %s, TTFT %.1f ms, %.2f tok/s after it\n",
+        Model::name().c_str(), prompt.size(), r.tokens.size(), r.finish_reason.c_str(), r.ttft_ms,
+        tps);
+    return 0;
+  }
+  json j;
+  j["model"] = a.model.empty() ? "random-gpt2-124M" : a.model;
+  j["config"] = Model::name();
+  j["prompt"] = a.prompt;
+  j["prompt_ids"] = r.prompt_ids;
+  j["generated_ids"] = r.ids();
+  j["text"] = r.text;
+  j["finish_reason"] = r.finish_reason;
+  json ms = json::array();
+  for (auto& t : r.tokens) ms.push_back(t.ms);
+  j["timings"] = {{"ttft_ms", r.ttft_ms},
+                  {"total_ms", r.total_ms},
+                  {"decode_tokens_per_s", tps},
+                  {"token_ms", ms},
+                  {"kv_cache", !a.no_cache}};
+  if (a.top_logprobs > 0) {
+    json toks = json::array();
+    for (auto& t : r.tokens) {
+      json top = json::array();
+      for (auto& alt : t.top)
+        top.push_back(
+            {{"id", alt.id}, {"text", tok.token_bytes(alt.id)}, {"logprob", alt.logprob}});
+      toks.push_back({{"id", t.id},
+                      {"text", tok.token_bytes(t.id)},
+                      {"logprob", t.logprob},
+                      {"top_logprobs", top}});
+    }
+    j["tokens"] = toks;
+  }
+  std::cout << dump(j) << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"servekit: GPT-2 serving techniques, one policy at a time"};
+  app.require_subcommand(1);
+
+  std::string tok_vocab;
+  auto* tokenize =
+      app.add_subcommand("tokenize", "JSON lines {\"text\": ...} on stdin -> {\"ids\": [...]}");
+  tokenize->add_option("--vocab", tok_vocab,
+                       "folder with encoder.json+vocab.bpe or vocab.json+merges.txt");
+
+  GenerateArgs g;
+  auto* gen = app.add_subcommand("generate", "generate a continuation of a prompt");
+  gen->add_option("--model", g.model,
+                  "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
+  gen->add_option("--vocab", g.vocab,
+                  "tokenizer folder (default: the model folder, else the GPT-2 vocabulary)");
+  gen->add_option("--prompt", g.prompt, "prompt text")->required();
+  gen->add_option("--max-new-tokens", g.max_new_tokens, "tokens to generate")
+      ->check(CLI::NonNegativeNumber);
+  auto* greedy = gen->add_flag("--greedy", g.greedy, "greedy decoding (argmax)");
+  auto* temp = gen->add_option("--temperature", g.temperature, "sampling temperature (> 0)");
+  auto* topk = gen->add_option("--top-k", g.top_k, "keep the k most likely tokens (0: off)");
+  auto* topp = gen->add_option("--top-p", g.top_p, "nucleus sampling mass (1: off)");
+  greedy->excludes(temp)->excludes(topk)->excludes(topp);
+  gen->add_option("--seed", g.seed, "seed for sampling and for the random model");
+  gen->add_option("--stop", g.stop, "stop string (repeatable)");
+  gen->add_flag("--ignore-eos", g.ignore_eos, "keep generating after <|endoftext|>");
+  gen->add_flag("--no-cache", g.no_cache, "recompute the whole sequence every step (no KV cache)");
+  gen->add_flag("--json", g.as_json, "print one JSON object: ids, text, timings");
+  gen->add_option("--top-logprobs", g.top_logprobs,
+                  "with --json: log-probabilities of the K best alternatives")
+      ->check(CLI::NonNegativeNumber);
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*tokenize) return run_tokenize(tok_vocab);
+    if (!g.greedy &&
+        gen->count("--temperature") + gen->count("--top-k") + gen->count("--top-p") == 0)
+      g.greedy = true;  // no sampling option given: greedy, the reproducible default
+    auto tok = sk::text::Gpt2Tokenizer::from_dir(find_vocab(g.vocab, g.model));
+    if (g.model.empty()) {
+      std::fprintf(
+          stderr,
+          "servekit: no --model given: using a seeded random GPT-2 124M (seed %llu); its text is "
+          "meaningless. Pass --model DIR with a Hugging Face GPT-2 checkpoint for real text.\n",
+          static_cast<unsigned long long>(g.seed));
+      return run_generate<sk::dims::Gpt2Small>(g, tok);
+    }
+    auto cfg = sk::model::read_gpt2_config(fs::path(g.model) / "config.json");
+    return sk::dispatch_dims(
+        cfg, [&]<class D>(std::type_identity<D>) { return run_generate<D>(g, tok); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "servekit: error: %s\n", e.what());
+    return 2;
+  }
+}

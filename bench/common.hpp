@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Benchmark helpers: the machine's measured read bandwidth (the roofline every decode figure
+// is compared with) and a wall clock.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <vector>
+
+namespace servekit::bench {
+
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best-of-n streaming read of a buffer much larger than the caches, all threads: GB/s.
+inline double read_bandwidth_gbs(std::size_t bytes = std::size_t(1) << 30, int reps = 5) {
+  std::vector<float> buf(bytes / sizeof(float));
+#pragma omp parallel for schedule(static)
+  for (std::size_t i = 0; i < buf.size(); i++) buf[i] = static_cast<float>(i & 1023);
+  double best = 0;
+  volatile float sink = 0;
+  for (int r = 0; r < reps; r++) {
+    const double t0 = now_s();
+    float total = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : total)
+    for (std::size_t i = 0; i < buf.size(); i++) total += buf[i];
+    const double dt = now_s() - t0;
+    sink = sink + total;
+    best = std::max(best, bytes / dt / 1e9);
+  }
+  return best;
+}
+
+}  // namespace servekit::bench

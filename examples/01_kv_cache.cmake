@@ -1,0 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+add_executable(01_kv_cache ${CMAKE_CURRENT_LIST_DIR}/01_kv_cache/main.cpp)
+target_link_libraries(01_kv_cache PRIVATE servekit::servekit servekit_warnings CLI11::CLI11)
+target_include_directories(01_kv_cache PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_compile_definitions(01_kv_cache PRIVATE SERVEKIT_DEFAULT_VOCAB="${PROJECT_SOURCE_DIR}/../shared/data/gpt2")

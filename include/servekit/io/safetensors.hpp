@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Reading .safetensors files: an 8-byte little-endian header length N, N bytes of JSON
+// ({"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {..}}), then the
+// data region that the offsets index. The file is memory-mapped; entries are views into it.
+//
+// Everything in the header is validated on open, so a TensorEntry can be trusted afterwards:
+// its bytes lie inside the file, match shape x dtype size, and overlap no other tensor.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "servekit/core/dtype.hpp"
+#include "servekit/core/error.hpp"
+#include "servekit/io/mmap_file.hpp"
+
+namespace servekit::io {
+
+struct TensorEntry {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::span<const std::byte> bytes;  // view into the mapped file
+  std::string file;                  // the file it lives in, for error messages
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+// "(768, 2304)"
+inline std::string shape_str(std::span<const int64_t> shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
+
+class SafetensorsFile {
+ public:
+  // The format's own reader refuses headers above 100 MB; a larger length is a corrupt file.
+  static constexpr uint64_t max_header_bytes = 100'000'000;
+
+  static SafetensorsFile open(const std::filesystem::path& path) {
+    SafetensorsFile f;
+    f.map_ = MappedFile::open(path);
+    f.parse();
+    return f;
+  }
+
+  const TensorEntry* find(std::string_view name) const {
+    auto it = index_.find(std::string(name));
+    return it == index_.end() ? nullptr : &entries_[it->second];
+  }
+
+  const TensorEntry& at(std::string_view name) const {
+    if (const TensorEntry* e = find(name)) return *e;
+    fail(path_str(), ": no tensor named '", name, "'");
+  }
+
+  // Tensors in the order their data appears in the file.
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    out.reserve(entries_.size());
+    for (const TensorEntry& e : entries_) out.push_back(e.name);
+    return out;
+  }
+  const std::vector<TensorEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::filesystem::path& path() const { return map_.path(); }
+
+ private:
+  std::string path_str() const { return map_.path().string(); }
+
+  void parse() {
+    const std::string p = path_str();
+    const std::span<const std::byte> all = map_.bytes();
+    if (all.size() < 8)
+      fail(p, ": file is ", all.size(), " bytes, shorter than the 8-byte header length");
+    uint64_t n = 0;  // little-endian on disk
+    for (int i = 7; i >= 0; --i) n = (n << 8) | uint64_t(all[std::size_t(i)]);
+    if (n > max_header_bytes)
+      fail(p, ": header length ", n, " is over the ", max_header_bytes, "-byte limit");
+    if (n > all.size() - 8)
+      fail(p, ": header length ", n, " runs past the end of the file (", all.size(), " bytes)");
+    const std::span<const std::byte> data = all.subspan(8 + n);
+
+    nlohmann::json header;
+    try {
+      const char* text = reinterpret_cast<const char*>(all.data() + 8);
+      header = nlohmann::json::parse(text, text + n);
+    } catch (const nlohmann::json::parse_error& e) {
+      fail(p, ": header is not valid JSON: ", e.what());
+    }
+    if (!header.is_object()) fail(p, ": header is a JSON ", header.type_name(), ", not an object");
+
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      if (it.key() == "__metadata__") {
+        parse_metadata(it.value());
+        continue;
+      }
+      entries_.push_back(parse_entry(it.key(), it.value(), data));
+    }
+
+    // Overlap check: sorted by start, each tensor must begin at or after the previous one's end.
+    // The sort also gives names() the file's own order.
+    std::vector<std::pair<uint64_t, uint64_t>> offs(entries_.size());
+    std::vector<std::size_t> order(entries_.size());
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      order[i] = i;
+      offs[i] = {uint64_t(entries_[i].bytes.data() - data.data()),
+                 uint64_t(entries_[i].bytes.data() - data.data()) + entries_[i].bytes.size()};
+    }
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return offs[a] != offs[b] ? offs[a] < offs[b] : entries_[a].name < entries_[b].name;
+    });
+    for (std::size_t k = 1; k < order.size(); ++k) {
+      const std::size_t a = order[k - 1], b = order[k];
+      // Empty tensors occupy no bytes and cannot overlap anything.
+      if (offs[b].first < offs[a].second && offs[b].first < offs[b].second)
+        fail(p, ": tensors '", entries_[a].name, "' [", offs[a].first, ", ", offs[a].second,
+             ") and '", entries_[b].name, "' [", offs[b].first, ", ", offs[b].second, ") overlap");
+    }
+    std::vector<TensorEntry> sorted;
+    sorted.reserve(entries_.size());
+    for (std::size_t i : order) sorted.push_back(std::move(entries_[i]));
+    entries_ = std::move(sorted);
+    for (std::size_t i = 0; i < entries_.size(); ++i) index_[entries_[i].name] = i;
+  }
+
+  void parse_metadata(const nlohmann::json& m) {
+    const std::string p = path_str();
+    if (!m.is_object()) fail(p, ": __metadata__ is a JSON ", m.type_name(), ", not an object");
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      if (!it.value().is_string())
+        fail(p, ": __metadata__ entry '", it.key(), "' is a JSON ", it.value().type_name(),
+             ", not a string");
+      metadata_[it.key()] = it.value().get<std::string>();
+    }
+  }
+
+  TensorEntry parse_entry(const std::string& name, const nlohmann::json& j,
+                          std::span<const std::byte> data) const {
+    const std::string p = path_str();
+    auto where = [&] { return p + ": tensor '" + name + "'"; };
+    if (!j.is_object()) fail(where(), ": entry is a JSON ", j.type_name(), ", not an object");
+
+    TensorEntry e;
+    e.name = name;
+    e.file = p;
+
+    auto dt = j.find("dtype");
+    if (dt == j.end()) fail(where(), ": missing field 'dtype'");
+    if (!dt->is_string()) fail(where(), ": field 'dtype' is ", dt->dump(), ", not a string");
+    const std::string dts = dt->get<std::string>();
+    const auto parsed = dtype_from_name(dts);
+    if (!parsed) fail(where(), ": unknown dtype '", dts, "'");
+    e.dtype = *parsed;
+
+    auto sh = j.find("shape");
+    if (sh == j.end()) fail(where(), ": missing field 'shape'");
+    if (!sh->is_array()) fail(where(), ": field 'shape' is ", sh->dump(), ", not an array");
+    uint64_t numel = 1;
+    for (const auto& d : *sh) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        fail(where(), ": field 'shape' ", sh->dump(), " holds ", d.dump(),
+             ", not a non-negative integer");
+      e.shape.push_back(d.get<int64_t>());
+      if (__builtin_mul_overflow(numel, uint64_t(e.shape.back()), &numel))
+        fail(where(), ": shape ", sh->dump(), " overflows 64 bits");
+    }
+
+    auto of = j.find("data_offsets");
+    if (of == j.end()) fail(where(), ": missing field 'data_offsets'");
+    if (!of->is_array() || of->size() != 2 || !(*of)[0].is_number_unsigned() ||
+        !(*of)[1].is_number_unsigned())
+      fail(where(), ": field 'data_offsets' is ", of->dump(),
+           ", not [begin, end] with non-negative integers");
+    const uint64_t begin = (*of)[0].get<uint64_t>(), end = (*of)[1].get<uint64_t>();
+    if (begin > end) fail(where(), ": data_offsets ", of->dump(), " has begin > end");
+    if (end > data.size())
+      fail(where(), ": data_offsets ", of->dump(), " end past the data region (", data.size(),
+           " bytes)");
+    uint64_t nbytes = 0;
+    if (__builtin_mul_overflow(numel, uint64_t(size(e.dtype)), &nbytes) || nbytes != end - begin)
+      fail(where(), ": shape ", shape_str(e.shape), " of ", e.dtype, " needs ", nbytes,
+           " bytes but data_offsets ", of->dump(), " span ", end - begin);
+    e.bytes = data.subspan(begin, end - begin);
+    return e;
+  }
+
+  MappedFile map_;
+  std::vector<TensorEntry> entries_;
+  std::unordered_map<std::string, std::size_t> index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Converts a F32/F16/BF16 tensor to fp32. The data region need not be aligned (the header
+// length is arbitrary), so elements are read with memcpy.
+inline void read_as_f32(const TensorEntry& e, std::span<float> out) {
+  const std::size_t n = std::size_t(e.numel());
+  if (out.size() != n)
+    fail(e.file, ": tensor '", e.name, "' has ", n, " elements ", shape_str(e.shape),
+         " but the output holds ", out.size());
+  const std::byte* src = e.bytes.data();
+  const std::ptrdiff_t count = std::ptrdiff_t(n);
+  switch (e.dtype) {
+    case DType::F32:
+      if (n) std::memcpy(out.data(), src, n * 4);
+      return;
+    case DType::F16:
+#pragma omp parallel for schedule(static) if (count > (1 << 16))
+      for (std::ptrdiff_t i = 0; i < count; ++i) {
+        half_t h;
+        std::memcpy(&h.bits, src + 2 * i, 2);
+        out[std::size_t(i)] = half_to_float(h);
+      }
+      return;
+    case DType::BF16:
+#pragma omp parallel for schedule(static) if (count > (1 << 16))
+      for (std::ptrdiff_t i = 0; i < count; ++i) {
+        bf16_t b;
+        std::memcpy(&b.bits, src + 2 * i, 2);
+        out[std::size_t(i)] = bf16_to_float(b);
+      }
+      return;
+    default:
+      fail(e.file, ": tensor '", e.name, "' has dtype ", e.dtype,
+           "; only F32, F16 and BF16 can be read as floats");
+  }
+}
+
+inline std::vector<float> read_as_f32(const TensorEntry& e) {
+  std::vector<float> out(std::size_t(e.numel()));
+  read_as_f32(e, out);
+  return out;
+}
+
+}  // namespace servekit::io

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The model's step is batch-shaped: a ragged list of sequences, each appending n_new tokens
+// after n_past tokens already in its cache slot. Prefill, decode, the no-cache recompute and
+// mixed prefill+decode steps of a continuous batcher are all this one description; request
+// state (prompts, sampling, stop rules) stays above it in serve/.
+#include <cstdint>
+#include <span>
+
+namespace servekit::model {
+
+struct SeqStep {
+  int32_t slot = 0;    // cache slot that holds this sequence's keys and values
+  int32_t n_past = 0;  // tokens already in the slot; the new tokens get positions n_past..
+  int32_t n_new = 0;   // tokens this step appends (> 0)
+};
+
+enum class Logits {
+  Last,  // one row per sequence: the logits after its last new token
+  All,   // one row per new token (scoring a prompt, reference tests)
+};
+
+struct Batch {
+  std::span<const int32_t> tokens;  // (N) every sequence's new tokens, in sequence order
+  std::span<const SeqStep> seqs;    // (S) with sum(n_new) == N
+  Logits logits = Logits::Last;
+};
+
+}  // namespace servekit::model

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The two ways a launch fails before or while running: a configuration CUDA would reject, and a
+// barrier that not every thread of a block reaches (a hang on a GPU, an error here).
+#include "servekit/core/error.hpp"
+
+namespace servekit::simt {
+
+// Grid/block/shared-memory configuration that CUDA would refuse (cudaErrorInvalidConfiguration,
+// cudaErrorInvalidValue), or a launch the runtime reported as failed.
+class LaunchError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A block stopped with threads waiting at a barrier that can never complete.
+class DeadlockError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace servekit::simt

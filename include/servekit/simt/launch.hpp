@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// simt::launch(kernel, grid, block, smem_bytes, stream, args...): kernel<<<grid, block, smem,
+// stream>>>(args...) under nvcc; under the emulator, the blocks spread over OS threads (OpenMP,
+// dynamic schedule: blocks can differ a lot in cost), each block run by block_runner.
+//
+// Both check the configuration first and throw LaunchError naming the kernel and the value at
+// fault, so a bad launch fails the same way in emulation as on a GPU.
+#include "servekit/simt/platform.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <typeinfo>
+#include <unordered_map>
+#include <utility>
+
+#include <cxxabi.h>
+
+#include "servekit/simt/dim.hpp"
+#include "servekit/simt/error.hpp"
+#include "servekit/simt/stream.hpp"
+
+#if defined(SERVEKIT_SIMT_HOST)
+#include <omp.h>
+
+#include <atomic>
+#include <exception>
+
+#include "servekit/simt/block_runner.hpp"
+#endif
+
+namespace servekit::simt {
+
+inline constexpr std::size_t kDefaultSmemBytes = 48 * 1024;  // without an opt-in
+inline constexpr std::size_t kMaxOptInSmemBytes = 227 * 1024;  // sm_80 / sm_90 opt-in ceiling
+
+// A kernel and the name errors and reports use for it.
+template <class... P>
+struct Kernel {
+  void (*fn)(P...);
+  std::string_view name;
+};
+
+namespace detail {
+
+// "[with auto F = gemm<64, 64>; ...]" -> "gemm<64, 64>"
+template <auto F>
+std::string_view pretty_name() {
+  std::string_view p = __PRETTY_FUNCTION__;
+  std::size_t b = p.find("F = ");
+  if (b == std::string_view::npos) return p;
+  b += 4;
+  std::size_t e = p.find_first_of(";]", b);
+  std::string_view n = p.substr(b, e - b);
+  if (!n.empty() && n.front() == '&') n.remove_prefix(1);
+  return n;
+}
+
+template <class Fn>
+std::string unnamed(Fn fn) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(typeid(fn).name(), nullptr, nullptr, &status);
+  std::string s = std::string("<kernel ") + (status == 0 && d ? d : typeid(fn).name()) + ">";
+  std::free(d);
+  return s;
+}
+
+// Opt-in dynamic shared memory per kernel (cudaFuncAttributeMaxDynamicSharedMemorySize).
+struct SmemOptIns {
+  std::mutex m;
+  std::unordered_map<const void*, std::size_t> bytes;
+};
+inline SmemOptIns& smem_opt_ins() {
+  static SmemOptIns s;
+  return s;
+}
+inline std::size_t max_dynamic_smem(const void* fn, std::size_t static_bytes) {
+  auto& s = smem_opt_ins();
+  std::lock_guard lock(s.m);
+  auto it = s.bytes.find(fn);
+  return it != s.bytes.end() ? it->second : kDefaultSmemBytes - std::min(static_bytes, kDefaultSmemBytes);
+}
+
+inline std::string dims(dim3 d) {
+  std::ostringstream os;
+  os << '(' << d.x << ',' << d.y << ',' << d.z << ')';
+  return os.str();
+}
+
+// CUDA's limits (compute capability 8.x/9.x): block at most (1024,1024,64) and 1024 threads,
+// grid at most (2^31-1, 65535, 65535), no zero extents.
+inline void check_config(std::string_view kernel, dim3 grid, dim3 block, std::size_t smem,
+                         std::size_t static_smem, std::size_t max_dyn) {
+  if (block.x == 0 || block.y == 0 || block.z == 0)
+    throw LaunchError(servekit::detail::cat("kernel ", kernel, ": block ", dims(block),
+                                  " has a zero dimension"));
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0)
+    throw LaunchError(servekit::detail::cat("kernel ", kernel, ": grid ", dims(grid),
+                                  " has a zero dimension"));
+  if (volume(block) > static_cast<unsigned long long>(kMaxBlockThreads))
+    throw LaunchError(servekit::detail::cat("kernel ", kernel, ": block ", dims(block), " has ",
+                                  volume(block), " threads, more than ", kMaxBlockThreads));
+  if (block.x > 1024 || block.y > 1024 || block.z > 64)
+    throw LaunchError(servekit::detail::cat("kernel ", kernel, ": block ", dims(block),
+                                  " exceeds the per-dimension limit (1024,1024,64)"));
+  if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+    throw LaunchError(servekit::detail::cat("kernel ", kernel, ": grid ", dims(grid),
+                                  " exceeds the limit (2147483647,65535,65535)"));
+  if (smem > max_dyn)
+    throw LaunchError(servekit::detail::cat("kernel ", kernel, ": ", smem,
+                                  " bytes of dynamic shared memory (+ ", static_smem,
+                                  " static) exceed the kernel's limit of ", max_dyn,
+                                  " dynamic bytes; raise it with simt::set_max_dynamic_smem"));
+}
+
+#if defined(SERVEKIT_SIMT_HOST)
+// The kernel with its arguments, copied once per launch (CUDA's parameter space); every thread
+// calls the kernel with copies of them.
+template <class... P>
+struct Closure {
+  void (*fn)(P...);
+  std::tuple<std::remove_cvref_t<P>...> args;
+  static void invoke(const void* self) {
+    const auto& c = *static_cast<const Closure*>(self);
+    std::apply(c.fn, c.args);
+  }
+};
+
+inline int& worker_count() {
+  static int n = 0;  // 0: OpenMP's default
+  return n;
+}
+#endif
+
+}  // namespace detail
+
+// Allow `kernel` up to `bytes` of dynamic shared memory (at most 227 KiB), like
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
+template <class... P>
+void set_max_dynamic_smem(Kernel<P...> k, std::size_t bytes) {
+  if (bytes > kMaxOptInSmemBytes)
+    throw LaunchError(servekit::detail::cat("kernel ", k.name, ": dynamic shared memory opt-in of ", bytes,
+                                  " bytes exceeds the maximum of ", kMaxOptInSmemBytes));
+#if defined(SERVEKIT_SIMT_DEVICE)
+  check(cudaFuncSetAttribute(reinterpret_cast<const void*>(k.fn),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+        "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+#endif
+  auto& s = detail::smem_opt_ins();
+  std::lock_guard lock(s.m);
+  s.bytes[reinterpret_cast<const void*>(k.fn)] = bytes;
+}
+template <class... P>
+void set_max_dynamic_smem(void (*fn)(P...), std::size_t bytes) {
+  set_max_dynamic_smem(Kernel<P...>{fn, "<unnamed>"}, bytes);
+}
+
+// A kernel with an explicit name, for reports.
+template <class... P>
+Kernel<P...> named(void (*fn)(P...), std::string_view name) {
+  return {fn, name};
+}
+// simt::kernel<my_kernel> / simt::kernel<gemm<64, 64>>: named after the function itself.
+template <auto F>
+inline const auto kernel = named(F, detail::pretty_name<F>());
+
+#if defined(SERVEKIT_SIMT_HOST)
+// Number of OS threads the emulator spreads blocks over (0: OpenMP's default).
+inline void set_host_workers(int n) { detail::worker_count() = n; }
+#endif
+
+template <class... P, class... A>
+void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, stream_handle stream,
+            A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "simt::launch: wrong number of kernel arguments");
+  const void* key = reinterpret_cast<const void*>(k.fn);
+#if defined(SERVEKIT_SIMT_DEVICE)
+  cudaFuncAttributes attr{};
+  check(cudaFuncGetAttributes(&attr, key), "cudaFuncGetAttributes");
+  detail::check_config(k.name, grid, block, smem_bytes, attr.sharedSizeBytes,
+                       detail::max_dynamic_smem(key, attr.sharedSizeBytes));
+  k.fn<<<grid, block, smem_bytes, stream>>>(std::forward<A>(args)...);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw LaunchError(servekit::detail::cat("kernel ", k.name, ": launch of grid ", detail::dims(grid),
+                                  " block ", detail::dims(block), " smem ", smem_bytes,
+                                  " failed: ", cudaGetErrorString(e)));
+#else
+  (void)stream;
+  // Static __shared__ arrays are thread_locals on the host; their size is not known here.
+  detail::check_config(k.name, grid, block, smem_bytes, 0, detail::max_dynamic_smem(key, 0));
+  if (detail::g_worker && detail::g_worker->in_block)
+    throw LaunchError(servekit::detail::cat("kernel ", k.name, ": launched from inside a kernel, which the "
+                                  "emulator does not support"));
+  const detail::Closure<P...> closure{k.fn, {std::forward<A>(args)...}};
+  const long long n_blocks = static_cast<long long>(volume(grid));
+  auto run = [&](long long b) {
+    detail::Worker& w = detail::this_worker();
+    detail::prepare(w, block, smem_bytes);
+    w.body = &detail::Closure<P...>::invoke;
+    w.closure = &closure;
+    detail::run_block(w, k.name, unlinear_index(static_cast<unsigned long long>(b), grid), grid);
+  };
+  const int workers = detail::worker_count() > 0 ? detail::worker_count() : omp_get_max_threads();
+  if (n_blocks == 1 || workers == 1) {
+    for (long long b = 0; b < n_blocks; ++b) run(b);
+    return;
+  }
+  // An exception must not leave an OpenMP region: the first one stops the remaining blocks and
+  // is rethrown here.
+  std::atomic<bool> stop{false};
+  std::exception_ptr first;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
+  for (long long b = 0; b < n_blocks; ++b) {
+    if (stop.load(std::memory_order_relaxed)) continue;
+    try {
+      run(b);
+    } catch (...) {
+#pragma omp critical(servekit_simt_launch)
+      if (!first) first = std::current_exception();
+      stop = true;
+    }
+  }
+  if (first) std::rethrow_exception(first);
+#endif
+}
+
+template <class... P, class... A>
+void launch(void (*fn)(P...), dim3 grid, dim3 block, std::size_t smem_bytes, stream_handle stream,
+            A&&... args) {
+  const std::string name = detail::unnamed(fn);
+  launch(Kernel<P...>{fn, name}, grid, block, smem_bytes, stream, std::forward<A>(args)...);
+}
+
+}  // namespace servekit::simt

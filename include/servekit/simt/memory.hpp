@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Device memory, one API on both compilers: cudaMalloc and cudaMemcpy under nvcc; aligned host
+// memory and memcpy under the emulator (where "device" memory is ordinary memory).
+#include "servekit/simt/platform.hpp"
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <utility>
+
+#include "servekit/simt/stream.hpp"
+
+namespace servekit::simt {
+
+// (n) elements of T in device memory, uninitialised; n == 0 gives nullptr.
+template <class T>
+T* malloc_device(std::size_t n) {
+  if (n == 0) return nullptr;
+  const std::size_t bytes = n * sizeof(T);
+#if defined(SERVEKIT_SIMT_DEVICE)
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess)
+    fail("simt::malloc_device: cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(e));
+  return static_cast<T*>(p);
+#else
+  // 256-byte alignment, as cudaMalloc gives.
+  constexpr std::size_t kAlign = 256;
+  void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  if (!p) fail("simt::malloc_device: allocation of ", bytes, " bytes failed");
+  return static_cast<T*>(p);
+#endif
+}
+
+inline void free_device(void* p) {
+#if defined(SERVEKIT_SIMT_DEVICE)
+  if (p) cudaFree(p);
+#else
+  std::free(p);
+#endif
+}
+
+// (n) elements host -> device.
+template <class T>
+void copy_to_device(T* dst, const T* src, std::size_t n, stream_handle s = nullptr) {
+#if defined(SERVEKIT_SIMT_DEVICE)
+  check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, s), "copy_to_device");
+  if (!s) check(cudaStreamSynchronize(s), "copy_to_device");
+#else
+  (void)s;
+  if (n) std::memcpy(dst, src, n * sizeof(T));
+#endif
+}
+
+// (n) elements device -> host; returns when the data is on the host.
+template <class T>
+void copy_to_host(T* dst, const T* src, std::size_t n, stream_handle s = nullptr) {
+#if defined(SERVEKIT_SIMT_DEVICE)
+  check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, s), "copy_to_host");
+  check(cudaStreamSynchronize(s), "copy_to_host");
+#else
+  (void)s;
+  if (n) std::memcpy(dst, src, n * sizeof(T));
+#endif
+}
+
+// Set (n) elements' bytes to `byte`.
+template <class T>
+void memset_device(T* dst, int byte, std::size_t n, stream_handle s = nullptr) {
+#if defined(SERVEKIT_SIMT_DEVICE)
+  check(cudaMemsetAsync(dst, byte, n * sizeof(T), s), "memset_device");
+#else
+  (void)s;
+  if (n) std::memset(dst, byte, n * sizeof(T));
+#endif
+}
+
+// An owning (n) array of T in device memory.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t n) : p_(malloc_device<T>(n)), n_(n) {}
+  explicit DeviceBuffer(std::span<const T> host) : DeviceBuffer(host.size()) { upload(host); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      free_device(p_);
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ~DeviceBuffer() { free_device(p_); }
+
+  T* data() const { return p_; }
+  std::size_t size() const { return n_; }
+
+  void upload(std::span<const T> host, stream_handle s = nullptr) {
+    if (host.size() != n_)
+      fail("DeviceBuffer::upload: ", host.size(), " elements into a buffer of ", n_);
+    copy_to_device(p_, host.data(), n_, s);
+  }
+  void download(std::span<T> host, stream_handle s = nullptr) const {
+    if (host.size() != n_)
+      fail("DeviceBuffer::download: ", n_, " elements into a host span of ", host.size());
+    copy_to_host(host.data(), p_, n_, s);
+  }
+  void fill_bytes(int byte, stream_handle s = nullptr) { memset_device(p_, byte, n_, s); }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+}  // namespace servekit::simt

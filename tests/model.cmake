@@ -1,0 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
+servekit_test(test_gpt2_hf LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt2_hf.cpp)
+servekit_test(test_gpt2_errors LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt2_errors.cpp)
+servekit_test(test_generate LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_generate.cpp)
