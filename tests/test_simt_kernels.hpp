@@ -164,7 +164,7 @@ __global__ void mma_tile(const std::uint16_t* a, const std::uint16_t* b, const f
 // ldmatrix of every variant from a (16, 16) half tile in shared memory; out (32 lanes, 12):
 // x4 (4 regs), x2 (2), x4.trans (4), x2.trans (2).
 __global__ void ldmatrix_all(const std::uint16_t* tile, std::uint32_t* out) {
-  __shared__ alignas(16) std::uint16_t s[16 * 16];
+  __shared__ __align__(16) std::uint16_t s[16 * 16];
   const int lane = threadIdx.x;
   for (int i = lane; i < 256; i += 32) s[i] = tile[i];
   __syncwarp();
@@ -183,8 +183,8 @@ __global__ void ldmatrix_all(const std::uint16_t* tile, std::uint32_t* out) {
 // ldmatrix (A straight, B transposed), so fragment layouts come from ldmatrix, not from
 // mma_layout.
 __global__ void hgemm_mma(const __half* a, const __half* b, float* c, int m, int n, int k) {
-  __shared__ alignas(16) __half as[4][16 * 16];
-  __shared__ alignas(16) __half bs[4][16 * 8];
+  __shared__ __align__(16) __half as[4][16 * 16];
+  __shared__ __align__(16) __half bs[4][16 * 8];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tile = blockIdx.x * 4 + warp;
   const int tiles_n = n / 8;

@@ -27,8 +27,7 @@ bool one_piece(const std::string& s) {
 char probe(UChar32 c) {
   char buf[4];
   int32_t n = 0;
-  UBool err = false;
-  U8_APPEND(reinterpret_cast<uint8_t*>(buf), n, 4, c, err);
+  U8_APPEND_UNSAFE(reinterpret_cast<uint8_t*>(buf), n, c);
   const std::string ch(buf, size_t(n));
   if (one_piece("a" + ch)) return 'L';
   if (one_piece("1" + ch)) return 'N';

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numbers>
 #include <span>
 #include <vector>
 
@@ -49,18 +48,23 @@ struct Xoshiro256 {
   }
 };
 
-// Box-Muller from one 64-bit draw: two 32-bit uniforms give two independent normals.
+// Marsaglia's polar form of Box-Muller: a point drawn uniformly in the unit disc gives two
+// independent normals with one log and one sqrt, and no sin/cos (about 2x faster). One 64-bit
+// draw gives the point's two 32-bit coordinates; 21% of points fall outside and are redrawn.
 inline void fill_normal_chunk(std::span<float> out, float stddev, uint64_t seed) {
   Xoshiro256 g(seed);
-  constexpr float two_pi = 2.0f * std::numbers::pi_v<float>;
-  constexpr float inv_2_32 = 1.0f / 4294967296.0f;
+  constexpr float inv_2_31 = 1.0f / 2147483648.0f;
   for (std::size_t i = 0; i < out.size(); i += 2) {
-    const uint64_t r = g.next();
-    const float u1 = (float(r >> 32) + 1.0f) * inv_2_32;  // (0, 1]: log stays finite
-    const float u2 = float(r & 0xffffffffu) * inv_2_32;
-    const float radius = stddev * std::sqrt(-2.0f * std::log(u1));
-    out[i] = radius * std::cos(two_pi * u2);
-    if (i + 1 < out.size()) out[i + 1] = radius * std::sin(two_pi * u2);
+    float x, y, r2;
+    do {
+      const uint64_t r = g.next();
+      x = float(int32_t(uint32_t(r >> 32))) * inv_2_31;  // [-1, 1)
+      y = float(int32_t(uint32_t(r))) * inv_2_31;
+      r2 = x * x + y * y;
+    } while (r2 >= 1.0f || r2 == 0.0f);
+    const float scale = stddev * std::sqrt(-2.0f * std::log(r2) / r2);
+    out[i] = x * scale;
+    if (i + 1 < out.size()) out[i + 1] = y * scale;
   }
 }
 

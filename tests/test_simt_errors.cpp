@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a GPU would hang on or refuse, reported by the emulator as exceptions naming the kernel,
+// the block and the threads; and exceptions thrown inside a kernel reaching the launch.
+#include <catch2/catch.hpp>
+
+#include <stdexcept>
+#include <vector>
+
+#include "test_simt_kernels.hpp"
+
+namespace simt = servekit::simt;
+
+namespace {
+
+// Threads 40.. return before the barrier; the rest wait for them forever.
+__global__ void early_return(int* out) {
+  if (threadIdx.x >= 40) return;
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+// A barrier in a branch some threads skip: threads 0-9 wait at one __syncthreads, the others at
+// another. On a GPU the two may pair up by accident.
+__global__ void divergent_barrier(int* out) {
+  if (threadIdx.x < 10) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = 1;
+}
+
+// Lane 3 of each warp leaves before a full-mask shuffle.
+__global__ void shuffle_without_lane(int* out) {
+  if (threadIdx.x % 32 == 3) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 1);
+}
+
+// Lane 5 calls a shuffle with a mask that leaves itself out.
+__global__ void shuffle_bad_mask(int* out) {
+  out[threadIdx.x] = __shfl_sync(threadIdx.x == 5 ? 0x1u : 0xffffffffu, 1, 0);
+}
+
+__global__ void throws_in_block(int* out) {
+  out[blockIdx.x * blockDim.x + threadIdx.x] = 1;
+  __syncthreads();
+  if (blockIdx.x == 2 && threadIdx.x == 37) throw std::runtime_error("thread 37 gave up");
+  __syncthreads();
+}
+
+__global__ void fill(int* out, int v) { out[blockIdx.x * blockDim.x + threadIdx.x] = v; }
+
+}  // namespace
+
+TEST_CASE("threads that return before a barrier are a deadlock, not a hang", "[simt]") {
+  simt::DeviceBuffer<int> out(64);
+  REQUIRE_THROWS_AS(simt::launch(simt::kernel<early_return>, dim3(3), dim3(64), 0, nullptr, out.data()),
+                    simt::DeadlockError);
+  REQUIRE_THROWS_WITH(
+      simt::launch(simt::kernel<early_return>, dim3(1), dim3(64), 0, nullptr, out.data()),
+      Catch::Contains("early_return") && Catch::Contains("block (0,0,0)") &&
+          Catch::Contains("threads 0-39 wait at __syncthreads") &&
+          Catch::Contains("test_simt_errors.cpp") && Catch::Contains("threads 40-63 exited"));
+}
+
+TEST_CASE("threads waiting at different barriers are reported", "[simt]") {
+  simt::DeviceBuffer<int> out(48);
+  REQUIRE_THROWS_AS(
+      simt::launch(simt::kernel<divergent_barrier>, dim3(2), dim3(48), 0, nullptr, out.data()),
+      simt::DeadlockError);
+  REQUIRE_THROWS_WITH(
+      simt::launch(simt::kernel<divergent_barrier>, dim3(1), dim3(48), 0, nullptr, out.data()),
+      Catch::Contains("divergent_barrier") && Catch::Contains("different barriers") &&
+          Catch::Contains("threads 0-9 wait at __syncthreads") &&
+          Catch::Contains("threads 10-47 wait at __syncthreads"));
+}
+
+TEST_CASE("a warp op waiting for a lane that exited is reported", "[simt]") {
+  simt::DeviceBuffer<int> out(64);
+  REQUIRE_THROWS_WITH(
+      simt::launch(simt::kernel<shuffle_without_lane>, dim3(1), dim3(64), 0, nullptr, out.data()),
+      Catch::Contains("shuffle_without_lane") && Catch::Contains("__shfl_xor_sync") &&
+          Catch::Contains("mask 0xffffffff") && Catch::Contains("threads 3, 35 exited"));
+  REQUIRE_THROWS_WITH(
+      simt::launch(simt::kernel<shuffle_bad_mask>, dim3(1), dim3(32), 0, nullptr, out.data()),
+      Catch::Contains("lane 5") && Catch::Contains("mask 0x1"));
+}
+
+TEST_CASE("an exception inside a kernel is rethrown by launch; the emulator stays usable",
+          "[simt]") {
+  for (int workers : {1, 2}) {
+    simt::set_host_workers(workers);
+    simt::DeviceBuffer<int> out(6 * 64);
+    REQUIRE_THROWS_WITH(
+        simt::launch(simt::kernel<throws_in_block>, dim3(6), dim3(64), 0, nullptr, out.data()),
+        Catch::Contains("thread 37 gave up"));
+    REQUIRE_THROWS_AS(simt::launch(simt::kernel<early_return>, dim3(4), dim3(64), 0, nullptr,
+                                   out.data()),
+                      simt::DeadlockError);
+    // Fibers left mid-kernel were reset: the next launch runs from a clean state.
+    simt::launch(simt::kernel<fill>, dim3(6), dim3(64), 0, nullptr, out.data(), workers + 40);
+    std::vector<int> h(6 * 64);
+    out.download(h);
+    for (int v : h) REQUIRE(v == workers + 40);
+  }
+  simt::set_host_workers(0);
+}
+
+TEST_CASE("launch configurations CUDA refuses are LaunchErrors naming kernel and value",
+          "[simt]") {
+  simt::DeviceBuffer<int> out(2048);
+  int* p = out.data();
+  auto k = simt::kernel<fill>;
+  REQUIRE_THROWS_AS(simt::launch(k, dim3(1), dim3(1025), 0, nullptr, p, 1), simt::LaunchError);
+  REQUIRE_THROWS_WITH(simt::launch(k, dim3(1), dim3(1025), 0, nullptr, p, 1),
+                      Catch::Contains("fill") && Catch::Contains("1025 threads"));
+  REQUIRE_THROWS_WITH(simt::launch(k, dim3(1), dim3(32, 32, 2), 0, nullptr, p, 1),
+                      Catch::Contains("2048 threads"));
+  REQUIRE_THROWS_WITH(simt::launch(k, dim3(1), dim3(1, 1, 65), 0, nullptr, p, 1),
+                      Catch::Contains("(1,1,65)"));
+  REQUIRE_THROWS_WITH(simt::launch(k, dim3(1), dim3(0, 4), 0, nullptr, p, 1),
+                      Catch::Contains("block (0,4,1) has a zero dimension"));
+  REQUIRE_THROWS_WITH(simt::launch(k, dim3(2, 0), dim3(32), 0, nullptr, p, 1),
+                      Catch::Contains("grid (2,0,1) has a zero dimension"));
+  REQUIRE_THROWS_WITH(simt::launch(k, dim3(1, 65536), dim3(32), 0, nullptr, p, 1),
+                      Catch::Contains("grid (1,65536,1)"));
+  REQUIRE_THROWS_WITH(simt::launch(k, dim3(1), dim3(32), 48 * 1024 + 1, nullptr, p, 1),
+                      Catch::Contains("fill") && Catch::Contains("49153 bytes") &&
+                          Catch::Contains("49152"));
+  // The opt-in raises the limit up to 227 KiB, and no further.
+  auto big = simt::named(&fill, "fill_big_smem");
+  simt::set_max_dynamic_smem(big, 100 * 1024);
+  simt::launch(big, dim3(1), dim3(32), 100 * 1024, nullptr, p, 5);
+  REQUIRE_THROWS_WITH(simt::launch(big, dim3(1), dim3(32), 100 * 1024 + 4, nullptr, p, 1),
+                      Catch::Contains("102404 bytes") && Catch::Contains("102400"));
+  REQUIRE_THROWS_WITH(simt::set_max_dynamic_smem(big, 227 * 1024 + 1),
+                      Catch::Contains("fill_big_smem") && Catch::Contains("232449"));
+  // A plain function pointer still gets a name in the message: its signature.
+  REQUIRE_THROWS_WITH(simt::launch(&fill, dim3(1), dim3(2000), 0, nullptr, p, 1),
+                      Catch::Contains("void (*)(int*, int)"));
+}
