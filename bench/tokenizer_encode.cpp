@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
 
   std::printf("GPT-2 tokenizer encode, one thread (%s, compiled by g++ %s)\n", dir.c_str(),
               __VERSION__);
-  std::printf("  text: %.2f MB, %zu pre-tokens, %zu ids (%.2f bytes/id), %zu distinct words\n", mb,
+  std::printf("  text: %.2f MB, %zu pre-tokens, %zu ids (%.2f bytes/id), %zu words cached\n", mb,
               pieces, ids.size(), double(text.size()) / double(ids.size()), tok.cached_words());
   std::printf("  vocabulary load: %.0f ms\n", load_s * 1e3);
   std::printf("  %-18s %9s %14s\n", "", "MB/s", "x floor");

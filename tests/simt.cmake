@@ -5,9 +5,9 @@
 # The emulator's build requirements: fibers (boost.context), CUDA's host-usable headers
 # (cuda_fp16.h, cuda_bf16.h, vector_types.h), stack-clash protection so a kernel frame larger
 # than a fiber's guard page faults at its entry.
+find_package(Boost REQUIRED COMPONENTS context)
+find_package(CUDAToolkit REQUIRED)
 if(NOT TARGET servekit_simt)
-  find_package(Boost REQUIRED COMPONENTS context)
-  find_package(CUDAToolkit REQUIRED)
   add_library(servekit_simt INTERFACE)
   target_link_libraries(servekit_simt INTERFACE servekit::servekit Boost::context)
   target_include_directories(servekit_simt SYSTEM INTERFACE ${CUDAToolkit_INCLUDE_DIRS})

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "test_simt_kernels.hpp"
+#include "test_simt_block_kernels.hpp"
 
 namespace simt = servekit::simt;
 using namespace simt_test;

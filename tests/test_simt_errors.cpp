@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "test_simt_kernels.hpp"
+#include "servekit/simt/simt.hpp"
 
 namespace simt = servekit::simt;
 

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "test_simt_kernels.hpp"
+#include "test_simt_mma_kernels.hpp"
 
 namespace simt = servekit::simt;
 using namespace simt_test;

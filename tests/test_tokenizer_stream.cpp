@@ -115,3 +115,14 @@ TEST_CASE("bytes that can never be a character come out as U+FFFD at once", "[te
   out += dec.flush();
   CHECK(out == "a\xEF\xBF\xBD b\xEF\xBF\xBDz");
 }
+
+TEST_CASE("is_valid_utf8 agrees with ICU", "[text]") {
+  std::vector<std::string> samples = fixture_texts();
+  for (const char* bad : {"\x80", "\xC0\xAF", "\xE0\x80\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80",
+                          "\xF0\x9F\x98", "a\xFF", "\xC2", "\xF5\x80\x80\x80"})
+    samples.push_back(bad);
+  for (const auto& s : samples) {
+    INFO("sample of " << s.size() << " bytes");
+    CHECK(servekit::text::is_valid_utf8(s) == valid_utf8(s));
+  }
+}

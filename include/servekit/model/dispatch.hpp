@@ -42,7 +42,7 @@ template <class... Ds>
 // Calls f(std::type_identity<D>{}) with the compiled D matching c; the result of f is returned.
 template <class F, class... Ds>
 decltype(auto) dispatch_dims(const model::Gpt2HfConfig& c, F&& f,
-                             DimsList<Ds...> = CompiledDims{}) {
+                             DimsList<Ds...>) {
   using R = decltype(f(std::type_identity<dims::Gpt2Small>{}));
   if constexpr (std::is_void_v<R>) {
     bool done = ((dims_match<Ds>(c) ? (f(std::type_identity<Ds>{}), true) : false) || ...);
@@ -53,6 +53,11 @@ decltype(auto) dispatch_dims(const model::Gpt2HfConfig& c, F&& f,
     if (!r) fail_unsupported<Ds...>(c);
     return std::move(*r);
   }
+}
+
+template <class F>
+decltype(auto) dispatch_dims(const model::Gpt2HfConfig& c, F&& f) {
+  return dispatch_dims(c, std::forward<F>(f), CompiledDims{});
 }
 
 }  // namespace servekit

@@ -24,8 +24,8 @@ namespace servekit::simt {
 // (B). Element i lives in register i / 2, in the low 16 bits when i is even.
 namespace mma_layout {
 // A: (16 x 16) row-major, 8 elements per lane (4 registers).
-__host__ __device__ constexpr int a_row(int lane, int i) { return (lane >> 2) + 8 * ((i >> 1) & 1); }
-__host__ __device__ constexpr int a_col(int lane, int i) { return (lane & 3) * 2 + (i & 1) + 8 * (i >> 2); }
+__host__ __device__ constexpr int a_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 2); }
+__host__ __device__ constexpr int a_col(int lane, int i) { return (lane & 3) * 2 + (i & 1) + 8 * ((i >> 1) & 1); }
 // B: (16 x 8) as (k, n), 4 elements per lane (2 registers).
 __host__ __device__ constexpr int b_row(int lane, int i) { return (lane & 3) * 2 + (i & 1) + 8 * (i >> 1); }
 __host__ __device__ constexpr int b_col(int lane, int) { return lane >> 2; }

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Compile the simt test kernels with nvcc for sm_80 and sm_90 (warnings are errors), check that
+# the PTX holds the tensor-core and warp instructions the wrappers are meant to emit, and print
+# ptxas's register / spill report.
+#   scripts/check_nvcc_simt.sh [nvcc] [work dir]
+set -euo pipefail
+NVCC=${1:-nvcc}
+WORK=${2:-$(mktemp -d)}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$WORK"
+SRC="$WORK/simt_kernels.cu"
+cat > "$SRC" <<'CU'
+#include "test_simt_block_kernels.hpp"
+#include "test_simt_warp_kernels.hpp"
+#include "test_simt_mma_kernels.hpp"
+// Instantiate the templates and the launch wrapper, as the host side of a .cu would.
+void launch_all(float* f, int* i, unsigned* u, std::uint16_t* h, std::uint32_t* r, __half* hh) {
+  namespace simt = servekit::simt;
+  simt::launch(simt::kernel<simt_test::block_sum>, dim3(4), dim3(256), 0, nullptr, i, i, 1000);
+  simt::launch(simt::kernel<simt_test::reverse_smem>, dim3(4), dim3(256), 1024, nullptr, i, i, 1000);
+  simt::launch(simt::kernel<simt_test::mma_tile<false>>, dim3(1), dim3(32), 0, nullptr, h, h, f, f);
+  simt::launch(simt::kernel<simt_test::mma_tile<true>>, dim3(1), dim3(32), 0, nullptr, h, h, f, f);
+  simt::launch(simt::kernel<simt_test::ldmatrix_all>, dim3(1), dim3(32), 0, nullptr, h, r);
+  simt::launch(simt::kernel<simt_test::hgemm_mma>, dim3(1), dim3(128), 0, nullptr, hh, hh, f, 16, 8, 16);
+  simt::launch(simt::kernel<simt_test::votes>, dim3(1), dim3(32), 0, nullptr, i, u);
+  simt::launch(simt::kernel<simt_test::atomics>, dim3(1), dim3(32), 0, nullptr, i, u, f, i, i, f, 1);
+  simt::DeviceBuffer<float> buf(16);
+  simt::Stream s;
+  simt::Event e0, e1;
+  e0.record(s);
+  e1.record(s);
+  (void)elapsed_ms(e0, e1);
+}
+CU
+for ARCH in sm_80 sm_90; do
+  PTX="$WORK/simt_kernels_$ARCH.ptx"
+  "$NVCC" -std=c++20 -arch=$ARCH -Werror all-warnings -I"$ROOT/include" -I"$ROOT/tests" \
+    -ptx "$SRC" -o "$PTX"
+  "$NVCC" -std=c++20 -arch=$ARCH -Werror all-warnings -I"$ROOT/include" -I"$ROOT/tests" \
+    -c "$SRC" -o "$WORK/simt_kernels_$ARCH.o"
+  for INSN in mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \
+              mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \
+              ldmatrix.sync.aligned.m8n8.x4.shared.b16 ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 \
+              shfl.sync.bfly bar.sync vote.sync.ballot; do
+    if ! grep -q "$INSN" "$PTX"; then
+      echo "check_nvcc_simt: $ARCH PTX lacks $INSN" >&2
+      exit 1
+    fi
+  done
+  echo "== $ARCH: PTX has mma.sync (f16, bf16), ldmatrix, shfl.sync, bar.sync, vote.sync"
+  "$(dirname "$NVCC")/ptxas" -arch=$ARCH -v "$PTX" -o "$WORK/simt_kernels_$ARCH.cubin" 2>&1 |
+    grep -E "Compiling entry|registers|spill" | sed 's/^ptxas info    : //'
+done
