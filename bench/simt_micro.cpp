@@ -27,13 +27,13 @@ double best_seconds(int reps, const std::function<void()>& f) {
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
 
 // Two fcontexts bouncing: the floor under every barrier and shuffle.
-ctx::fcontext_t g_main;
 void ping(ctx::transfer_t t) {
   for (;;) t = ctx::jump_fcontext(t.fctx, nullptr);
 }
@@ -50,8 +50,10 @@ __global__ void shuffles(int rounds, int* out) {
 
 __global__ void empty_kernel() {}
 
-constexpr int kTile = 16;
-// C (M, N) = A (M, K) @ B (K, N), row-major, 16x16 tiles in shared memory.
+// C (M, N) = A (M, K) @ B (K, N), row-major, kTile x kTile tiles in shared memory. On the
+// emulator the cost is mostly barrier arrivals: 2 per thread per tile of K, so a larger tile
+// does more multiply-adds per arrival.
+template <int kTile>
 __global__ void sgemm_tiled(const float* a, const float* b, float* c, int m, int n, int k) {
   __shared__ float as[kTile][kTile];
   __shared__ float bs[kTile][kTile];
@@ -88,9 +90,8 @@ int main(int argc, char** argv) {
   }
   {
     const int rounds = 20000;
-    const double s = best_seconds(5, [&] {
-      simt::launch(simt::kernel<barriers>, dim3(1), dim3(256), 0, nullptr, rounds);
-    });
+    const double s = best_seconds(
+        5, [&] { simt::launch(simt::kernel<barriers>, dim3(1), dim3(256), 0, nullptr, rounds); });
     std::printf("__syncthreads, 256 threads            %8.0f k barriers/s (%.2f ns per arrival)\n",
                 rounds / s / 1e3, s / (rounds * 256.0) * 1e9);
   }
@@ -111,17 +112,22 @@ int main(int argc, char** argv) {
     });
     std::printf("empty launch, 1 block of %4d         %8.2f us\n", threads, s / n * 1e6);
   }
-  {
+  for (int tile : {16, 32}) {
     const int n = 256;
     std::vector<float> a(n * n), b(n * n), c(n * n);
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (auto& v : a) v = dist(rng);
     for (auto& v : b) v = dist(rng);
-    simt::DeviceBuffer<float> da{std::span<const float>(a)}, db{std::span<const float>(b)}, dc(n * n);
+    simt::DeviceBuffer<float> da{std::span<const float>(a)}, db{std::span<const float>(b)},
+        dc(n * n);
     const double s = best_seconds(5, [&] {
-      simt::launch(simt::kernel<sgemm_tiled>, dim3(n / kTile, n / kTile), dim3(kTile, kTile), 0,
-                   nullptr, da.data(), db.data(), dc.data(), n, n, n);
+      if (tile == 16)
+        simt::launch(simt::kernel<sgemm_tiled<16>>, dim3(n / 16, n / 16), dim3(16, 16), 0, nullptr,
+                     da.data(), db.data(), dc.data(), n, n, n);
+      else
+        simt::launch(simt::kernel<sgemm_tiled<32>>, dim3(n / 32, n / 32), dim3(32, 32), 0, nullptr,
+                     da.data(), db.data(), dc.data(), n, n, n);
     });
     dc.download(c);
     double max_err = 0;
@@ -131,8 +137,8 @@ int main(int argc, char** argv) {
         for (int p = 0; p < n; ++p) ref += double(a[i * n + p]) * b[p * n + j];
         max_err = std::max(max_err, std::abs(ref - c[i * n + j]));
       }
-    std::printf("tiled SGEMM 256^3, 16x16 blocks       %8.2f ms (%.2f GFLOP/s, max err %.1e)\n",
-                s * 1e3, 2.0 * n * n * n / s / 1e9, max_err);
+    std::printf("tiled SGEMM 256^3, %dx%d blocks       %8.2f ms (%.2f GFLOP/s, max err %.1e)\n",
+                tile, tile, s * 1e3, 2.0 * n * n * n / s / 1e9, max_err);
   }
   return 0;
 }

@@ -27,7 +27,8 @@ TEST_CASE("block reduction through shuffles is exact on ints", "[simt]") {
       dout.download(out);
       for (int b = 0; b < blocks; ++b) {
         long long ref = 0;
-        for (int i = b * threads; i < std::min(n, (b + 1) * threads); ++i) ref += x[static_cast<std::size_t>(i)];
+        for (int i = b * threads; i < std::min(n, (b + 1) * threads); ++i)
+          ref += x[static_cast<std::size_t>(i)];
         INFO("threads " << threads << " n " << n << " block " << b);
         REQUIRE(out[static_cast<std::size_t>(b)] == ref);
       }
@@ -43,7 +44,8 @@ TEST_CASE("__syncthreads orders every round across 1024 threads", "[simt]") {
     // Reference: the same rounds, sequentially.
     std::vector<int> ref = x, next(ref.size());
     for (int r = 0; r < rounds; ++r) {
-      for (int t = 0; t < n; ++t) next[static_cast<std::size_t>(t)] = ref[static_cast<std::size_t>((t + 1) % n)] + r;
+      for (int t = 0; t < n; ++t)
+        next[static_cast<std::size_t>(t)] = ref[static_cast<std::size_t>((t + 1) % n)] + r;
       ref = next;
     }
     simt::DeviceBuffer<int> dx{std::span<const int>(x)};
@@ -93,7 +95,8 @@ TEST_CASE("tiled SGEMM matches a plain loop", "[simt]") {
   for (Shape s : {Shape{1, 1, 1}, Shape{67, 45, 33}, Shape{128, 96, 80}}) {
     std::mt19937 rng(s.m * 131 + s.n);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<float> a(static_cast<std::size_t>(s.m * s.k)), b(static_cast<std::size_t>(s.k * s.n));
+    std::vector<float> a(static_cast<std::size_t>(s.m * s.k)),
+        b(static_cast<std::size_t>(s.k * s.n));
     for (float& v : a) v = dist(rng);
     for (float& v : b) v = dist(rng);
     simt::DeviceBuffer<float> da{std::span<const float>(a)}, db{std::span<const float>(b)};
@@ -108,11 +111,14 @@ TEST_CASE("tiled SGEMM matches a plain loop", "[simt]") {
       for (int j = 0; j < s.n; ++j) {
         double ref = 0, mag = 0;
         for (int p = 0; p < s.k; ++p) {
-          ref += double(a[static_cast<std::size_t>(i * s.k + p)]) * b[static_cast<std::size_t>(p * s.n + j)];
-          mag += std::abs(double(a[static_cast<std::size_t>(i * s.k + p)]) * b[static_cast<std::size_t>(p * s.n + j)]);
+          ref += double(a[static_cast<std::size_t>(i * s.k + p)]) *
+                 b[static_cast<std::size_t>(p * s.n + j)];
+          mag += std::abs(double(a[static_cast<std::size_t>(i * s.k + p)]) *
+                          b[static_cast<std::size_t>(p * s.n + j)]);
         }
         INFO(s.m << 'x' << s.n << 'x' << s.k << " at " << i << ',' << j);
-        REQUIRE(std::abs(c[static_cast<std::size_t>(i * s.n + j)] - ref) <= 1e-6 + mag * s.k * 6e-8);
+        REQUIRE(std::abs(c[static_cast<std::size_t>(i * s.n + j)] - ref) <=
+                1e-6 + mag * s.k * 6e-8);
       }
   }
 }

@@ -48,14 +48,17 @@ __global__ void throws_in_block(int* out) {
   __syncthreads();
 }
 
-__global__ void fill(int* out, int v) { out[blockIdx.x * blockDim.x + threadIdx.x] = v; }
+__global__ void fill(int* out, int v) {
+  out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+}
 
 }  // namespace
 
 TEST_CASE("threads that return before a barrier are a deadlock, not a hang", "[simt]") {
   simt::DeviceBuffer<int> out(64);
-  REQUIRE_THROWS_AS(simt::launch(simt::kernel<early_return>, dim3(3), dim3(64), 0, nullptr, out.data()),
-                    simt::DeadlockError);
+  REQUIRE_THROWS_AS(
+      simt::launch(simt::kernel<early_return>, dim3(3), dim3(64), 0, nullptr, out.data()),
+      simt::DeadlockError);
   REQUIRE_THROWS_WITH(
       simt::launch(simt::kernel<early_return>, dim3(1), dim3(64), 0, nullptr, out.data()),
       Catch::Contains("early_return") && Catch::Contains("block (0,0,0)") &&
@@ -94,9 +97,9 @@ TEST_CASE("an exception inside a kernel is rethrown by launch; the emulator stay
     REQUIRE_THROWS_WITH(
         simt::launch(simt::kernel<throws_in_block>, dim3(6), dim3(64), 0, nullptr, out.data()),
         Catch::Contains("thread 37 gave up"));
-    REQUIRE_THROWS_AS(simt::launch(simt::kernel<early_return>, dim3(4), dim3(64), 0, nullptr,
-                                   out.data()),
-                      simt::DeadlockError);
+    REQUIRE_THROWS_AS(
+        simt::launch(simt::kernel<early_return>, dim3(4), dim3(64), 0, nullptr, out.data()),
+        simt::DeadlockError);
     // Fibers left mid-kernel were reset: the next launch runs from a clean state.
     simt::launch(simt::kernel<fill>, dim3(6), dim3(64), 0, nullptr, out.data(), workers + 40);
     std::vector<int> h(6 * 64);
@@ -106,8 +109,7 @@ TEST_CASE("an exception inside a kernel is rethrown by launch; the emulator stay
   simt::set_host_workers(0);
 }
 
-TEST_CASE("launch configurations CUDA refuses are LaunchErrors naming kernel and value",
-          "[simt]") {
+TEST_CASE("launch configurations CUDA refuses are LaunchErrors naming kernel and value", "[simt]") {
   simt::DeviceBuffer<int> out(2048);
   int* p = out.data();
   auto k = simt::kernel<fill>;
@@ -124,9 +126,9 @@ TEST_CASE("launch configurations CUDA refuses are LaunchErrors naming kernel and
                       Catch::Contains("grid (2,0,1) has a zero dimension"));
   REQUIRE_THROWS_WITH(simt::launch(k, dim3(1, 65536), dim3(32), 0, nullptr, p, 1),
                       Catch::Contains("grid (1,65536,1)"));
-  REQUIRE_THROWS_WITH(simt::launch(k, dim3(1), dim3(32), 48 * 1024 + 1, nullptr, p, 1),
-                      Catch::Contains("fill") && Catch::Contains("49153 bytes") &&
-                          Catch::Contains("49152"));
+  REQUIRE_THROWS_WITH(
+      simt::launch(k, dim3(1), dim3(32), 48 * 1024 + 1, nullptr, p, 1),
+      Catch::Contains("fill") && Catch::Contains("49153 bytes") && Catch::Contains("49152"));
   // The opt-in raises the limit up to 227 KiB, and no further.
   auto big = simt::named(&fill, "fill_big_smem");
   simt::set_max_dynamic_smem(big, 100 * 1024);

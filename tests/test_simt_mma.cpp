@@ -34,8 +34,8 @@ struct Mode {
 // cute/atom/mma_traits_sm80.hpp, MMA_Traits<SM80_16x8x16_F16F16F16F16_TN> (which the
 // F32F16F16F32 and F32BF16BF16F32 traits inherit): (thread, value) -> column-major index into
 // A (M16, K16), B (N8, K16), C (M16, N8).
-const Mode kThr = {{4, 8}, {32, 1}};         // ALayout / CLayout thread mode
-const Mode kThrB = {{4, 8}, {16, 1}};        // BLayout thread mode
+const Mode kThr = {{4, 8}, {32, 1}};   // ALayout / CLayout thread mode
+const Mode kThrB = {{4, 8}, {16, 1}};  // BLayout thread mode
 const Mode kValA = {{2, 2, 2}, {16, 8, 128}};
 const Mode kValB = {{2, 2}, {8, 64}};
 const Mode kValC = {{2, 2}, {16, 8}};  // SM80_16x8_Row
@@ -50,8 +50,12 @@ float bf16_bits_to_float(std::uint16_t h) {
   r.x = h;
   return __bfloat162float(__nv_bfloat16(r));
 }
-std::uint16_t float_to_half_bits(float f) { return __half_raw(__float2half(f)).x; }
-std::uint16_t float_to_bf16_bits(float f) { return __nv_bfloat16_raw(__float2bfloat16(f)).x; }
+std::uint16_t float_to_half_bits(float f) {
+  return __half_raw(__float2half(f)).x;
+}
+std::uint16_t float_to_bf16_bits(float f) {
+  return __nv_bfloat16_raw(__float2bfloat16(f)).x;
+}
 
 }  // namespace
 
@@ -96,7 +100,8 @@ void check_mma_tile(unsigned seed) {
   for (auto& v : a) v = to_bits(dist(rng));
   for (auto& v : b) v = to_bits(dist(rng));
   for (auto& v : c) v = dist(rng);
-  simt::DeviceBuffer<std::uint16_t> da{std::span<const std::uint16_t>(a)}, db{std::span<const std::uint16_t>(b)};
+  simt::DeviceBuffer<std::uint16_t> da{std::span<const std::uint16_t>(a)},
+      db{std::span<const std::uint16_t>(b)};
   simt::DeviceBuffer<float> dc{std::span<const float>(c)}, dd(128);
   dd.fill_bytes(0xff);
   simt::launch(simt::kernel<mma_tile<kBf16>>, dim3(1), dim3(32), 0, nullptr, da.data(), db.data(),
@@ -107,7 +112,8 @@ void check_mma_tile(unsigned seed) {
     for (int n = 0; n < 8; ++n) {
       double ref = c[static_cast<std::size_t>(m * 8 + n)], mag = std::abs(ref);
       for (int k = 0; k < 16; ++k) {
-        const double p = double(to_float(a[static_cast<std::size_t>(m * 16 + k)])) * to_float(b[static_cast<std::size_t>(k * 8 + n)]);
+        const double p = double(to_float(a[static_cast<std::size_t>(m * 16 + k)])) *
+                         to_float(b[static_cast<std::size_t>(k * 8 + n)]);
         ref += p;
         mag += std::abs(p);
       }
@@ -125,7 +131,8 @@ TEST_CASE("mma m16n8k16 f16 and bf16 match a plain loop on random tiles", "[simt
 
 TEST_CASE("ldmatrix x4, x2 and their transposes deliver the PTX ISA's fragments", "[simt][mma]") {
   std::vector<std::uint16_t> tile(256);
-  for (int i = 0; i < 256; ++i) tile[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(i * 3 + 1);
+  for (int i = 0; i < 256; ++i)
+    tile[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(i * 3 + 1);
   simt::DeviceBuffer<std::uint16_t> dt{std::span<const std::uint16_t>(tile)};
   simt::DeviceBuffer<std::uint32_t> dout(32 * 12);
   simt::launch(simt::kernel<ldmatrix_all>, dim3(1), dim3(32), 0, nullptr, dt.data(), dout.data());
@@ -159,7 +166,8 @@ TEST_CASE("tensor-core GEMM fed by ldmatrix matches a plain loop", "[simt][mma]"
   for (Shape s : {Shape{16, 8, 16}, Shape{48, 40, 64}, Shape{80, 24, 32}}) {
     std::mt19937 rng(s.m + 7 * s.n + 31 * s.k);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<__half> a(static_cast<std::size_t>(s.m * s.k)), b(static_cast<std::size_t>(s.k * s.n));
+    std::vector<__half> a(static_cast<std::size_t>(s.m * s.k)),
+        b(static_cast<std::size_t>(s.k * s.n));
     for (auto& v : a) v = __float2half(dist(rng));
     for (auto& v : b) v = __float2half(dist(rng));
     simt::DeviceBuffer<__half> da{std::span<const __half>(a)}, db{std::span<const __half>(b)};

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Kernels of test_simt_mma.cpp. Plain CUDA C++: the same file compiles with nvcc (scripts/check_nvcc_simt.sh) and
-// runs on the CPU under the emulator. Included by one test file each: a __global__ function
-// cannot be inline.
+// Kernels of test_simt_mma.cpp. Plain CUDA C++: the same file compiles with nvcc
+// (scripts/check_nvcc_simt.sh) and runs on the CPU under the emulator. Included by one test file
+// each: a __global__ function cannot be inline.
 #include <cstdint>
 
 #include "servekit/simt/simt.hpp"
@@ -15,8 +15,7 @@ namespace simt = servekit::simt;
 // a (16, 16) row-major, b (16, 8) as (k, n) row-major, c/d (16, 8) row-major. 16-bit inputs
 // as raw bits; kBf16 picks the input type.
 template <bool kBf16>
-__global__ void mma_tile(const std::uint16_t* a, const std::uint16_t* b, const float* c,
-                         float* d) {
+__global__ void mma_tile(const std::uint16_t* a, const std::uint16_t* b, const float* c, float* d) {
   namespace L = simt::mma_layout;
   const int lane = threadIdx.x;
   std::uint32_t af[4], bf[2];

@@ -15,8 +15,12 @@ namespace {
 // The guide: width-lane segments; __shfl_sync reads lane srcLane % width of the caller's
 // segment; up/down return the caller's own value when the source leaves the segment; xor may
 // read earlier segments but returns the own value for a later one.
-int expect_idx(int lane, int src, int width) { return lane / width * width + src % width; }
-int expect_up(int lane, int delta, int width) { return lane % width >= delta ? lane - delta : lane; }
+int expect_idx(int lane, int src, int width) {
+  return lane / width * width + src % width;
+}
+int expect_up(int lane, int delta, int width) {
+  return lane % width >= delta ? lane - delta : lane;
+}
 int expect_down(int lane, int delta, int width) {
   return lane % width + delta < width ? lane + delta : lane;
 }
@@ -31,8 +35,8 @@ TEST_CASE("shuffles: idx, up, down, xor at every width", "[simt]") {
     for (int width : {1, 2, 4, 8, 16, 32}) {
       for (int param : {0, 1, 3, 5, 13, 31}) {
         simt::DeviceBuffer<int> dout(static_cast<std::size_t>(4 * threads));
-        simt::launch(simt::kernel<shuffles>, dim3(1), dim3(threads), 0, nullptr, dout.data(),
-                     param, static_cast<unsigned>(param), param, width);
+        simt::launch(simt::kernel<shuffles>, dim3(1), dim3(threads), 0, nullptr, dout.data(), param,
+                     static_cast<unsigned>(param), param, width);
         std::vector<int> out(static_cast<std::size_t>(4 * threads));
         dout.download(out);
         for (int t = 0; t < threads; ++t) {
@@ -59,7 +63,8 @@ TEST_CASE("shuffles move floats and doubles, and work on a half-warp mask", "[si
     const int lane = t % 32, base = t - lane;
     INFO("t " << t);
     REQUIRE(out[static_cast<std::size_t>(3 * t)] == 0.5f * (base + expect_down(lane, 3, 32)));
-    REQUIRE(out[static_cast<std::size_t>(3 * t + 1)] == static_cast<float>(0.25 * (base + 31 - lane)));
+    REQUIRE(out[static_cast<std::size_t>(3 * t + 1)] ==
+            static_cast<float>(0.25 * (base + 31 - lane)));
     REQUIRE(out[static_cast<std::size_t>(3 * t + 2)] == (lane < 16 ? 0.5f * (t ^ 1) : -1.0f));
   }
 }
@@ -75,13 +80,15 @@ TEST_CASE("ballot, any and all", "[simt]") {
                                                          : (t / 32 != 1);  // warp 1 all false
     simt::DeviceBuffer<int> dpred{std::span<const int>(pred)};
     simt::DeviceBuffer<unsigned> dout(3 * threads);
-    simt::launch(simt::kernel<votes>, dim3(1), dim3(threads), 0, nullptr, dpred.data(), dout.data());
+    simt::launch(simt::kernel<votes>, dim3(1), dim3(threads), 0, nullptr, dpred.data(),
+                 dout.data());
     std::vector<unsigned> out(3 * threads);
     dout.download(out);
     for (int t = 0; t < threads; ++t) {
       const int base = t / 32 * 32;
       unsigned ballot = 0;
-      for (int l = 0; l < 32; ++l) ballot |= pred[static_cast<std::size_t>(base + l)] ? 1u << l : 0u;
+      for (int l = 0; l < 32; ++l)
+        ballot |= pred[static_cast<std::size_t>(base + l)] ? 1u << l : 0u;
       INFO("pattern " << pattern << " t " << t);
       REQUIRE(out[static_cast<std::size_t>(3 * t)] == ballot);
       REQUIRE(out[static_cast<std::size_t>(3 * t + 1)] == (ballot != 0 ? 1u : 0u));

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Kernels of test_simt_warp.cpp. Plain CUDA C++: the same file compiles with nvcc (scripts/check_nvcc_simt.sh) and
-// runs on the CPU under the emulator. Included by one test file each: a __global__ function
-// cannot be inline.
+// Kernels of test_simt_warp.cpp. Plain CUDA C++: the same file compiles with nvcc
+// (scripts/check_nvcc_simt.sh) and runs on the CPU under the emulator. Included by one test file
+// each: a __global__ function cannot be inline.
 #include <cstdint>
 
 #include "servekit/simt/simt.hpp"

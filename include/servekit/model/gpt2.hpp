@@ -10,11 +10,7 @@
 #include <vector>
 
 #include "servekit/core/error.hpp"
-#include "servekit/kernels/ref/attention.hpp"
-#include "servekit/kernels/ref/embedding.hpp"
-#include "servekit/kernels/ref/layernorm.hpp"
-#include "servekit/kernels/ref/linear.hpp"
-#include "servekit/kernels/ref/lm_head.hpp"
+#include "servekit/backend/host.hpp"
 #include "servekit/kv/contiguous_cache.hpp"
 #include "servekit/model/batch.hpp"
 #include "servekit/model/config.hpp"
@@ -25,8 +21,6 @@ namespace servekit {
 
 template <class Cfg>
 class Gpt2 {
-  static_assert(std::is_same_v<typename Cfg::Backend, backend::Host>,
-                "servekit: Gpt2 supports backend::Host only in this version");
   static_assert(std::is_same_v<typename Cfg::Kv, kv::Contiguous>,
                 "servekit: Gpt2 supports kv::Contiguous only in this version");
 
@@ -35,6 +29,7 @@ class Gpt2 {
   using Dims = typename Cfg::Dims;
   using Mat = weights::Matrix<typename Cfg::Weights>;
   using Cache = kv::ContiguousCache;
+  using Ops = backend::Ops<typename Cfg::Backend>;
   static constexpr int L = Dims::n_layer, C = Dims::n_embd, H = Dims::n_head;
   static constexpr int V = Dims::vocab, P = Dims::n_positions;
 
@@ -94,22 +89,21 @@ class Gpt2 {
     for (const auto& s : b.seqs)
       for (int i = 0; i < s.n_new; i++, r++) slot_[r] = s.slot, pos_[r] = s.n_past + i;
 
-    namespace k = kernels::ref;
-    using k::Epilogue;
+    using E = typename Ops::Epilogue;
     float* x = x_.data();  // (N, C) residual stream
-    k::embedding(x, b.tokens.data(), pos_.data(), wte_.data(), wpe_.data(), N, C);
+    Ops::embedding(x, b.tokens.data(), pos_.data(), wte_.data(), wpe_.data(), N, C);
     for (int l = 0; l < L; l++) {
       const Layer& w = layers_[l];
-      k::KvLayerView kv{cache.k(l, 0), cache.v(l, 0), static_cast<int64_t>(cache.max_len()) * C};
-      k::layernorm(ln_.data(), x, w.ln_1_w.data(), w.ln_1_b.data(), N, C, eps_);
-      k::linear<Epilogue::Store>(qkv_.data(), ln_.data(), w.attn, w.attn_b.data(), N);  // (N, 3C)
-      k::kv_append(kv, qkv_.data(), slot_.data(), pos_.data(), N, C);
-      k::attention(att_.data(), qkv_.data(), kv, slot_.data(), pos_.data(), N, C, H,
+      kernels::ref::KvLayerView kv{cache.k(l, 0), cache.v(l, 0), static_cast<int64_t>(cache.max_len()) * C};
+      Ops::layernorm(ln_.data(), x, w.ln_1_w.data(), w.ln_1_b.data(), N, C, eps_);
+      Ops::template linear<E::Store>(qkv_.data(), ln_.data(), w.attn, w.attn_b.data(), N);  // (N, 3C)
+      Ops::kv_append(kv, qkv_.data(), slot_.data(), pos_.data(), N, C);
+      Ops::attention(att_.data(), qkv_.data(), kv, slot_.data(), pos_.data(), N, C, H,
                    cache.max_len());
-      k::linear<Epilogue::Residual>(x, att_.data(), w.attn_proj, w.attn_proj_b.data(), N);
-      k::layernorm(ln_.data(), x, w.ln_2_w.data(), w.ln_2_b.data(), N, C, eps_);
-      k::linear<Epilogue::Gelu>(fc_.data(), ln_.data(), w.fc, w.fc_b.data(), N);  // (N, 4C)
-      k::linear<Epilogue::Residual>(x, fc_.data(), w.mlp_proj, w.mlp_proj_b.data(), N);
+      Ops::template linear<E::Residual>(x, att_.data(), w.attn_proj, w.attn_proj_b.data(), N);
+      Ops::layernorm(ln_.data(), x, w.ln_2_w.data(), w.ln_2_b.data(), N, C, eps_);
+      Ops::template linear<E::Gelu>(fc_.data(), ln_.data(), w.fc, w.fc_b.data(), N);  // (N, 4C)
+      Ops::template linear<E::Residual>(x, fc_.data(), w.mlp_proj, w.mlp_proj_b.data(), N);
     }
     // Only the rows whose logits are wanted go through ln_f and the (large) lm_head.
     int M = N;
@@ -124,9 +118,9 @@ class Gpt2 {
       }
       rows = att_.data();
     }
-    k::layernorm(ln_.data(), rows, ln_f_w_.data(), ln_f_b_.data(), M, C, eps_);
+    Ops::layernorm(ln_.data(), rows, ln_f_w_.data(), ln_f_b_.data(), M, C, eps_);
     logits.resize(static_cast<std::size_t>(M) * V);
-    k::lm_head(logits.data(), ln_.data(), wte_.data(), M, V, C);
+    Ops::lm_head(logits.data(), ln_.data(), wte_.data(), M, V, C);
   }
 
   // Bytes a decode step must read at least once: every weight, lm_head (tied wte) included.
@@ -139,6 +133,12 @@ class Gpt2 {
   }
 
   static std::string name() { return Cfg::name(); }
+
+  // Read access for reports (footprint, quantization error) and tests.
+  const std::vector<Layer>& layers() const { return layers_; }
+  const std::vector<float>& wte() const { return wte_; }  // (V, C)
+  const std::vector<float>& wpe() const { return wpe_; }  // (P, C)
+  float layer_norm_eps() const { return eps_; }
 
  private:
   int validate(const Cache& cache, const model::Batch& b) const {

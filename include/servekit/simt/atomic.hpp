@@ -42,11 +42,11 @@ SERVEKIT_SIMT_INLINE T cas(T* p, T compare, T val) {
 constexpr auto relaxed = std::memory_order_relaxed;
 }  // namespace servekit::simt::detail
 
-#define SERVEKIT_SIMT_ATOMIC_ARITH(T)                                                     \
-  SERVEKIT_SIMT_INLINE T atomicAdd(T* p, T v) {                                           \
+#define SERVEKIT_SIMT_ATOMIC_ARITH(T)                                                          \
+  SERVEKIT_SIMT_INLINE T atomicAdd(T* p, T v) {                                                \
     return servekit::simt::detail::atomic_at(p).fetch_add(v, servekit::simt::detail::relaxed); \
-  }                                                                                       \
-  SERVEKIT_SIMT_INLINE T atomicExch(T* p, T v) {                                          \
+  }                                                                                            \
+  SERVEKIT_SIMT_INLINE T atomicExch(T* p, T v) {                                               \
     return servekit::simt::detail::atomic_at(p).exchange(v, servekit::simt::detail::relaxed);  \
   }
 SERVEKIT_SIMT_ATOMIC_ARITH(int)
@@ -58,20 +58,26 @@ SERVEKIT_SIMT_INLINE double atomicAdd(double* p, double v) {
   return servekit::simt::detail::atomic_at(p).fetch_add(v, servekit::simt::detail::relaxed);
 }
 
-#define SERVEKIT_SIMT_ATOMIC_INT(T)                                                       \
-  SERVEKIT_SIMT_INLINE T atomicSub(T* p, T v) {                                           \
+#define SERVEKIT_SIMT_ATOMIC_INT(T)                                                            \
+  SERVEKIT_SIMT_INLINE T atomicSub(T* p, T v) {                                                \
     return servekit::simt::detail::atomic_at(p).fetch_sub(v, servekit::simt::detail::relaxed); \
-  }                                                                                       \
-  SERVEKIT_SIMT_INLINE T atomicMax(T* p, T v) { return servekit::simt::detail::fetch_max(p, v); } \
-  SERVEKIT_SIMT_INLINE T atomicMin(T* p, T v) { return servekit::simt::detail::fetch_min(p, v); } \
-  SERVEKIT_SIMT_INLINE T atomicCAS(T* p, T c, T v) { return servekit::simt::detail::cas(p, c, v); } \
-  SERVEKIT_SIMT_INLINE T atomicAnd(T* p, T v) {                                           \
+  }                                                                                            \
+  SERVEKIT_SIMT_INLINE T atomicMax(T* p, T v) {                                                \
+    return servekit::simt::detail::fetch_max(p, v);                                            \
+  }                                                                                            \
+  SERVEKIT_SIMT_INLINE T atomicMin(T* p, T v) {                                                \
+    return servekit::simt::detail::fetch_min(p, v);                                            \
+  }                                                                                            \
+  SERVEKIT_SIMT_INLINE T atomicCAS(T* p, T c, T v) {                                           \
+    return servekit::simt::detail::cas(p, c, v);                                               \
+  }                                                                                            \
+  SERVEKIT_SIMT_INLINE T atomicAnd(T* p, T v) {                                                \
     return servekit::simt::detail::atomic_at(p).fetch_and(v, servekit::simt::detail::relaxed); \
-  }                                                                                       \
-  SERVEKIT_SIMT_INLINE T atomicOr(T* p, T v) {                                            \
+  }                                                                                            \
+  SERVEKIT_SIMT_INLINE T atomicOr(T* p, T v) {                                                 \
     return servekit::simt::detail::atomic_at(p).fetch_or(v, servekit::simt::detail::relaxed);  \
-  }                                                                                       \
-  SERVEKIT_SIMT_INLINE T atomicXor(T* p, T v) {                                           \
+  }                                                                                            \
+  SERVEKIT_SIMT_INLINE T atomicXor(T* p, T v) {                                                \
     return servekit::simt::detail::atomic_at(p).fetch_xor(v, servekit::simt::detail::relaxed); \
   }
 SERVEKIT_SIMT_ATOMIC_INT(int)

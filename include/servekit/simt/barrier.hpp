@@ -74,6 +74,10 @@ SERVEKIT_SIMT_INLINE int __syncthreads_or(
 
 // Blocks of one kernel run concurrently on different OS threads; their shared data is plain
 // memory, so the fences are real fences.
-inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_acq_rel); }
+inline void __threadfence() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+inline void __threadfence_block() {
+  std::atomic_thread_fence(std::memory_order_acq_rel);
+}
 #endif

@@ -96,7 +96,7 @@ struct Worker {
   // The block being run.
   int n_threads = 0;
   dim3 block_dim{1, 1, 1};
-  std::vector<uint3> thread_idx;  // (n_threads) threadIdx by linear id
+  std::vector<uint3> thread_idx;   // (n_threads) threadIdx by linear id
   std::vector<ThreadState> state;  // (n_threads)
   std::vector<WaitSite> wait;      // (n_threads)
   std::vector<WarpState> warps;    // (ceil(n_threads / 32))
@@ -227,7 +227,8 @@ inline void prepare(Worker& w, dim3 block, std::size_t dynamic_smem_bytes) {
     w.n_threads = n;
     w.block_dim = block;
     w.thread_idx.resize(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) w.thread_idx[static_cast<std::size_t>(i)] = unlinear_index(i, block);
+    for (int i = 0; i < n; ++i)
+      w.thread_idx[static_cast<std::size_t>(i)] = unlinear_index(i, block);
     w.state.assign(static_cast<std::size_t>(n), ThreadState::Ready);
     w.wait.assign(static_cast<std::size_t>(n), WaitSite{});
     w.warps.assign(static_cast<std::size_t>((n + kWarpSize - 1) / kWarpSize), WarpState{});

@@ -19,7 +19,9 @@ __host__ __device__ inline constexpr unsigned long long volume(dim3 d) {
 }
 
 // Linear index of a thread in its block, x fastest (CUDA's warp numbering).
-__host__ __device__ inline constexpr unsigned linear_index(uint3 i, dim3 d) { return i.x + d.x * (i.y + d.y * i.z); }
+__host__ __device__ inline constexpr unsigned linear_index(uint3 i, dim3 d) {
+  return i.x + d.x * (i.y + d.y * i.z);
+}
 
 __host__ __device__ inline constexpr uint3 unlinear_index(unsigned long long l, dim3 d) {
   return uint3{static_cast<unsigned>(l % d.x), static_cast<unsigned>((l / d.x) % d.y),

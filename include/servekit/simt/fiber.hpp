@@ -109,7 +109,9 @@ class Fiber {
     ctx = make_fcontext(top_, usable, entry_);
   }
 
-  StackSpan stack() const { return {base_ + page_, static_cast<std::size_t>(top_ - base_ - page_)}; }
+  StackSpan stack() const {
+    return {base_ + page_, static_cast<std::size_t>(top_ - base_ - page_)};
+  }
 
   fcontext_t ctx = nullptr;  // where the fiber resumes
 

@@ -37,7 +37,7 @@
 
 namespace servekit::simt {
 
-inline constexpr std::size_t kDefaultSmemBytes = 48 * 1024;  // without an opt-in
+inline constexpr std::size_t kDefaultSmemBytes = 48 * 1024;    // without an opt-in
 inline constexpr std::size_t kMaxOptInSmemBytes = 227 * 1024;  // sm_80 / sm_90 opt-in ceiling
 
 // A kernel and the name errors and reports use for it.
@@ -84,7 +84,8 @@ inline std::size_t max_dynamic_smem(const void* fn, std::size_t static_bytes) {
   auto& s = smem_opt_ins();
   std::lock_guard lock(s.m);
   auto it = s.bytes.find(fn);
-  return it != s.bytes.end() ? it->second : kDefaultSmemBytes - std::min(static_bytes, kDefaultSmemBytes);
+  return it != s.bytes.end() ? it->second
+                             : kDefaultSmemBytes - std::min(static_bytes, kDefaultSmemBytes);
 }
 
 inline std::string dims(dim3 d) {
@@ -98,25 +99,26 @@ inline std::string dims(dim3 d) {
 inline void check_config(std::string_view kernel, dim3 grid, dim3 block, std::size_t smem,
                          std::size_t static_smem, std::size_t max_dyn) {
   if (block.x == 0 || block.y == 0 || block.z == 0)
-    throw LaunchError(servekit::detail::cat("kernel ", kernel, ": block ", dims(block),
-                                  " has a zero dimension"));
+    throw LaunchError(
+        servekit::detail::cat("kernel ", kernel, ": block ", dims(block), " has a zero dimension"));
   if (grid.x == 0 || grid.y == 0 || grid.z == 0)
-    throw LaunchError(servekit::detail::cat("kernel ", kernel, ": grid ", dims(grid),
-                                  " has a zero dimension"));
+    throw LaunchError(
+        servekit::detail::cat("kernel ", kernel, ": grid ", dims(grid), " has a zero dimension"));
   if (volume(block) > static_cast<unsigned long long>(kMaxBlockThreads))
     throw LaunchError(servekit::detail::cat("kernel ", kernel, ": block ", dims(block), " has ",
-                                  volume(block), " threads, more than ", kMaxBlockThreads));
+                                            volume(block), " threads, more than ",
+                                            kMaxBlockThreads));
   if (block.x > 1024 || block.y > 1024 || block.z > 64)
     throw LaunchError(servekit::detail::cat("kernel ", kernel, ": block ", dims(block),
-                                  " exceeds the per-dimension limit (1024,1024,64)"));
+                                            " exceeds the per-dimension limit (1024,1024,64)"));
   if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
     throw LaunchError(servekit::detail::cat("kernel ", kernel, ": grid ", dims(grid),
-                                  " exceeds the limit (2147483647,65535,65535)"));
+                                            " exceeds the limit (2147483647,65535,65535)"));
   if (smem > max_dyn)
-    throw LaunchError(servekit::detail::cat("kernel ", kernel, ": ", smem,
-                                  " bytes of dynamic shared memory (+ ", static_smem,
-                                  " static) exceed the kernel's limit of ", max_dyn,
-                                  " dynamic bytes; raise it with simt::set_max_dynamic_smem"));
+    throw LaunchError(
+        servekit::detail::cat("kernel ", kernel, ": ", smem, " bytes of dynamic shared memory (+ ",
+                              static_smem, " static) exceed the kernel's limit of ", max_dyn,
+                              " dynamic bytes; raise it with simt::set_max_dynamic_smem"));
 }
 
 #if defined(SERVEKIT_SIMT_HOST)
@@ -145,8 +147,9 @@ inline int& worker_count() {
 template <class... P>
 void set_max_dynamic_smem(Kernel<P...> k, std::size_t bytes) {
   if (bytes > kMaxOptInSmemBytes)
-    throw LaunchError(servekit::detail::cat("kernel ", k.name, ": dynamic shared memory opt-in of ", bytes,
-                                  " bytes exceeds the maximum of ", kMaxOptInSmemBytes));
+    throw LaunchError(servekit::detail::cat("kernel ", k.name, ": dynamic shared memory opt-in of ",
+                                            bytes, " bytes exceeds the maximum of ",
+                                            kMaxOptInSmemBytes));
 #if defined(SERVEKIT_SIMT_DEVICE)
   check(cudaFuncSetAttribute(reinterpret_cast<const void*>(k.fn),
                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
@@ -172,7 +175,9 @@ inline const auto kernel = named(F, detail::pretty_name<F>());
 
 #if defined(SERVEKIT_SIMT_HOST)
 // Number of OS threads the emulator spreads blocks over (0: OpenMP's default).
-inline void set_host_workers(int n) { detail::worker_count() = n; }
+inline void set_host_workers(int n) {
+  detail::worker_count() = n;
+}
 #endif
 
 template <class... P, class... A>
@@ -188,16 +193,17 @@ void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, strea
   k.fn<<<grid, block, smem_bytes, stream>>>(std::forward<A>(args)...);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
-    throw LaunchError(servekit::detail::cat("kernel ", k.name, ": launch of grid ", detail::dims(grid),
-                                  " block ", detail::dims(block), " smem ", smem_bytes,
-                                  " failed: ", cudaGetErrorString(e)));
+    throw LaunchError(servekit::detail::cat(
+        "kernel ", k.name, ": launch of grid ", detail::dims(grid), " block ", detail::dims(block),
+        " smem ", smem_bytes, " failed: ", cudaGetErrorString(e)));
 #else
   (void)stream;
   // Static __shared__ arrays are thread_locals on the host; their size is not known here.
   detail::check_config(k.name, grid, block, smem_bytes, 0, detail::max_dynamic_smem(key, 0));
   if (detail::g_worker && detail::g_worker->in_block)
-    throw LaunchError(servekit::detail::cat("kernel ", k.name, ": launched from inside a kernel, which the "
-                                  "emulator does not support"));
+    throw LaunchError(servekit::detail::cat("kernel ", k.name,
+                                            ": launched from inside a kernel, which the "
+                                            "emulator does not support"));
   const detail::Closure<P...> closure{k.fn, {std::forward<A>(args)...}};
   const long long n_blocks = static_cast<long long>(volume(grid));
   auto run = [&](long long b) {

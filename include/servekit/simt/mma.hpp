@@ -24,14 +24,26 @@ namespace servekit::simt {
 // (B). Element i lives in register i / 2, in the low 16 bits when i is even.
 namespace mma_layout {
 // A: (16 x 16) row-major, 8 elements per lane (4 registers).
-__host__ __device__ constexpr int a_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 2); }
-__host__ __device__ constexpr int a_col(int lane, int i) { return (lane & 3) * 2 + (i & 1) + 8 * ((i >> 1) & 1); }
+__host__ __device__ constexpr int a_row(int lane, int i) {
+  return (lane >> 2) + 8 * ((i >> 1) & 1);
+}
+__host__ __device__ constexpr int a_col(int lane, int i) {
+  return (lane & 3) * 2 + (i & 1) + 8 * (i >> 2);
+}
 // B: (16 x 8) as (k, n), 4 elements per lane (2 registers).
-__host__ __device__ constexpr int b_row(int lane, int i) { return (lane & 3) * 2 + (i & 1) + 8 * (i >> 1); }
-__host__ __device__ constexpr int b_col(int lane, int) { return lane >> 2; }
+__host__ __device__ constexpr int b_row(int lane, int i) {
+  return (lane & 3) * 2 + (i & 1) + 8 * (i >> 1);
+}
+__host__ __device__ constexpr int b_col(int lane, int) {
+  return lane >> 2;
+}
 // C and D: (16 x 8), 4 floats per lane.
-__host__ __device__ constexpr int c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
-__host__ __device__ constexpr int c_col(int lane, int i) { return (lane & 3) * 2 + (i & 1); }
+__host__ __device__ constexpr int c_row(int lane, int i) {
+  return (lane >> 2) + 8 * (i >> 1);
+}
+__host__ __device__ constexpr int c_col(int lane, int i) {
+  return (lane & 3) * 2 + (i & 1);
+}
 }  // namespace mma_layout
 
 #if defined(SERVEKIT_SIMT_HOST)
@@ -84,14 +96,18 @@ void exchange_ldmatrix(unsigned lanes, const LaneSlot* s) {
   if (lanes != kFullMask) throw Error("ldmatrix needs all 32 lanes of the warp");
   auto elem = [&](int matrix, int row, int col) {
     std::uint16_t v;
-    std::memcpy(&v, static_cast<const char*>(*static_cast<const void* const*>(s[matrix * 8 + row].in)) + 2 * col, 2);
+    std::memcpy(&v,
+                static_cast<const char*>(*static_cast<const void* const*>(s[matrix * 8 + row].in)) +
+                    2 * col,
+                2);
     return static_cast<std::uint32_t>(v);
   };
   for (int l = 0; l < kWarpSize; ++l) {
     auto* out = static_cast<std::uint32_t*>(s[l].out);
     for (int j = 0; j < kCount; ++j) {
       const int r = l >> 2, c = (l & 3) * 2;
-      out[j] = kTrans ? elem(j, c, r) | elem(j, c + 1, r) << 16 : elem(j, r, c) | elem(j, r, c + 1) << 16;
+      out[j] = kTrans ? elem(j, c, r) | elem(j, c + 1, r) << 16
+                      : elem(j, r, c) | elem(j, r, c + 1) << 16;
     }
   }
 }
@@ -190,7 +206,8 @@ __device__ SERVEKIT_SIMT_INLINE void ldmatrix_x2_trans(std::uint32_t r[2],
 }
 
 // Two 16-bit values in one register, `lo` in the low half (the fragments' element order).
-__host__ __device__ SERVEKIT_SIMT_INLINE std::uint32_t pack_b16(std::uint16_t lo, std::uint16_t hi) {
+__host__ __device__ SERVEKIT_SIMT_INLINE std::uint32_t pack_b16(std::uint16_t lo,
+                                                                std::uint16_t hi) {
   return static_cast<std::uint32_t>(lo) | static_cast<std::uint32_t>(hi) << 16;
 }
 

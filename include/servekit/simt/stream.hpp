@@ -39,8 +39,12 @@ class Stream {
     if (s_) cudaStreamDestroy(s_);
 #endif
   }
-  stream_handle handle() const { return s_; }
-  operator stream_handle() const { return s_; }
+  stream_handle handle() const {
+    return s_;
+  }
+  operator stream_handle() const {
+    return s_;
+  }
 
   void synchronize() const {
 #if defined(SERVEKIT_SIMT_DEVICE)

@@ -123,8 +123,7 @@ SERVEKIT_SIMT_INLINE int shfl_source(ShflMode mode, int lane, int b, int width) 
 }
 
 template <class T>
-SERVEKIT_SIMT_INLINE T shfl(unsigned mask, T var, ShflMode mode, int b, int width,
-                            const char* op) {
+SERVEKIT_SIMT_INLINE T shfl(unsigned mask, T var, ShflMode mode, int b, int width, const char* op) {
   static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8,
                 "shuffles move values of at most 8 bytes");
   ShflIn in{0, shfl_source(mode, g_worker->current & (kWarpSize - 1), b, width)};
@@ -145,9 +144,8 @@ SERVEKIT_SIMT_INLINE unsigned vote(unsigned mask, int pred, const char* op) {
 }  // namespace servekit::simt::detail
 
 SERVEKIT_SIMT_INLINE void __syncwarp(unsigned mask = 0xffffffffu) {
-  servekit::simt::detail::warp_exchange(mask, "__syncwarp",
-                                        &servekit::simt::detail::exchange_nothing, nullptr,
-                                        nullptr);
+  servekit::simt::detail::warp_exchange(
+      mask, "__syncwarp", &servekit::simt::detail::exchange_nothing, nullptr, nullptr);
 }
 
 template <class T>
@@ -180,13 +178,16 @@ SERVEKIT_SIMT_INLINE int __any_sync(unsigned mask, int pred) {
 }
 SERVEKIT_SIMT_INLINE int __all_sync(unsigned mask, int pred) {
   using namespace servekit::simt::detail;
-  const unsigned lanes = mask & g_worker->warps[static_cast<std::size_t>(g_worker->current / 32)].existing;
+  const unsigned lanes =
+      mask & g_worker->warps[static_cast<std::size_t>(g_worker->current / 32)].existing;
   return vote(mask, pred, "__all_sync") == lanes;
 }
 
 namespace servekit::simt {
 // The calling thread's lane in its warp.
-SERVEKIT_SIMT_INLINE unsigned lane_id() { return linear_index(threadIdx, blockDim) % 32u; }
+SERVEKIT_SIMT_INLINE unsigned lane_id() {
+  return linear_index(threadIdx, blockDim) % 32u;
+}
 }  // namespace servekit::simt
 
 #else

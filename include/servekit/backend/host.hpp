@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The host backend: plain C++ loops parallelised with OpenMP (kernels/ref). It is both the
+// fast CPU path and the reference every other backend is tested against.
+#include <cstdint>
+#include <vector>
+
+#include "servekit/backend/ops.hpp"
+#include "servekit/kernels/ref/attention.hpp"
+#include "servekit/kernels/ref/embedding.hpp"
+#include "servekit/kernels/ref/layernorm.hpp"
+#include "servekit/kernels/ref/linear.hpp"
+#include "servekit/kernels/ref/lm_head.hpp"
+
+namespace servekit::backend {
+
+template <>
+struct Ops<Host> {
+  using Epilogue = kernels::ref::Epilogue;
+
+  static void embedding(float* out, const int32_t* tokens, const int32_t* pos, const float* wte,
+                        const float* wpe, int N, int C) {
+    kernels::ref::embedding(out, tokens, pos, wte, wpe, N, C);
+  }
+  static void layernorm(float* out, const float* in, const float* w, const float* b, int N, int C,
+                        float eps) {
+    kernels::ref::layernorm(out, in, w, b, N, C, eps);
+  }
+  template <Epilogue E, class Mat>
+  static void linear(float* out, const float* x, const Mat& W, const float* b, int M) {
+    kernels::ref::linear<E>(out, x, W, b, M);
+  }
+  template <class KvView>
+  static void kv_append(const KvView& kv, const float* qkv, const int32_t* slot, const int32_t* pos,
+                        int N, int C) {
+    kernels::ref::kv_append(kv, qkv, slot, pos, N, C);
+  }
+  template <class KvView>
+  static void attention(float* out, const float* qkv, const KvView& kv, const int32_t* slot,
+                        const int32_t* pos, int N, int C, int n_head, int max_len) {
+    kernels::ref::attention(out, qkv, kv, slot, pos, N, C, n_head, max_len);
+  }
+  static void lm_head(float* logits, const float* x, const float* wte, int M, int V, int C) {
+    kernels::ref::lm_head(logits, x, wte, M, V, C);
+  }
+};
+
+}  // namespace servekit::backend
