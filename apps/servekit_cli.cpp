@@ -59,6 +59,7 @@ int run_tokenize(const std::string& vocab) {
 
 struct GenerateArgs {
   std::string model, vocab, prompt;
+  std::vector<int32_t> prompt_ids;
   int max_new_tokens = 32, top_k = 0, top_logprobs = 0;
   bool greedy = false, no_cache = false, as_json = false, ignore_eos = false;
   float temperature = 1.f, top_p = 1.f;
@@ -70,7 +71,12 @@ template <class D>
 int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
   using Model = sk::Gpt2<sk::Config<D>>;
   auto model = a.model.empty() ? Model::random(a.seed) : Model::load(a.model);
-  auto prompt = tok.encode(a.prompt);
+  auto prompt = a.prompt_ids.empty() ? tok.encode(a.prompt) : a.prompt_ids;
+  if (prompt.empty()) sk::fail("the prompt is empty: give --prompt TEXT or --prompt-ids");
+  for (std::size_t i = 0; i < prompt.size(); i++)
+    if (prompt[i] < 0 || prompt[i] >= D::vocab)
+      sk::fail("prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ", D::vocab, ") of ",
+               D::name, a.prompt_ids.empty() ? " (the tokenizer's vocabulary is larger than the model's)" : "");
   sk::serve::GenerateOptions opt;
   opt.sampling.greedy = a.greedy;
   opt.sampling.temperature = a.temperature;
@@ -153,7 +159,9 @@ int main(int argc, char** argv) {
                   "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
   gen->add_option("--vocab", g.vocab,
                   "tokenizer folder (default: the model folder, else the GPT-2 vocabulary)");
-  gen->add_option("--prompt", g.prompt, "prompt text")->required();
+  auto* ptext = gen->add_option("--prompt", g.prompt, "prompt text");
+  auto* pids = gen->add_option("--prompt-ids", g.prompt_ids, "prompt as token ids (comma-separated)")->delimiter(',');
+  ptext->excludes(pids);
   gen->add_option("--max-new-tokens", g.max_new_tokens, "tokens to generate")
       ->check(CLI::NonNegativeNumber);
   auto* greedy = gen->add_flag("--greedy", g.greedy, "greedy decoding (argmax)");
@@ -173,6 +181,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*tokenize) return run_tokenize(tok_vocab);
+    if (gen->count("--prompt") + gen->count("--prompt-ids") == 0) sk::fail("generate: give --prompt TEXT or --prompt-ids IDS");
     if (!g.greedy &&
         gen->count("--temperature") + gen->count("--top-k") + gen->count("--top-p") == 0)
       g.greedy = true;  // no sampling option given: greedy, the reproducible default

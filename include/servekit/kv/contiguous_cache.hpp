@@ -4,57 +4,79 @@
 // them or not. Simple addressing, wasteful memory: the baseline the paged layout improves on.
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "servekit/core/error.hpp"
+#include "servekit/kv/capacity.hpp"
+#include "servekit/kv/slots.hpp"
+#include "servekit/kv/view.hpp"
 
 namespace servekit::kv {
 
+template <class Policy>
 class ContiguousCache {
  public:
+  using T = typename Policy::Elem::type;
+
   ContiguousCache(int n_layer, int n_embd, int slots, int max_len)
-      : n_layer_(n_layer), n_embd_(n_embd), slots_(slots), max_len_(max_len) {
-    if (slots < 1) fail("kv cache: slots must be >= 1, got ", slots);
+      : n_layer_(n_layer), n_embd_(n_embd), max_len_(max_len), slots_(slots) {
     if (max_len < 1) fail("kv cache: max_len must be >= 1, got ", max_len);
     data_.resize(2 * static_cast<std::size_t>(n_layer) * slots * max_len * n_embd);
-    free_.reserve(slots);
-    for (int s = slots - 1; s >= 0; s--) free_.push_back(s);
   }
 
   // (max_len, C) rows of one layer and slot.
-  float* k(int layer, int slot) { return data_.data() + offset(layer, slot, 0); }
-  float* v(int layer, int slot) { return data_.data() + offset(layer, slot, 1); }
+  T* k(int layer, int slot) { return data_.data() + offset(layer, slot, 0); }
+  T* v(int layer, int slot) { return data_.data() + offset(layer, slot, 1); }
+  ContiguousView<T> view(int layer) {
+    return {k(layer, 0), v(layer, 0), static_cast<int64_t>(max_len_) * n_embd_, n_embd_};
+  }
 
-  int slots() const { return slots_; }
+  // Records the rows each slot holds after the coming step. Every row is preallocated, so
+  // this only checks and counts; it never fails half-way.
+  void reserve(std::span<const Reserve> r) {
+    for (const auto& x : r) {
+      slots_.check(x.slot, "reserve in");
+      if (x.rows > max_len_)
+        fail("kv cache: slot ", x.slot, " needs ", x.rows, " rows, more than max_len = ", max_len_);
+    }
+    for (const auto& x : r) slots_.set_length(x.slot, x.rows);
+  }
+
+  Capacity capacity() const {
+    Capacity c;
+    c.layout = std::string(Policy::name);
+    c.bytes_per_token = bytes_per_token();
+    c.capacity_tokens = static_cast<long>(slots()) * max_len_;
+    c.bytes = bytes();
+    c.sequences = slots_.in_use();
+    c.reserved_tokens = static_cast<long>(c.sequences) * max_len_;
+    c.stored_tokens = slots_.stored();
+    return c;
+  }
+
+  int slots() const { return slots_.slots(); }
   int max_len() const { return max_len_; }
   int n_layer() const { return n_layer_; }
   int n_embd() const { return n_embd_; }
-  std::size_t bytes() const { return data_.size() * sizeof(float); }
+  int32_t length(int slot) const { return slots_.length(slot); }
+  std::size_t bytes() const { return data_.size() * sizeof(T); }
   // 2 (K and V) x layers x d_model x bytes per element: the cost of one cached token.
-  std::size_t bytes_per_token() const { return 2ull * n_layer_ * n_embd_ * sizeof(float); }
+  std::size_t bytes_per_token() const { return 2ull * n_layer_ * n_embd_ * sizeof(T); }
 
-  // Slot bookkeeping for schedulers: an exhausted cache is an error, never a silent overwrite.
-  int acquire() {
-    if (free_.empty()) fail("kv cache: all ", slots_, " slots are in use");
-    int s = free_.back();
-    free_.pop_back();
-    return s;
-  }
-  void release(int slot) {
-    if (slot < 0 || slot >= slots_)
-      fail("kv cache: release of slot ", slot, " outside [0, ", slots_, ")");
-    free_.push_back(slot);
-  }
-  int free_slots() const { return static_cast<int>(free_.size()); }
+  int acquire() { return slots_.acquire(); }
+  void release(int slot) { slots_.release(slot); }
+  int free_slots() const { return slots_.free_slots(); }
 
  private:
   std::size_t offset(int layer, int slot, int kv) const {
     // (L, 2, S, T, C)
-    return ((((static_cast<std::size_t>(layer) * 2 + kv) * slots_ + slot) * max_len_) * n_embd_);
+    return (((static_cast<std::size_t>(layer) * 2 + kv) * slots() + slot) * max_len_) * n_embd_;
   }
-  int n_layer_, n_embd_, slots_, max_len_;
-  std::vector<float> data_;
-  std::vector<int> free_;
+  int n_layer_, n_embd_, max_len_;
+  Slots slots_;
+  std::vector<T> data_;
 };
 
 }  // namespace servekit::kv

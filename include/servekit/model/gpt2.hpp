@@ -52,19 +52,23 @@ class Gpt2 {
     ln_f_w_ = std::move(t.ln_f_w);
     ln_f_b_ = std::move(t.ln_f_b);
     layers_.reserve(L);
+    // HF's tensor names, so that a format's load error says which matrix it could not take.
+    auto wname = [](int i, const char* m) { return detail::cat("h.", i, ".", m, ".weight"); };
+    int l_i = 0;
     for (auto& s : t.layers) {
       Layer l;
       l.ln_1_w = std::move(s.ln_1_w), l.ln_1_b = std::move(s.ln_1_b);
-      l.attn = Mat::from_f32(std::move(s.attn_w), C, 3 * C);
+      l.attn = Mat::from_f32(std::move(s.attn_w), C, 3 * C, wname(l_i, "attn.c_attn"));
       l.attn_b = std::move(s.attn_b);
-      l.attn_proj = Mat::from_f32(std::move(s.attn_proj_w), C, C);
+      l.attn_proj = Mat::from_f32(std::move(s.attn_proj_w), C, C, wname(l_i, "attn.c_proj"));
       l.attn_proj_b = std::move(s.attn_proj_b);
       l.ln_2_w = std::move(s.ln_2_w), l.ln_2_b = std::move(s.ln_2_b);
-      l.fc = Mat::from_f32(std::move(s.fc_w), C, 4 * C);
+      l.fc = Mat::from_f32(std::move(s.fc_w), C, 4 * C, wname(l_i, "mlp.c_fc"));
       l.fc_b = std::move(s.fc_b);
-      l.mlp_proj = Mat::from_f32(std::move(s.mlp_proj_w), 4 * C, C);
+      l.mlp_proj = Mat::from_f32(std::move(s.mlp_proj_w), 4 * C, C, wname(l_i, "mlp.c_proj"));
       l.mlp_proj_b = std::move(s.mlp_proj_b);
       layers_.push_back(std::move(l));
+      l_i++;
     }
   }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include <cstddef>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,8 +15,12 @@ struct Matrix<F32> {
   int rows = 0;             // K: input features
   int cols = 0;             // N: output features
 
-  static Matrix from_f32(std::vector<float> w, int K, int N) { return {std::move(w), K, N}; }
+  static Matrix from_f32(std::vector<float> w, int K, int N, std::string_view = "") {
+    return {std::move(w), K, N};
+  }
   std::size_t bytes() const { return data.size() * sizeof(float); }
+  std::size_t state_bytes() const { return 0; }
+  float dequant(int k, int n) const { return data[static_cast<std::size_t>(k) * cols + n]; }
 };
 
 }  // namespace servekit::weights

@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Weight-format policies: how the linear layers' matrices are stored.
+// Weight-format policies: how the linear layers' matrices are stored. Each is a tag with a
+// printable name; weights::Matrix<Fmt> holds the data and kernels/ref/linear.hpp reads it.
+#include <array>
 #include <concepts>
+#include <cstddef>
 #include <string_view>
 
 namespace servekit::weights {
+
+template <class W>
+concept WeightFormat = requires {
+  { W::name } -> std::convertible_to<std::string_view>;
+};
 
 // Full-precision storage: the checkpoint's values as fp32, the format every other one is
 // compared against.
@@ -12,9 +20,92 @@ struct F32 {
   static constexpr std::string_view name = "f32";
 };
 
-template <class W>
-concept WeightFormat = requires {
-  { W::name } -> std::convertible_to<std::string_view>;
+// IEEE half: 10 mantissa bits, range +-65504. Round to nearest even at load.
+struct F16 {
+  static constexpr std::string_view name = "f16";
+};
+
+// bfloat16: fp32's exponent with 7 mantissa bits. Round to nearest even at load.
+struct BF16 {
+  static constexpr std::string_view name = "bf16";
+};
+
+namespace detail {
+// A name built at compile time ("group64", "u8zp-channel"), kept in static storage.
+template <std::size_t N>
+struct FixedName {
+  std::array<char, N> s{};
+  constexpr std::string_view view() const { return {s.data(), N}; }
+};
+
+constexpr std::size_t n_digits(int v) {
+  std::size_t n = 1;
+  while (v >= 10) v /= 10, n++;
+  return n;
+}
+
+template <std::size_t N>
+constexpr FixedName<N> join(std::string_view a, std::string_view b) {
+  FixedName<N> f;
+  std::size_t i = 0;
+  for (char c : a) f.s[i++] = c;
+  for (char c : b) f.s[i++] = c;
+  return f;
+}
+
+template <int G>
+constexpr auto group_name() {
+  FixedName<5 + n_digits(G)> f;
+  std::size_t i = 0;
+  for (char c : std::string_view("group")) f.s[i++] = c;
+  for (std::size_t d = n_digits(G), v = G; d > 0; d--, v /= 10) f.s[i + d - 1] = char('0' + v % 10);
+  return f;
+}
+}  // namespace detail
+
+// Quantization granularity of U8ZeroPoint: which weights share one (scale, min) pair. For a
+// (K, N) = (in, out) matrix:
+//   PerTensor:  all K * N weights (the course's choice)
+//   PerChannel: one output column, its K weights
+//   Group<G>:   G consecutive input rows of one column (K must be a multiple of G)
+// rows(K) is how many input rows a group spans, per_column whether columns have their own.
+struct PerTensor {
+  static constexpr std::string_view name = "tensor";
+  static constexpr bool per_column = false;
+  static constexpr int rows(int K) { return K; }
+};
+struct PerChannel {
+  static constexpr std::string_view name = "channel";
+  static constexpr bool per_column = true;
+  static constexpr int rows(int K) { return K; }
+};
+template <int G>
+struct Group {
+  static_assert(G > 0, "servekit: weights::Group<G> needs G > 0");
+  static constexpr int size = G;
+  static constexpr auto name_storage = detail::group_name<G>();
+  static constexpr std::string_view name = name_storage.view();
+  static constexpr bool per_column = true;
+  static constexpr int rows(int) { return G; }
+};
+
+template <class G>
+concept Granularity = requires(int K) {
+  { G::name } -> std::convertible_to<std::string_view>;
+  { G::per_column } -> std::convertible_to<bool>;
+  { G::rows(K) } -> std::convertible_to<int>;
+};
+
+// Zero-point uint8 quantization, the course's formula per group of weights:
+//   scale = (max - min) / 255, zero_point = min
+//   q = uint8(clamp((w - min) / scale, 0, 255))   (truncated toward zero, as a cast)
+//   w' = q * scale + min
+// One byte per weight plus two floats per group.
+template <Granularity G>
+struct U8ZeroPoint {
+  using Gran = G;
+  static constexpr auto name_storage = detail::join<5 + G::name.size()>("u8zp-", G::name);
+  static constexpr std::string_view name = name_storage.view();
 };
 
 }  // namespace servekit::weights

@@ -1,11 +1,60 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Linear layers dispatched on the weight format: one overload per weights::Matrix
-// specialisation, each fusing its dequantisation into the matmul.
+// specialisation, each fusing its dequantisation into the matmul. They share matmul's
+// blocking: a block of MB rows of x times NB output columns stays in L1 while W streams
+// through once, and only the current (1, NB) slice of a W row is ever widened to fp32, so no
+// dequantised copy of the matrix exists and decode reads the compact storage only.
+#include <algorithm>
+#include <cstdint>
+
 #include "servekit/kernels/ref/matmul.hpp"
-#include "servekit/weights/f32.hpp"
+#include "servekit/weights/formats.hpp"
 
 namespace servekit::kernels::ref {
+
+namespace detail {
+constexpr int kLinearNB = 128;  // output columns per block (as in matmul)
+constexpr int kLinearMB = 4;    // rows of x per block
+
+// o[0..cols) (op)= acc + b[n0..]: the epilogue of one row of a block.
+template <Epilogue E>
+inline void store_row(float* o, const float* acc, const float* b, int n0, int cols) {
+  for (int c = 0; c < cols; c++) {
+    const float v = acc[c] + (b ? b[n0 + c] : 0.f);
+    if constexpr (E == Epilogue::Store) o[c] = v;
+    if constexpr (E == Epilogue::Gelu) o[c] = gelu_tanh(v);
+    if constexpr (E == Epilogue::Residual) o[c] += v;
+  }
+}
+
+// out = epilogue(x @ W + b) where widen(k, n0, cols, w) writes W[k, n0 .. n0+cols) as fp32.
+template <Epilogue E, class Widen>
+void blocked_linear(float* out, const float* x, const float* b, int M, int K, int N,
+                    const Widen& widen) {
+  constexpr int NB = kLinearNB, MB = kLinearMB;
+  const int n_blocks = (N + NB - 1) / NB;
+  const int m_blocks = (M + MB - 1) / MB;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+  for (int mb = 0; mb < m_blocks; mb++) {
+    for (int nb = 0; nb < n_blocks; nb++) {
+      const int m0 = mb * MB, rows = std::min(MB, M - m0);
+      const int n0 = nb * NB, cols = std::min(NB, N - n0);
+      float acc[MB][NB] = {};
+      float w[NB];  // W[k, n0 .. n0+cols) in fp32
+      for (int k = 0; k < K; k++) {
+        widen(k, n0, cols, w);
+        for (int r = 0; r < rows; r++) {
+          const float xv = x[static_cast<int64_t>(m0 + r) * K + k];
+          for (int c = 0; c < cols; c++) acc[r][c] += xv * w[c];
+        }
+      }
+      for (int r = 0; r < rows; r++)
+        store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b, n0, cols);
+    }
+  }
+}
+}  // namespace detail
 
 template <Epilogue E>
 void linear(float* out,                              // (M, N)
@@ -14,6 +63,86 @@ void linear(float* out,                              // (M, N)
             const float* b,                          // (N)
             int M) {
   matmul<E>(out, x, W.data.data(), b, M, W.rows, W.cols);
+}
+
+template <Epilogue E>
+void linear(float* out,                              // (M, N)
+            const float* x,                          // (M, K)
+            const weights::Matrix<weights::F16>& W,  // (K, N)
+            const float* b,                          // (N)
+            int M) {
+  const half_t* d = W.data.data();
+  const int N = W.cols;
+  detail::blocked_linear<E>(out, x, b, M, W.rows, N, [=](int k, int n0, int cols, float* w) {
+    const half_t* row = d + static_cast<int64_t>(k) * N + n0;
+    for (int c = 0; c < cols; c++) w[c] = half_to_float(row[c]);
+  });
+}
+
+template <Epilogue E>
+void linear(float* out,                               // (M, N)
+            const float* x,                           // (M, K)
+            const weights::Matrix<weights::BF16>& W,  // (K, N)
+            const float* b,                           // (N)
+            int M) {
+  const bf16_t* d = W.data.data();
+  const int N = W.cols;
+  detail::blocked_linear<E>(out, x, b, M, W.rows, N, [=](int k, int n0, int cols, float* w) {
+    const bf16_t* row = d + static_cast<int64_t>(k) * N + n0;
+    for (int c = 0; c < cols; c++) w[c] = bf16_to_float(row[c]);
+  });
+}
+
+// Zero-point uint8. Inside a group every weight is q * scale + min with one (scale, min) per
+// column (or per tensor), so the sum over the group factors:
+//   sum_k x_k (q_kn scale_n + min_n) = scale_n * sum_k x_k q_kn + min_n * sum_k x_k
+// The k-loop multiplies by the raw q (a byte widened to fp32) and the two floats are applied
+// once per group and column: per tensor and per channel that is once after the whole k-loop.
+template <Epilogue E, weights::Granularity G>
+void linear(float* out,                                         // (M, N)
+            const float* x,                                     // (M, K)
+            const weights::Matrix<weights::U8ZeroPoint<G>>& W,  // (K, N)
+            const float* b,                                     // (N)
+            int M) {
+  constexpr int NB = detail::kLinearNB, MB = detail::kLinearMB;
+  const int K = W.rows, N = W.cols, GK = W.group_rows, S = W.state_cols;
+  const uint8_t* q = W.q.data();
+  const int n_blocks = (N + NB - 1) / NB;
+  const int m_blocks = (M + MB - 1) / MB;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+  for (int mb = 0; mb < m_blocks; mb++) {
+    for (int nb = 0; nb < n_blocks; nb++) {
+      const int m0 = mb * MB, rows = std::min(MB, M - m0);
+      const int n0 = nb * NB, cols = std::min(NB, N - n0);
+      float acc[MB][NB] = {};  // the dequantised result so far
+      float part[MB][NB];      // sum_k x_k q_kn over the current group
+      float xsum[MB];          // sum_k x_k over the current group
+      for (int k0 = 0; k0 < K; k0 += GK) {
+        for (int r = 0; r < rows; r++) {
+          xsum[r] = 0.f;
+          for (int c = 0; c < cols; c++) part[r][c] = 0.f;
+        }
+        for (int k = k0; k < k0 + GK; k++) {
+          const uint8_t* qr = q + static_cast<int64_t>(k) * N + n0;
+          for (int r = 0; r < rows; r++) {
+            const float xv = x[static_cast<int64_t>(m0 + r) * K + k];
+            xsum[r] += xv;
+            for (int c = 0; c < cols; c++) part[r][c] += xv * static_cast<float>(qr[c]);
+          }
+        }
+        const int64_t s0 = static_cast<int64_t>(k0 / GK) * S;
+        const float* sc = W.scale.data() + s0 + (G::per_column ? n0 : 0);
+        const float* zp = W.zero.data() + s0 + (G::per_column ? n0 : 0);
+        for (int r = 0; r < rows; r++)
+          for (int c = 0; c < cols; c++) {
+            const int s = G::per_column ? c : 0;
+            acc[r][c] += sc[s] * part[r][c] + zp[s] * xsum[r];
+          }
+      }
+      for (int r = 0; r < rows; r++)
+        detail::store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b, n0, cols);
+    }
+  }
 }
 
 }  // namespace servekit::kernels::ref

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// What the attention kernels see of one layer of a cache: plain pointers and integers, no
+// allocation, no bookkeeping. A kernel asks a view where (slot, row) lives and nothing else, so
+// the same kernel serves every layout.
+#include <cstdint>
+
+namespace servekit::kv {
+
+// Slot s, row t starts at s * slot_stride + t * C in k and v.
+template <class T>
+struct ContiguousView {
+  using elem_type = T;
+  T* k;
+  T* v;
+  int64_t slot_stride;  // max_len * C
+  int32_t C;
+  int64_t offset(int32_t slot, int32_t row) const {
+    return slot * slot_stride + static_cast<int64_t>(row) * C;
+  }
+};
+
+// Slot s, row t lives in block block_table[s * table_stride + t / B] at row t % B. One block
+// table row per slot (vLLM's layout) rather than flashinfer's batch-compacted
+// indptr/indices/last_page_len: every kernel row carries its slot, so the lookup is O(1) and a
+// step that grows or releases one sequence rewrites only that sequence's row.
+template <class T>
+struct PagedView {
+  using elem_type = T;
+  T* k;                         // (n_blocks, B, C)
+  T* v;                         // (n_blocks, B, C)
+  const int32_t* block_table;   // (slots, table_stride), -1 where no block is held
+  int32_t table_stride;         // ceil(max_len / B)
+  int32_t block_tokens;         // B
+  int32_t C;
+  int64_t offset(int32_t slot, int32_t row) const {
+    const int32_t block = block_table[static_cast<int64_t>(slot) * table_stride + row / block_tokens];
+    return (static_cast<int64_t>(block) * block_tokens + row % block_tokens) * C;
+  }
+};
+
+}  // namespace servekit::kv
