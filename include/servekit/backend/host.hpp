@@ -40,6 +40,13 @@ struct Ops<Host> {
                         const int32_t* pos, int N, int C, int n_head, int max_len) {
     kernels::ref::attention(out, qkv, kv, slot, pos, N, C, n_head, max_len);
   }
+  // Layout-generic attention (kv::ContiguousView, kv::PagedView): rows first..row per query.
+  template <class KvView>
+  static void attention(float* out, const float* qkv, const KvView& kv, const int32_t* slot,
+                        const int32_t* first, const int32_t* row, int N, int C, int n_head,
+                        int max_rows) {
+    kernels::ref::attention(out, qkv, kv, slot, first, row, N, C, n_head, max_rows);
+  }
   static void lm_head(float* logits, const float* x, const float* wte, int M, int V, int C) {
     kernels::ref::lm_head(logits, x, wte, M, V, C);
   }

@@ -13,6 +13,10 @@ struct SeqStep {
   int32_t slot = 0;    // cache slot that holds this sequence's keys and values
   int32_t n_past = 0;  // tokens already in the slot; the new tokens get positions n_past..
   int32_t n_new = 0;   // tokens this step appends (> 0)
+  // Cache row of position 0. Rows before it belong to the slot but not to this sequence:
+  // a left-padded batch puts its pad tokens there, and attention never reads them (HF's
+  // attention_mask). Cache row of position p = row_offset + p.
+  int32_t row_offset = 0;
 };
 
 enum class Logits {

@@ -3,6 +3,7 @@
 // Gpt2<Config>: the GPT-2 decoder for one composition of policies. It owns weights and
 // scratch space only; sequences live in a cache the caller owns, and requests live above, in
 // serve/. One forward() serves prefill, decode, mixed batches and the no-cache recompute.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -11,7 +12,7 @@
 
 #include "servekit/core/error.hpp"
 #include "servekit/backend/host.hpp"
-#include "servekit/kv/contiguous_cache.hpp"
+#include "servekit/kv/cache.hpp"
 #include "servekit/model/batch.hpp"
 #include "servekit/model/config.hpp"
 #include "servekit/model/gpt2_tensors.hpp"
@@ -21,14 +22,12 @@ namespace servekit {
 
 template <class Cfg>
 class Gpt2 {
-  static_assert(std::is_same_v<typename Cfg::Kv, kv::Contiguous>,
-                "servekit: Gpt2 supports kv::Contiguous only in this version");
 
  public:
   using Config = Cfg;
   using Dims = typename Cfg::Dims;
   using Mat = weights::Matrix<typename Cfg::Weights>;
-  using Cache = kv::ContiguousCache;
+  using Cache = kv::cache_t<typename Cfg::Kv>;  // the layout policy's cache class
   using Ops = backend::Ops<typename Cfg::Backend>;
   static constexpr int L = Dims::n_layer, C = Dims::n_embd, H = Dims::n_head;
   static constexpr int V = Dims::vocab, P = Dims::n_positions;
@@ -78,32 +77,48 @@ class Gpt2 {
   // checkpoint. Its text is meaningless.
   static Gpt2 random(uint64_t seed) { return Gpt2(model::random_gpt2<Dims>(seed)); }
 
+  // A cache for `slots` sequences of up to max_len tokens. Paged: a pool of n_blocks blocks;
+  // by default as many tokens as the contiguous layout would reserve (slots x max_len).
   Cache make_cache(int slots, int max_len = P) const {
-    if (max_len > P)
-      fail("kv cache: max_len ", max_len, " exceeds n_positions ", P, " of ", Dims::name);
-    return Cache(L, C, slots, max_len);
+    if constexpr (kv::is_paged<typename Cfg::Kv>) {
+      constexpr int B = Cfg::Kv::block_tokens;
+      return make_cache(slots, max_len, slots * ((std::max(max_len, 1) + B - 1) / B));
+    } else {
+      check_max_len(max_len);
+      return Cache(L, C, slots, max_len);
+    }
+  }
+  Cache make_cache(int slots, int max_len, int n_blocks) const
+    requires kv::is_paged<typename Cfg::Kv>
+  {
+    check_max_len(max_len);
+    return Cache(L, C, slots, max_len, n_blocks);
   }
 
   // Runs one step. logits: (S, V) for Logits::Last, (N, V) for Logits::All.
   void forward(Cache& cache, const model::Batch& b, std::vector<float>& logits) {
     const int N = validate(cache, b);
     const int S = static_cast<int>(b.seqs.size());
+    reserve_rows(cache, b);  // may throw (out of blocks); then nothing was allocated
     resize(N);
     int r = 0;
     for (const auto& s : b.seqs)
-      for (int i = 0; i < s.n_new; i++, r++) slot_[r] = s.slot, pos_[r] = s.n_past + i;
+      for (int i = 0; i < s.n_new; i++, r++) {
+        slot_[r] = s.slot, pos_[r] = s.n_past + i;
+        first_[r] = s.row_offset, row_[r] = s.row_offset + s.n_past + i;
+      }
 
     using E = typename Ops::Epilogue;
     float* x = x_.data();  // (N, C) residual stream
     Ops::embedding(x, b.tokens.data(), pos_.data(), wte_.data(), wpe_.data(), N, C);
     for (int l = 0; l < L; l++) {
       const Layer& w = layers_[l];
-      kernels::ref::KvLayerView kv{cache.k(l, 0), cache.v(l, 0), static_cast<int64_t>(cache.max_len()) * C};
+      const auto kv = cache.view(l);
       Ops::layernorm(ln_.data(), x, w.ln_1_w.data(), w.ln_1_b.data(), N, C, eps_);
       Ops::template linear<E::Store>(qkv_.data(), ln_.data(), w.attn, w.attn_b.data(), N);  // (N, 3C)
-      Ops::kv_append(kv, qkv_.data(), slot_.data(), pos_.data(), N, C);
-      Ops::attention(att_.data(), qkv_.data(), kv, slot_.data(), pos_.data(), N, C, H,
-                   cache.max_len());
+      Ops::kv_append(kv, qkv_.data(), slot_.data(), row_.data(), N, C);
+      Ops::attention(att_.data(), qkv_.data(), kv, slot_.data(), first_.data(), row_.data(), N, C,
+                     H, cache.max_len());
       Ops::template linear<E::Residual>(x, att_.data(), w.attn_proj, w.attn_proj_b.data(), N);
       Ops::layernorm(ln_.data(), x, w.ln_2_w.data(), w.ln_2_b.data(), N, C, eps_);
       Ops::template linear<E::Gelu>(fc_.data(), ln_.data(), w.fc, w.fc_b.data(), N);  // (N, 4C)
@@ -159,13 +174,20 @@ class Gpt2 {
         fail("forward: sequence ", i, " uses cache slot ", s.slot, " outside [0, ", cache.slots(),
              ")");
       if (s.n_past < 0) fail("forward: sequence ", i, " has n_past = ", s.n_past);
+      if (s.row_offset < 0) fail("forward: sequence ", i, " has row_offset = ", s.row_offset);
       const int64_t end = static_cast<int64_t>(s.n_past) + s.n_new;
+      const int64_t rows = end + s.row_offset;
       if (end > P)
         fail("forward: sequence ", i, " would reach ", end, " tokens, more than n_positions = ", P,
              " of ", Dims::name);
-      if (end > cache.max_len())
-        fail("forward: sequence ", i, " would reach ", end,
+      if (rows > cache.max_len())
+        fail("forward: sequence ", i, " would reach ", rows,
              " tokens, more than the cache's max_len = ", cache.max_len());
+      // Its first n_past rows must already be in the slot: reading rows never written would
+      // silently attend to another sequence's (or no) keys.
+      if (s.n_past > 0 && int64_t{s.row_offset} + s.n_past > cache.length(s.slot))
+        fail("forward: sequence ", i, " has n_past = ", s.n_past, " (row_offset ", s.row_offset,
+             ") but cache slot ", s.slot, " holds only ", cache.length(s.slot), " tokens");
       n += s.n_new;
     }
     if (n != b.tokens.size())
@@ -177,11 +199,33 @@ class Gpt2 {
     return static_cast<int>(n);
   }
 
+  static void check_max_len(int max_len) {
+    if (max_len > P)
+      fail("kv cache: max_len ", max_len, " exceeds n_positions ", P, " of ", Dims::name);
+  }
+
+  // The rows each slot holds after this step (a slot may appear more than once: a padded
+  // sequence's pad rows and its real rows), reserved in the cache before any kernel runs.
+  void reserve_rows(Cache& cache, const model::Batch& b) {
+    reserve_.clear();
+    for (const auto& s : b.seqs) {
+      const int32_t rows = s.row_offset + s.n_past + s.n_new;
+      auto it = std::find_if(reserve_.begin(), reserve_.end(),
+                             [&](const kv::Reserve& x) { return x.slot == s.slot; });
+      if (it == reserve_.end())
+        reserve_.push_back({s.slot, rows});
+      else
+        it->rows = std::max(it->rows, rows);
+    }
+    cache.reserve(reserve_);
+  }
+
   void resize(int N) {
     const std::size_t n = N;
     if (x_.size() >= n * C) return;
     x_.resize(n * C), ln_.resize(n * C), att_.resize(n * C), qkv_.resize(n * 3 * C);
     fc_.resize(n * 4 * C), slot_.resize(n), pos_.resize(n);
+    first_.resize(n), row_.resize(n);
   }
 
   float eps_;
@@ -190,6 +234,8 @@ class Gpt2 {
   // Scratch, grown to the largest step seen.
   std::vector<float> x_, ln_, att_, qkv_, fc_;
   std::vector<int32_t> slot_, pos_;
+  std::vector<int32_t> first_, row_;  // (N) first cache row each query sees, and its own row
+  std::vector<kv::Reserve> reserve_;
 };
 
 }  // namespace servekit

@@ -5,8 +5,12 @@
 // including its own position. Prefill (many rows per sequence) and decode (one row) are the
 // same loop.
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <vector>
+
+#include "servekit/core/dtype.hpp"
+#include "servekit/kv/view.hpp"
 
 namespace servekit::kernels::ref {
 
@@ -74,6 +78,88 @@ inline void attention(float* out,        // (N, C)
           const float p = att[t] * inv;
           const float* vt = vb + static_cast<int64_t>(t) * C;
           for (int d = 0; d < hd; d++) o[d] += p * vt[d];
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layout-generic versions: the cache is any kv view (contiguous or paged, f32 or f16) that
+// maps (slot, row) to an offset, and a sequence's rows may start after some left padding.
+
+inline float load_f32(float x) { return x; }
+inline float load_f32(half_t x) { return half_to_float(x); }
+inline void store_from_f32(float& d, float x) { d = x; }
+inline void store_from_f32(half_t& d, float x) { d = float_to_half(x); }
+
+template <class View>
+concept KvRowView = requires(const View& v, int32_t s, int32_t t) {
+  typename View::elem_type;
+  { v.offset(s, t) } -> std::convertible_to<int64_t>;
+};
+
+// Writes the K and V parts of qkv into cache row row[r] of slot slot[r] (converted to the
+// cache's element type).
+template <KvRowView View>
+void kv_append(const View& kv,
+               const float* qkv,     // (N, 3C)  q | k | v
+               const int32_t* slot,  // (N)
+               const int32_t* row,   // (N) cache row of each token
+               int N, int C) {
+#pragma omp parallel for schedule(static) if (N > 1)
+  for (int r = 0; r < N; r++) {
+    const float* src = qkv + static_cast<int64_t>(r) * 3 * C;
+    const int64_t dst = kv.offset(slot[r], row[r]);
+    for (int c = 0; c < C; c++) {
+      store_from_f32(kv.k[dst + c], src[C + c]);
+      store_from_f32(kv.v[dst + c], src[2 * C + c]);
+    }
+  }
+}
+
+// Each query row r attends to cache rows first[r]..row[r] of its slot: first[r] > 0 skips a
+// left-padded sequence's pad rows, which is what HF's attention_mask does. Rows are looked up
+// per key (a paged block boundary may fall anywhere); scores and sums stay fp32.
+template <KvRowView View>
+void attention(float* out,        // (N, C)
+               const float* qkv,  // (N, 3C): only q is read
+               const View& kv,
+               const int32_t* slot,   // (N)
+               const int32_t* first,  // (N) first cache row the query may see
+               const int32_t* row,    // (N) its own cache row (the last it may see)
+               int N, int C, int n_head, int max_rows) {
+  const int hd = C / n_head;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel
+  {
+    std::vector<float> att(max_rows);  // one row of scores per thread
+#pragma omp for collapse(2) schedule(dynamic, 4)
+    for (int r = 0; r < N; r++) {
+      for (int h = 0; h < n_head; h++) {
+        const float* q = qkv + static_cast<int64_t>(r) * 3 * C + h * hd;
+        const int t0 = first[r], T = row[r] + 1;
+        float maxv = -INFINITY;
+        for (int t = t0; t < T; t++) {
+          const auto* kt = kv.k + kv.offset(slot[r], t) + h * hd;
+          float s = 0.f;
+          for (int d = 0; d < hd; d++) s += q[d] * load_f32(kt[d]);
+          s *= scale;
+          att[t] = s;
+          maxv = s > maxv ? s : maxv;
+        }
+        float sum = 0.f;
+        for (int t = t0; t < T; t++) {
+          att[t] = std::exp(att[t] - maxv);
+          sum += att[t];
+        }
+        const float inv = 1.f / sum;
+        float* o = out + static_cast<int64_t>(r) * C + h * hd;
+        for (int d = 0; d < hd; d++) o[d] = 0.f;
+        for (int t = t0; t < T; t++) {
+          const float p = att[t] * inv;
+          const auto* vt = kv.v + kv.offset(slot[r], t) + h * hd;
+          for (int d = 0; d < hd; d++) o[d] += p * load_f32(vt[d]);
         }
       }
     }

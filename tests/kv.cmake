@@ -1,0 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
+servekit_test(test_kv_hf LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kv_hf.cpp)
+servekit_test(test_kv_batch LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kv_batch.cpp)
+servekit_test(test_kv_errors LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kv_errors.cpp)

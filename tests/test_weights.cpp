@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+// Weight formats: names, the course's zero-point formula, round-trip error bounds, the fused
+// linear kernels against a dequantised reference, and bad-input errors.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "servekit/kernels/ref/linear.hpp"
+#include "servekit/model/config.hpp"
+#include "servekit/weights/formats.hpp"
+
+namespace sk = servekit;
+namespace w = servekit::weights;
+using sk::kernels::ref::Epilogue;
+
+namespace {
+std::vector<float> randn(std::size_t n, uint64_t seed, float sd = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// A (K, N) matrix whose columns have very different ranges, plus a few outliers: the case
+// that separates per-tensor from per-channel and per-group quantization.
+std::vector<float> awkward_matrix(int K, int N, uint64_t seed) {
+  auto v = randn(static_cast<std::size_t>(K) * N, seed);
+  for (int k = 0; k < K; k++)
+    for (int n = 0; n < N; n++) v[static_cast<std::size_t>(k) * N + n] *= 0.02f * (1 + n % 7);
+  if (K * N > 3) v[static_cast<std::size_t>(K * N) / 3] = 3.5f;
+  return v;
+}
+
+constexpr float kU = 1.f / (1 << 24);  // fp32 unit roundoff
+}  // namespace
+
+TEST_CASE("format names are printable and reach Config::name()") {
+  STATIC_REQUIRE(w::F16::name == "f16");
+  STATIC_REQUIRE(w::BF16::name == "bf16");
+  STATIC_REQUIRE(w::U8ZeroPoint<w::PerTensor>::name == "u8zp-tensor");
+  STATIC_REQUIRE(w::U8ZeroPoint<w::PerChannel>::name == "u8zp-channel");
+  STATIC_REQUIRE(w::U8ZeroPoint<w::Group<64>>::name == "u8zp-group64");
+  STATIC_REQUIRE(w::U8ZeroPoint<w::Group<7>>::name == "u8zp-group7");
+  STATIC_REQUIRE(w::U8ZeroPoint<w::Group<128>>::name == "u8zp-group128");
+  STATIC_REQUIRE(w::WeightFormat<w::U8ZeroPoint<w::Group<32>>>);
+  CHECK(sk::Config<sk::dims::TinyA, w::U8ZeroPoint<w::Group<32>>>::name() ==
+        "tiny-a/u8zp-group32/contiguous/none/host");
+}
+
+TEST_CASE("u8 zero-point is the course's formula, truncation included") {
+  // The course's example tensor as it prints it (4 decimals). Expected values from numpy
+  // float32, which evaluates (t - min) / scale, clamp and astype(uint8) with the same IEEE
+  // float32 operations as the course's torch code:
+  //   t = np.array([[0.9623,0.1279,0.1236],[0.6088,0.2284,0.0868]], np.float32)
+  //   sc = (t.max()-t.min())/np.float32(255)          -> 0x1.c2038ep-9 (0.0034333335)
+  //   (t-t.min())/sc -> [[255, 11.970874, 10.718446], [152.03883, 41.24272, 0]]
+  //   q -> [[255, 11, 10], [152, 41, 0]]   (11.97 -> 11: a cast truncates, it does not round)
+  //   q*sc+min -> [[0.9623, 0.12456667, 0.12113333], [0.60866666, 0.22756666, 0.0868]]
+  // The q and the recovered values agree with what the course prints for its random tensor.
+  std::vector<float> t{0.9623f, 0.1279f, 0.1236f, 0.6088f, 0.2284f, 0.0868f};
+  auto m = w::Matrix<w::U8ZeroPoint<w::PerTensor>>::from_f32(t, 2, 3);
+  REQUIRE(m.scale.size() == 1);
+  CHECK(m.scale[0] == 0x1.c2038ep-9f);
+  CHECK(m.zero[0] == 0.0868f);
+  CHECK(m.q == std::vector<uint8_t>{255, 11, 10, 152, 41, 0});
+  const float want[6] = {0.9623f, 0.12456667f, 0.12113333f, 0.60866666f, 0.22756666f, 0.0868f};
+  for (int i = 0; i < 6; i++) CHECK(m.dequant(i / 3, i % 3) == Approx(want[i]).epsilon(1e-6));
+  CHECK(m.bytes() == 6 + 2 * sizeof(float));
+  CHECK(m.state_bytes() == 2 * sizeof(float));
+}
+
+TEST_CASE("u8 zero-point: a constant group has scale 0 and dequantises exactly") {
+  std::vector<float> c(12, -0.25f);
+  auto t = w::Matrix<w::U8ZeroPoint<w::PerTensor>>::from_f32(c, 3, 4);
+  CHECK(t.scale[0] == 0.f);
+  for (int k = 0; k < 3; k++)
+    for (int n = 0; n < 4; n++) CHECK(t.dequant(k, n) == -0.25f);
+  // One constant column among varying ones: only that column's scale is 0.
+  c[1] = 1.f, c[5] = 2.f, c[9] = 3.f;  // column 1 varies
+  auto ch = w::Matrix<w::U8ZeroPoint<w::PerChannel>>::from_f32(c, 3, 4);
+  CHECK(ch.scale[0] == 0.f);
+  CHECK(ch.scale[1] == (3.f - 1.f) / 255.f);
+  CHECK(ch.dequant(2, 0) == -0.25f);
+  CHECK(ch.dequant(0, 1) == 1.f);  // the column's min, stored exactly
+  // The max need not come back exactly: (3 - 1) / ((3 - 1) / 255) is 254.99998 in fp32 and
+  // the cast truncates it to 254, as the course's code does.
+  CHECK(std::abs(ch.dequant(2, 1) - 3.f) <= ch.scale[1]);
+}
+
+TEMPLATE_TEST_CASE("u8 zero-point round trip: |w - w'| <= its group's scale", "",
+                   w::U8ZeroPoint<w::PerTensor>, w::U8ZeroPoint<w::PerChannel>,
+                   w::U8ZeroPoint<w::Group<4>>, w::U8ZeroPoint<w::Group<64>>) {
+  using G = typename TestType::Gran;
+  const std::pair<int, int> shapes[] = {{64, 1}, {128, 3}, {192, 130}, {64, 257}, {256, 33}};
+  for (auto [K, N] : shapes) {
+    INFO("K " << K << " N " << N);
+    const auto v = awkward_matrix(K, N, 7 + K * N);
+    auto m = w::Matrix<TestType>::from_f32(v, K, N);
+    const int GK = G::rows(K);
+    CHECK(m.group_rows == GK);
+    CHECK(m.scale.size() == static_cast<std::size_t>(K / GK) * (G::per_column ? N : 1));
+    CHECK(m.bytes() == static_cast<std::size_t>(K) * N + 2 * m.scale.size() * sizeof(float));
+    double worst = 0;
+    for (int k = 0; k < K; k++)
+      for (int n = 0; n < N; n++) {
+        const std::size_t s = m.state_index(k, n);
+        const float x = v[static_cast<std::size_t>(k) * N + n], y = m.dequant(k, n);
+        // Truncation puts w' in (w - scale, w]; the fp32 evaluation of (w - min) / scale and
+        // q * scale + min adds a few roundings of magnitude |w| + |min| + 255 * scale.
+        const float slack = 8 * kU * (std::abs(x) + std::abs(m.zero[s]) + 255 * m.scale[s]);
+        CHECK(std::abs(x - y) <= m.scale[s] + slack);
+        CHECK(y <= x + slack);
+        // The group's minimum is stored exactly, as q = 0.
+        if (x == m.zero[s]) CHECK(y == x);
+        worst = std::max(worst, double(std::abs(x - y)));
+      }
+    // Finer granularity has a smaller bound: every group's scale is at most the tensor's.
+    auto whole = w::Matrix<w::U8ZeroPoint<w::PerTensor>>::from_f32(v, K, N);
+    for (float s : m.scale) CHECK(s <= whole.scale[0]);
+  }
+}
+
+TEMPLATE_TEST_CASE("fp16 and bf16 round trips are the dtype's round-to-nearest-even", "", w::F16,
+                   w::BF16) {
+  const int K = 37, N = 131;
+  auto v = awkward_matrix(K, N, 3);
+  v[5] = 1e-6f;  // an fp16 denormal
+  auto m = w::Matrix<TestType>::from_f32(v, K, N);
+  CHECK(m.bytes() == static_cast<std::size_t>(K) * N * 2);
+  // Relative error of a normal value: 2^-11 (fp16: 10 mantissa bits), 2^-8 (bf16: 7).
+  const float rel = std::is_same_v<TestType, w::F16> ? 0x1p-11f : 0x1p-8f;
+  for (int k = 0; k < K; k++)
+    for (int n = 0; n < N; n++) {
+      const float x = v[static_cast<std::size_t>(k) * N + n], y = m.dequant(k, n);
+      if constexpr (std::is_same_v<TestType, w::F16>)
+        CHECK(y == sk::half_to_float(sk::float_to_half(x)));
+      else
+        CHECK(y == sk::bf16_to_float(sk::float_to_bf16(x)));
+      if (std::abs(x) >= 0x1p-14f) CHECK(std::abs(x - y) <= rel * std::abs(x));
+    }
+}
+
+TEMPLATE_TEST_CASE("fused linear == dequantised reference, every epilogue, awkward sizes", "",
+                   w::F32, w::F16, w::BF16, w::U8ZeroPoint<w::PerTensor>,
+                   w::U8ZeroPoint<w::PerChannel>, w::U8ZeroPoint<w::Group<4>>,
+                   w::U8ZeroPoint<w::Group<64>>) {
+  // K a multiple of 64 and of 4 (group formats), N never a multiple of the 128-column block.
+  const std::pair<int, int> shapes[] = {{64, 1}, {192, 130}, {128, 257}, {320, 77}};
+  const int Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 33};
+  for (auto [K, N] : shapes) {
+    const auto mat = w::Matrix<TestType>::from_f32(awkward_matrix(K, N, K + N), K, N);
+    // The reference: W dequantised element by element, summed in double.
+    std::vector<double> Wd(static_cast<std::size_t>(K) * N), Wmag(Wd.size());
+    for (int k = 0; k < K; k++)
+      for (int n = 0; n < N; n++) {
+        const std::size_t i = static_cast<std::size_t>(k) * N + n;
+        Wd[i] = mat.dequant(k, n);
+        // The magnitude the kernel's roundings scale with: |w'|, or for zero-point formats
+        // |q * scale| + |min| <= |w'| + 2 |min| (the factored sum adds both terms).
+        double zp = 0;
+        if constexpr (requires { mat.zero; }) zp = std::abs(mat.zero[mat.state_index(k, n)]);
+        Wmag[i] = std::abs(Wd[i]) + 2 * zp;
+      }
+    const auto b = randn(N, 99, 0.5f);
+    for (int M : Ms) {
+      const auto x = randn(static_cast<std::size_t>(M) * K, 1000 + M);
+      const auto init = randn(static_cast<std::size_t>(M) * N, 2000 + M);
+      for (Epilogue E : {Epilogue::Store, Epilogue::Gelu, Epilogue::Residual}) {
+        INFO("K " << K << " N " << N << " M " << M << " epilogue " << int(E));
+        std::vector<float> out = init;
+        namespace k = sk::kernels::ref;
+        if (E == Epilogue::Store)
+          k::linear<Epilogue::Store>(out.data(), x.data(), mat, b.data(), M);
+        if (E == Epilogue::Gelu) k::linear<Epilogue::Gelu>(out.data(), x.data(), mat, b.data(), M);
+        if (E == Epilogue::Residual)
+          k::linear<Epilogue::Residual>(out.data(), x.data(), mat, b.data(), M);
+        int bad = 0;
+        for (int m = 0; m < M; m++)
+          for (int n = 0; n < N; n++) {
+            double acc = b[n], mag = std::abs(b[n]);
+            for (int k = 0; k < K; k++) {
+              const double xv = x[static_cast<std::size_t>(m) * K + k];
+              acc += xv * Wd[static_cast<std::size_t>(k) * N + n];
+              mag += std::abs(xv) * Wmag[static_cast<std::size_t>(k) * N + n];
+            }
+            double want = acc;
+            if (E == Epilogue::Gelu) want = sk::kernels::ref::gelu_tanh(static_cast<float>(acc));
+            const std::size_t i = static_cast<std::size_t>(m) * N + n;
+            if (E == Epilogue::Residual) want += init[i];
+            // fp32 sum of K products in any order: |error| <= (K + c) u sum |x w|; c covers
+            // the bias, the per-group scale and min terms, and the final store. gelu's slope
+            // is below 1.13, the residual add rounds once more.
+            double tol = 2 * (K + 8) * kU * mag * 1.13 + 2 * kU * std::abs(want) + 1e-30;
+            if (E == Epilogue::Gelu) tol += 1e-6;  // gelu_tanh's own fp32 evaluation
+            if (!(std::abs(out[i] - want) <= tol)) bad++;
+          }
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("bad inputs name the tensor, the group size and K") {
+  using G64 = w::U8ZeroPoint<w::Group<64>>;
+  std::vector<float> v(100 * 8, 0.5f);
+  REQUIRE_THROWS_WITH(w::Matrix<G64>::from_f32(v, 100, 8, "h.3.mlp.c_fc.weight"),
+                      Catch::Contains("h.3.mlp.c_fc.weight") && Catch::Contains("G = 64") &&
+                          Catch::Contains("K = 100"));
+  REQUIRE_THROWS_WITH(w::Matrix<G64>::from_f32(v, 100, 8, "h.3.mlp.c_fc.weight"),
+                      Catch::Contains("group64"));
+  REQUIRE_THROWS_WITH(w::Matrix<w::F16>::from_f32(v, 10, 8, "h.0.attn.c_proj.weight"),
+                      Catch::Contains("h.0.attn.c_proj.weight") && Catch::Contains("800 values") &&
+                          Catch::Contains("(10, 8)"));
+  REQUIRE_THROWS_WITH(w::Matrix<w::U8ZeroPoint<w::PerChannel>>::from_f32(v, 10, 8, "h.1.x"),
+                      Catch::Contains("h.1.x") && Catch::Contains("(10, 8)"));
+  v[17] = std::nanf("");
+  REQUIRE_THROWS_WITH(
+      w::Matrix<w::U8ZeroPoint<w::PerTensor>>::from_f32(v, 100, 8, "wq"),
+      Catch::Contains("wq") && Catch::Contains("non-finite") && Catch::Contains("(2, 1)"));
+}
