@@ -17,40 +17,73 @@ enum class Epilogue {
 };
 
 template <Epilogue E>
-void matmul(float* out,      // (M, N)
-            const float* x,  // (M, K)
-            const float* W,  // (K, N)
-            const float* b,  // (N) or nullptr
+inline void store_row(float* o, const float* acc, const float* b, int cols) {
+  for (int c = 0; c < cols; c++) {
+    const float v = acc[c] + (b ? b[c] : 0.f);
+    if constexpr (E == Epilogue::Store) o[c] = v;
+    if constexpr (E == Epilogue::Gelu) o[c] = gelu_tanh(v);
+    if constexpr (E == Epilogue::Residual) o[c] += v;
+  }
+}
+
+// Prefill micro-kernel: an MR x NR tile of out held in registers while K streams through, so
+// each W element loaded feeds MR FMAs and each x element NR.
+template <Epilogue E, int MR, int NR>
+inline void matmul_tile(float* out, const float* x, const float* W, const float* b, int K, int N,
+                        int rows, int cols) {
+  float acc[MR][NR] = {};
+  for (int k = 0; k < K; k++) {
+    const float* w = W + static_cast<int64_t>(k) * N;
+    float wv[NR];
+    for (int c = 0; c < NR; c++) wv[c] = c < cols ? w[c] : 0.f;
+    for (int r = 0; r < MR; r++) {
+      const float xv = r < rows ? x[static_cast<int64_t>(r) * K + k] : 0.f;
+      for (int c = 0; c < NR; c++) acc[r][c] += xv * wv[c];
+    }
+  }
+  for (int r = 0; r < rows; r++) store_row<E>(out + static_cast<int64_t>(r) * N, acc[r], b, cols);
+}
+
+template <Epilogue E>
+void matmul(float* out,       // (M, N)
+            const float* x,   // (M, K)
+            const float* W,   // (K, N)
+            const float* b,   // (N) or nullptr
             int M, int K, int N) {
-  constexpr int NB = 128;  // output columns per block
-  constexpr int MB = 4;    // rows of x per block
-  const int n_blocks = (N + NB - 1) / NB;
-  const int m_blocks = (M + MB - 1) / MB;
+  if (M >= 8) {
+    // Prefill: register-blocked tiles (8 x 32 measured best of 4..16 x 32..64 on AVX-512).
+    constexpr int MR = 8, NR = 32;
+    const int n_blocks = (N + NR - 1) / NR, m_blocks = (M + MR - 1) / MR;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
-  for (int mb = 0; mb < m_blocks; mb++) {
-    for (int nb = 0; nb < n_blocks; nb++) {
-      const int m0 = mb * MB, rows = std::min(MB, M - m0);
-      const int n0 = nb * NB, cols = std::min(NB, N - n0);
-      float acc[MB][NB];
-      for (int r = 0; r < MB; r++)
-        for (int c = 0; c < NB; c++) acc[r][c] = 0.f;
-      for (int k = 0; k < K; k++) {
-        const float* w = W + static_cast<int64_t>(k) * N + n0;
-        for (int r = 0; r < rows; r++) {
-          const float xv = x[static_cast<int64_t>(m0 + r) * K + k];
-          for (int c = 0; c < cols; c++) acc[r][c] += xv * w[c];
-        }
+    for (int nb = 0; nb < n_blocks; nb++)
+      for (int mb = 0; mb < m_blocks; mb++) {
+        const int m0 = mb * MR, n0 = nb * NR;
+        matmul_tile<E, MR, NR>(out + static_cast<int64_t>(m0) * N + n0, x + static_cast<int64_t>(m0) * K,
+                               W + n0, b ? b + n0 : nullptr, K, N, std::min(MR, M - m0),
+                               std::min(NR, N - n0));
       }
-      for (int r = 0; r < rows; r++) {
-        float* o = out + static_cast<int64_t>(m0 + r) * N + n0;
-        for (int c = 0; c < cols; c++) {
-          const float v = acc[r][c] + (b ? b[n0 + c] : 0.f);
-          if constexpr (E == Epilogue::Store) o[c] = v;
-          if constexpr (E == Epilogue::Gelu) o[c] = gelu_tanh(v);
-          if constexpr (E == Epilogue::Residual) o[c] += v;
-        }
+    return;
+  }
+  // Decode (a few rows): bandwidth-bound on W, so stream each W row once per column block
+  // and keep the few rows' partial sums in L1.
+  constexpr int NB = 128;  // output columns per block
+  constexpr int MB = 8;
+  const int n_blocks = (N + NB - 1) / NB;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int nb = 0; nb < n_blocks; nb++) {
+    const int n0 = nb * NB, cols = std::min(NB, N - n0);
+    float acc[MB][NB];
+    for (int r = 0; r < M; r++)
+      for (int c = 0; c < NB; c++) acc[r][c] = 0.f;
+    for (int k = 0; k < K; k++) {
+      const float* w = W + static_cast<int64_t>(k) * N + n0;
+      for (int r = 0; r < M; r++) {
+        const float xv = x[static_cast<int64_t>(r) * K + k];
+        for (int c = 0; c < cols; c++) acc[r][c] += xv * w[c];
       }
     }
+    for (int r = 0; r < M; r++)
+      store_row<E>(out + static_cast<int64_t>(r) * N + n0, acc[r], b ? b + n0 : nullptr, cols);
   }
 }
 

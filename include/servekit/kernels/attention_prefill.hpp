@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Causal attention over the KV cache for many query rows (prefill), flash-attention style: a
+// block takes a tile of BQ consecutive query rows and one head, streams the keys and values of
+// their sequence through shared memory BK rows at a time, and keeps a running max / sum /
+// weighted V per query (online softmax), so the (T x T) score matrix never exists.
+//
+// A tile may straddle two sequences of a packed batch (or hold pad and real rows of a
+// left-padded one): the block then makes one pass per cache slot in the tile, each pass
+// streaming only that slot's rows. Each query row r sees cache rows first[r]..row[r].
+#include "servekit/kernels/common.hpp"
+
+namespace servekit::kernels {
+
+template <class T, class Rows>
+struct AttentionParams {
+  float* out;             // (N, C)
+  const float* qkv;       // (N, 3C): only q is read; k and v come from the cache
+  KvDevice<T, Rows> kv;   // rows of (C) per (slot, row)
+  const int32_t* slot;    // (N)
+  const int32_t* first;   // (N) first cache row each query sees
+  const int32_t* row;     // (N) its own cache row, the last it sees
+  int N, C, n_head;
+  float scale;            // 1 / sqrt(head_dim)
+};
+
+namespace flash {
+constexpr int BQ = 16, BK = 32, kWarps = 4, kQPerWarp = BQ / kWarps;
+constexpr int kThreads = kWarps * 32;
+static_assert(BK == 32, "one key per lane");
+
+template <int kHd>
+struct SharedStorage {
+  float q[BQ][kHd];       // scaled queries
+  float k[BK][kHd + 1];   // +1: lane j reads row j, and rows then start in different banks
+  float v[BK][kHd];
+  float p[kWarps][BK];    // one warp's probabilities, read back by every lane
+  int active[BQ];         // the query belongs to the current pass
+  int done[BQ];
+  int cur_slot, lo, hi;   // the pass: its slot and the cache rows it streams
+};
+}  // namespace flash
+
+template <class T, class Rows, int kHd>
+__global__ void __launch_bounds__(flash::kThreads)
+    attention_prefill_kernel(const AttentionParams<T, Rows> p) {
+  using namespace flash;
+  constexpr int kDpl = (kHd + 31) / 32;  // features per lane
+  __shared__ __align__(16) SharedStorage<kHd> s;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = blockIdx.x * BQ, h = blockIdx.y;
+  const int nq = imin(BQ, p.N - q0);
+  const int C3 = 3 * p.C;
+  for (int i = threadIdx.x; i < BQ * kHd; i += kThreads) {
+    const int qi = i / kHd, d = i % kHd;
+    s.q[qi][d] = qi < nq ? p.qkv[static_cast<int64_t>(q0 + qi) * C3 + h * kHd + d] * p.scale : 0.f;
+  }
+  if (threadIdx.x < BQ) s.done[threadIdx.x] = threadIdx.x >= nq;
+  for (;;) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int cur = -1, lo = 0, hi = -1;
+      for (int i = 0; i < BQ; ++i) {
+        s.active[i] = 0;
+        if (s.done[i]) continue;
+        const int r = q0 + i;
+        if (cur < 0) cur = p.slot[r], lo = p.first[r], hi = p.row[r];
+        if (p.slot[r] != cur) continue;
+        s.active[i] = 1, s.done[i] = 1;
+        lo = imin(lo, p.first[r]), hi = imax(hi, p.row[r]);
+      }
+      s.cur_slot = cur, s.lo = lo, s.hi = hi;
+    }
+    __syncthreads();
+    const int cur = s.cur_slot, lo = s.lo, hi = s.hi;
+    if (cur < 0) break;
+
+    float m[kQPerWarp], l[kQPerWarp], acc[kQPerWarp][kDpl];
+#pragma unroll
+    for (int a = 0; a < kQPerWarp; ++a) {
+      m[a] = -INFINITY, l[a] = 0.f;
+#pragma unroll
+      for (int c = 0; c < kDpl; ++c) acc[a][c] = 0.f;
+    }
+    for (int t0 = lo; t0 <= hi; t0 += BK) {
+      for (int i = threadIdx.x; i < BK * kHd; i += kThreads) {
+        const int j = i / kHd, d = i % kHd, t = t0 + j;
+        float kv_k = 0.f, kv_v = 0.f;
+        if (t <= hi) {
+          const int64_t o = p.kv.rows(cur, t) + h * kHd + d;
+          kv_k = to_f32(p.kv.k[o]), kv_v = to_f32(p.kv.v[o]);
+        }
+        s.k[j][d] = kv_k, s.v[j][d] = kv_v;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int a = 0; a < kQPerWarp; ++a) {
+        const int qi = warp * kQPerWarp + a;
+        if (!s.active[qi]) continue;  // warp-uniform
+        const int r = q0 + qi, t = t0 + lane;
+        const bool valid = t <= hi && t >= p.first[r] && t <= p.row[r];
+        float sc = -INFINITY;
+        if (valid) {
+          sc = 0.f;
+#pragma unroll
+          for (int d = 0; d < kHd; ++d) sc = fmaf(s.q[qi][d], s.k[lane][d], sc);
+        }
+        const float tile_max = warp_max(sc);
+        if (tile_max == -INFINITY) continue;  // no key of this tile is visible to the query
+        const float m_new = fmaxf(m[a], tile_max);
+        const float corr = expf(m[a] - m_new);  // 0 on the first visible tile
+        const float pr = valid ? expf(sc - m_new) : 0.f;
+        l[a] = l[a] * corr + warp_sum(pr);
+        m[a] = m_new;
+        s.p[warp][lane] = pr;
+        __syncwarp();
+#pragma unroll
+        for (int c = 0; c < kDpl; ++c) {
+          const int d = lane + 32 * c;
+          if (d >= kHd) break;
+          float o = acc[a][c] * corr;
+#pragma unroll 8
+          for (int j = 0; j < BK; ++j) o = fmaf(s.p[warp][j], s.v[j][d], o);
+          acc[a][c] = o;
+        }
+        __syncwarp();
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int a = 0; a < kQPerWarp; ++a) {
+      const int qi = warp * kQPerWarp + a;
+      if (!s.active[qi]) continue;
+      float* o = p.out + static_cast<int64_t>(q0 + qi) * p.C + h * kHd;
+      const float inv = 1.f / l[a];
+#pragma unroll
+      for (int c = 0; c < kDpl; ++c) {
+        const int d = lane + 32 * c;
+        if (d < kHd) o[d] = acc[a][c] * inv;
+      }
+    }
+  }
+}
+
+template <class T, class Rows>
+void attention_prefill(const AttentionParams<T, Rows>& p, simt::stream_handle stream = nullptr) {
+  constexpr const char* who = "kernels::attention_prefill";
+  const int hd = check_heads(who, p.C, p.n_head);
+  if (p.N < 1) fail(who, ": cannot run N = ", p.N, " query rows");
+  if (p.n_head > 65535) fail(who, ": n_head = ", p.n_head, " exceeds the grid's y limit 65535");
+  dispatch_head_dim(hd, who, p.C, p.n_head, [&]<int kHd>() {
+    simt::launch(simt::kernel<attention_prefill_kernel<T, Rows, kHd>>,
+                 dim3(ceil_div(p.N, flash::BQ), p.n_head), dim3(flash::kThreads), 0, stream, p);
+  });
+}
+
+}  // namespace servekit::kernels

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// What every device kernel shares: warp reductions on shuffles (CUB's warp primitives are PTX and
+// do not build for the emulator), fp32 <-> cache element conversions, the linear epilogues, and
+// the addressing functors that let one attention kernel read a contiguous or a paged cache.
+#include <cstdint>
+
+#include "servekit/core/dtype.hpp"
+#include "servekit/core/error.hpp"
+#include "servekit/kernels/ref/matmul.hpp"  // Epilogue
+#include "servekit/kv/view.hpp"
+#include "servekit/simt/simt.hpp"
+
+namespace servekit::kernels {
+
+namespace simt = servekit::simt;
+using Epilogue = ref::Epilogue;
+
+__device__ SERVEKIT_SIMT_INLINE float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(simt::kFullMask, v, o);
+  return v;
+}
+__device__ SERVEKIT_SIMT_INLINE float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(simt::kFullMask, v, o));
+  return v;
+}
+
+// Cache elements are fp32 or IEEE half (servekit::half_t has __half's bit layout).
+__device__ SERVEKIT_SIMT_INLINE float to_f32(float x) { return x; }
+__device__ SERVEKIT_SIMT_INLINE float to_f32(half_t x) {
+  return __half2float(__ushort_as_half(x.bits));
+}
+__device__ SERVEKIT_SIMT_INLINE void store_f32(float& d, float x) { d = x; }
+__device__ SERVEKIT_SIMT_INLINE void store_f32(half_t& d, float x) {
+  d.bits = __half_as_ushort(__float2half_rn(x));
+}
+
+// GELU, tanh form (HF "gelu_new"), as kernels/ref/gelu.hpp.
+__device__ SERVEKIT_SIMT_INLINE float gelu_tanh(float x) {
+  constexpr float k = 0.7978845608028654f;  // sqrt(2/pi)
+  return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+// o (op)= v: the three ways a linear layer writes its output.
+template <Epilogue E>
+__device__ SERVEKIT_SIMT_INLINE void store_epilogue(float* o, float v) {
+  if constexpr (E == Epilogue::Store) *o = v;
+  if constexpr (E == Epilogue::Gelu) *o = gelu_tanh(v);
+  if constexpr (E == Epilogue::Residual) *o += v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV addressing: (slot, row) -> element offset of that row's C features. The kv:: views hold
+// host-only member functions, so the kernels carry these device copies of the same arithmetic.
+
+struct ContiguousRows {
+  int64_t slot_stride;  // max_len * C
+  int32_t C;
+  __host__ __device__ SERVEKIT_SIMT_INLINE int64_t operator()(int32_t slot, int32_t row) const {
+    return slot * slot_stride + static_cast<int64_t>(row) * C;
+  }
+};
+
+struct PagedRows {
+  const int32_t* block_table;  // (slots, table_stride)
+  int32_t table_stride;
+  int32_t block_tokens;
+  int32_t C;
+  __host__ __device__ SERVEKIT_SIMT_INLINE int64_t operator()(int32_t slot, int32_t row) const {
+    const int32_t block =
+        block_table[static_cast<int64_t>(slot) * table_stride + row / block_tokens];
+    return (static_cast<int64_t>(block) * block_tokens + row % block_tokens) * C;
+  }
+};
+
+// One layer of a cache as the kernels see it.
+template <class T, class Rows>
+struct KvDevice {
+  using elem_type = T;
+  T* k;
+  T* v;
+  Rows rows;
+};
+
+template <class T>
+KvDevice<T, ContiguousRows> device_view(const kv::ContiguousView<T>& v) {
+  return {v.k, v.v, {v.slot_stride, v.C}};
+}
+template <class T>
+KvDevice<T, PagedRows> device_view(const kv::PagedView<T>& v) {
+  return {v.k, v.v, {v.block_table, v.table_stride, v.block_tokens, v.C}};
+}
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int imin(int a, int b) { return a < b ? a : b; }
+__host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
+
+// The attention kernels hold a head's features in registers (head_dim / 32 per lane), so
+// head_dim is a template argument; this is the one place a runtime value becomes one.
+template <class F>
+void dispatch_head_dim(int hd, const char* who, int C, int n_head, F&& f) {
+  switch (hd) {
+    case 16: return f.template operator()<16>();
+    case 32: return f.template operator()<32>();
+    case 64: return f.template operator()<64>();
+    case 128: return f.template operator()<128>();
+    default:
+      fail(who, ": head_dim ", hd, " (C = ", C, ", n_head = ", n_head,
+           ") is not one of the supported 16, 32, 64, 128");
+  }
+}
+
+inline int check_heads(const char* who, int C, int n_head) {
+  if (n_head < 1 || C < 1 || C % n_head != 0)
+    fail(who, ": C = ", C, " is not a positive multiple of n_head = ", n_head);
+  return C / n_head;
+}
+
+}  // namespace servekit::kernels

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Writes the K and V thirds of each new token's qkv row into its cache row (converted to the
+// cache's element type). One block per token; the cache layout is the Rows functor's business.
+#include "servekit/kernels/common.hpp"
+
+namespace servekit::kernels {
+
+template <class T, class Rows>
+struct KvAppendParams {
+  KvDevice<T, Rows> kv;
+  const float* qkv;     // (N, 3C)  q | k | v
+  const int32_t* slot;  // (N)
+  const int32_t* row;   // (N) cache row of each token
+  int N, C;
+};
+
+template <class T, class Rows, int kThreads>
+__global__ void __launch_bounds__(kThreads) kv_append_kernel(const KvAppendParams<T, Rows> p) {
+  const int r = blockIdx.x;
+  const float* src = p.qkv + static_cast<int64_t>(r) * 3 * p.C;
+  const int64_t dst = p.kv.rows(p.slot[r], p.row[r]);
+  for (int c = threadIdx.x; c < p.C; c += kThreads) {
+    store_f32(p.kv.k[dst + c], src[p.C + c]);
+    store_f32(p.kv.v[dst + c], src[2 * p.C + c]);
+  }
+}
+
+template <class T, class Rows>
+void kv_append(const KvAppendParams<T, Rows>& p, simt::stream_handle stream = nullptr) {
+  if (p.N < 1 || p.C < 1) fail("kernels::kv_append: cannot run N = ", p.N, ", C = ", p.C);
+  constexpr int kThreads = 128;
+  simt::launch(simt::kernel<kv_append_kernel<T, Rows, kThreads>>, dim3(p.N), dim3(kThreads), 0,
+               stream, p);
+}
+
+}  // namespace servekit::kernels

@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// out = epilogue(x @ W + b) for fp16 or bf16 W stored (K, N), on tensor cores
+// (mma.sync.m16n8k16, fp32 accumulate). A block of 4 warps computes a (32 x 64) tile of out;
+// warp (wm, wn) owns rows 16 wm.. and columns 32 wn.., i.e. four m16n8 accumulators. Per BK =
+// 32 slice of K, x is converted to the weights' 16-bit type as it is staged (the only rounding
+// beyond fp32: see the test's tolerance) and W is copied as raw 16-bit words; fragments come
+// from shared memory through ldmatrix (A straight, B transposed, since W is k-major).
+#include "servekit/kernels/common.hpp"
+
+namespace servekit::kernels {
+
+struct LinearB16Params {
+  float* out;              // (M, N)
+  const float* x;          // (M, K)
+  const std::uint16_t* w;  // (K, N) fp16 or bf16 bits
+  const float* b;          // (N) or nullptr
+  int M, K, N;
+};
+
+namespace mma_gemm {
+constexpr int BM = 32, BN = 64, BK = 32;
+constexpr int kThreads = 128;
+// Rows padded by 8 halves (16 bytes): ldmatrix's eight row addresses then fall in different
+// banks, and every row start stays 16-byte aligned as ldmatrix requires.
+constexpr int kPad = 8;
+struct SharedStorage {
+  std::uint16_t a[BM][BK + kPad];  // x tile (M, K), 16-bit
+  std::uint16_t b[BK][BN + kPad];  // W tile (K, N)
+};
+static_assert((BK + kPad) * 2 % 16 == 0 && (BN + kPad) * 2 % 16 == 0);
+}  // namespace mma_gemm
+
+// fp32 -> 16-bit bits, round to nearest even, and the matching mma.
+template <bool kBf16>
+__device__ SERVEKIT_SIMT_INLINE std::uint16_t to_b16(float x) {
+  if constexpr (kBf16)
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  else
+    return __half_as_ushort(__float2half_rn(x));
+}
+template <bool kBf16>
+__device__ SERVEKIT_SIMT_INLINE void mma16816(float d[4], const std::uint32_t a[4],
+                                              const std::uint32_t b[2]) {
+  if constexpr (kBf16)
+    simt::mma_m16n8k16_bf16f32(d, a, b, d);
+  else
+    simt::mma_m16n8k16_f16f32(d, a, b, d);
+}
+
+template <Epilogue E, bool kBf16>
+__global__ void __launch_bounds__(mma_gemm::kThreads) linear_mma_kernel(const LinearB16Params p) {
+  using namespace mma_gemm;
+  __shared__ __align__(16) SharedStorage s;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / 2, wn = warp % 2;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  float acc[4][4] = {};  // (n8 tile, fragment element)
+  // ldmatrix row addresses: lane l feeds row l % 8 of matrix l / 8.
+  const int j = lane / 8, r = lane % 8;
+  for (int k0 = 0; k0 < p.K; k0 += BK) {
+    for (int i = threadIdx.x; i < BM * BK; i += kThreads) {
+      const int rr = i / BK, k = i % BK;
+      const int gm = m0 + rr, gk = k0 + k;
+      s.a[rr][k] = to_b16<kBf16>(gm < p.M && gk < p.K ? p.x[static_cast<int64_t>(gm) * p.K + gk]
+                                                      : 0.f);
+    }
+    for (int i = threadIdx.x; i < BK * BN; i += kThreads) {
+      const int k = i / BN, c = i % BN;
+      const int gk = k0 + k, gn = n0 + c;
+      s.b[k][c] = gk < p.K && gn < p.N ? p.w[static_cast<int64_t>(gk) * p.N + gn]
+                                       : std::uint16_t{0};
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      // A (16 x 16): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15), in a0..a3 order.
+      std::uint32_t af[4];
+      simt::ldmatrix_x4(af, &s.a[wm * 16 + (j & 1) * 8 + r][kk + (j >> 1) * 8]);
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        // B for two n8 tiles: matrices (k 0-7 | 8-15) x (n 0-7 | 8-15), transposed on load.
+        std::uint32_t bf[4];
+        simt::ldmatrix_x4_trans(bf, &s.b[kk + (j & 1) * 8 + r][wn * 32 + t * 16 + (j >> 1) * 8]);
+        mma16816<kBf16>(acc[2 * t], af, bf);
+        mma16816<kBf16>(acc[2 * t + 1], af, bf + 2);
+      }
+    }
+    __syncthreads();
+  }
+  namespace L = simt::mma_layout;
+#pragma unroll
+  for (int t = 0; t < 4; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int m = m0 + wm * 16 + L::c_row(lane, i);
+      const int n = n0 + wn * 32 + t * 8 + L::c_col(lane, i);
+      if (m < p.M && n < p.N)
+        store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
+                          acc[t][i] + (p.b ? p.b[n] : 0.f));
+    }
+}
+
+template <Epilogue E, bool kBf16>
+void linear_mma(const LinearB16Params& p, simt::stream_handle stream = nullptr) {
+  const char* who = kBf16 ? "kernels::linear_mma (bf16)" : "kernels::linear_mma (f16)";
+  if (p.M < 1 || p.K < 1 || p.N < 1)
+    fail(who, ": cannot run the shape M = ", p.M, ", K = ", p.K, ", N = ", p.N);
+  if (ceil_div(p.M, mma_gemm::BM) > 65535)
+    fail(who, ": M = ", p.M, " needs more than 65535 row tiles");
+  using namespace mma_gemm;
+  simt::launch(simt::kernel<linear_mma_kernel<E, kBf16>>,
+               dim3(ceil_div(p.N, BN), ceil_div(p.M, BM)), dim3(kThreads), 0, stream, p);
+}
+
+}  // namespace servekit::kernels
