@@ -32,12 +32,21 @@ std::vector<std::vector<int32_t>> prompts(int vocab) {
 constexpr int kNew[] = {8, 3, 6, 9, 4, 7};  // tokens to generate per prompt
 }  // namespace
 
-#define KV_COMBOS(D)                                                                   \
-  Combo<D, sk::kv::Contiguous>, Combo<D, sk::kv::ContiguousF16>, Combo<D, sk::kv::Paged<4>>, \
-      Combo<D, sk::kv::PagedF16<4>>, Combo<D, sk::kv::Paged<16>>
+// Every layout x cache dtype, for both fixture models.
+using A1 = Combo<sk::dims::TinyA, sk::kv::Contiguous>;
+using A2 = Combo<sk::dims::TinyA, sk::kv::ContiguousF16>;
+using A3 = Combo<sk::dims::TinyA, sk::kv::Paged<4>>;
+using A4 = Combo<sk::dims::TinyA, sk::kv::PagedF16<4>>;
+using A5 = Combo<sk::dims::TinyA, sk::kv::Paged<16>>;
+using B1 = Combo<sk::dims::TinyB, sk::kv::Contiguous>;
+using B2 = Combo<sk::dims::TinyB, sk::kv::ContiguousF16>;
+using B3 = Combo<sk::dims::TinyB, sk::kv::Paged<4>>;
+using B4 = Combo<sk::dims::TinyB, sk::kv::PagedF16<4>>;
+using B5 = Combo<sk::dims::TinyB, sk::kv::Paged<16>>;
+#define KV_COMBOS A1, A2, A3, A4, A5, B1, B2, B3, B4, B5
 
 TEMPLATE_TEST_CASE("one batch of prompts of different lengths gives each its tokens alone",
-                   "[kv][batch]", KV_COMBOS(sk::dims::TinyA), KV_COMBOS(sk::dims::TinyB)) {
+                   "[kv][batch]", KV_COMBOS) {
   using D = typename TestType::Dims;
   using Model = typename TestType::Model;
   constexpr int V = D::vocab;
@@ -52,7 +61,8 @@ TEMPLATE_TEST_CASE("one batch of prompts of different lengths gives each its tok
   std::vector<std::vector<int32_t>> got(B);
   std::vector<int32_t> next(B);
   auto take = [&] {
-    for (int i = 0; i < B; i++) got[i].push_back(next[i] = sk::serve::argmax(sk::test::row(logits, i, V)));
+    for (int i = 0; i < B; i++)
+      got[i].push_back(next[i] = sk::serve::argmax(sk::test::row(logits, i, V)));
   };
   int longest = 0;
   for (const auto& x : p) longest = std::max(longest, static_cast<int>(x.size()));
@@ -92,7 +102,7 @@ TEMPLATE_TEST_CASE("one batch of prompts of different lengths gives each its tok
 }
 
 TEMPLATE_TEST_CASE("requests joining and leaving between steps keep their tokens",
-                   "[kv][batch][join]", KV_COMBOS(sk::dims::TinyA), KV_COMBOS(sk::dims::TinyB)) {
+                   "[kv][batch][join]", KV_COMBOS) {
   using D = typename TestType::Dims;
   using Kv = typename TestType::Kv;
   using Model = typename TestType::Model;

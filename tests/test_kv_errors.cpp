@@ -31,10 +31,11 @@ TEST_CASE("a cache too small for one request is an error") {
   REQUIRE_THROWS_WITH(c.make_cache(0), Contains("slots must be >= 1, got 0"));
   REQUIRE_THROWS_WITH(c.make_cache(2, 0), Contains("max_len must be >= 1, got 0"));
   auto p = Paged4::random(3);
-  REQUIRE_THROWS_WITH(p.make_cache(2, 16, 0),
-                      Contains("0 blocks of 4 tokens") && Contains("max_len = 16 needs (4 blocks)"));
+  REQUIRE_THROWS_WITH(p.make_cache(2, 16, 0), Contains("0 blocks of 4 tokens") &&
+                                                  Contains("max_len = 16 needs (4 blocks)"));
   REQUIRE_THROWS_WITH(p.make_cache(2, 16, 3), Contains("hold 12 tokens, fewer than one sequence"));
-  REQUIRE_THROWS_WITH(p.make_cache(2, D::n_positions + 1, 100), Contains("exceeds n_positions 128"));
+  REQUIRE_THROWS_WITH(p.make_cache(2, D::n_positions + 1, 100),
+                      Contains("exceeds n_positions 128"));
   REQUIRE_THROWS_WITH(p.make_cache(0, 16, 8), Contains("slots must be >= 1, got 0"));
   REQUIRE_NOTHROW(p.make_cache(2, 16, 4));
 }
@@ -104,9 +105,9 @@ TEST_CASE("forward rejects reads of rows never written and negative row offsets"
   std::vector<float> logits;
   int32_t t = 1;
   SeqStep ahead{1, 4, 1};
-  REQUIRE_THROWS_WITH(model.forward(cache, {std::span(&t, 1), std::span(&ahead, 1), Logits::Last},
-                                    logits),
-                      Contains("n_past = 4") && Contains("cache slot 1 holds only 0 tokens"));
+  REQUIRE_THROWS_WITH(
+      model.forward(cache, {std::span(&t, 1), std::span(&ahead, 1), Logits::Last}, logits),
+      Contains("n_past = 4") && Contains("cache slot 1 holds only 0 tokens"));
   SeqStep neg{0, 0, 1, -2};
   REQUIRE_THROWS_WITH(
       model.forward(cache, {std::span(&t, 1), std::span(&neg, 1), Logits::Last}, logits),
@@ -123,7 +124,8 @@ TEST_CASE("the block allocator hands out each block once") {
   REQUIRE_THROWS_WITH(alloc.allocate(2, got), Contains("needs 2 more blocks, 1 of 3 are free"));
   CHECK(got.size() == 2);
   alloc.free(got[0]);
-  REQUIRE_THROWS_WITH(alloc.free(got[0]), Contains("block " + std::to_string(got[0]) + " is not allocated"));
+  REQUIRE_THROWS_WITH(alloc.free(got[0]),
+                      Contains("block " + std::to_string(got[0]) + " is not allocated"));
   REQUIRE_THROWS_WITH(alloc.free(7), Contains("block 7 is not allocated"));
   REQUIRE_THROWS_WITH(sk::kv::BlockAllocator(0), Contains("n_blocks must be >= 1, got 0"));
 }
@@ -158,7 +160,7 @@ TEST_CASE("capacity: bytes per token, utilisation and waste per layout") {
   CHECK(pc.bytes() == 24 * cap.bytes_per_token);
   p.forward(pc, {toks, seqs, Logits::Last}, logits);
   cap = pc.capacity();
-  CHECK(cap.reserved_tokens == 12);               // 1 + 2 blocks of 4
+  CHECK(cap.reserved_tokens == 12);                // 1 + 2 blocks of 4
   CHECK(cap.waste_tokens() == (4 - 1) + (8 - 5));  // the tails of the last blocks
   CHECK(cap.utilisation() == Approx(0.5));
   pc.release(1);
@@ -167,7 +169,8 @@ TEST_CASE("capacity: bytes per token, utilisation and waste per layout") {
   CHECK(cap.stored_tokens == 1);
   std::ostringstream os;
   os << cap;
-  CHECK_THAT(os.str(), Contains("paged4-f16") && Contains("256 B/token") && Contains("waste 3 tokens"));
+  CHECK_THAT(os.str(),
+             Contains("paged4-f16") && Contains("512 B/token") && Contains("waste 3 tokens"));
 }
 
 TEST_CASE("padded batch rejects bad input") {

@@ -35,8 +35,8 @@ using B_Paged3 = Combo<sk::dims::TinyB, sk::kv::Paged<3>>;
 using A_Paged1 = Combo<sk::dims::TinyA, sk::kv::Paged<1>>;
 using B_Paged16 = Combo<sk::dims::TinyB, sk::kv::Paged<16>>;
 
-TEMPLATE_TEST_CASE("a left-padded batch reproduces HF's padded batch", "[hf][kv][padded]",
-                   A_Contig, B_Contig, A_Paged4, B_Paged3) {
+TEMPLATE_TEST_CASE("a left-padded batch reproduces HF's padded batch", "[hf][kv][padded]", A_Contig,
+                   B_Contig, A_Paged4, B_Paged3) {
   using D = typename TestType::Dims;
   using Model = typename TestType::Model;
   constexpr int V = D::vocab;
@@ -47,7 +47,8 @@ TEMPLATE_TEST_CASE("a left-padded batch reproduces HF's padded batch", "[hf][kv]
   REQUIRE(B == 3);
   std::ifstream in(sk::test::fixture_dir<D>() / "reference.json");
   const int32_t pad_id = nlohmann::json::parse(in)["batch"]["pad_id"];
-  const auto st = sk::io::SafetensorsFile::open(sk::test::fixture_dir<D>() / "reference.safetensors");
+  const auto st =
+      sk::io::SafetensorsFile::open(sk::test::fixture_dir<D>() / "reference.safetensors");
 
   sk::serve::PaddedBatch pb(b.prompt_ids, pad_id);
   REQUIRE(pb.t_pad() == b.t_pad);
@@ -85,8 +86,8 @@ TEMPLATE_TEST_CASE("a left-padded batch reproduces HF's padded batch", "[hf][kv]
     run.decode(model, cache, next, logits);
     for (int i = 0; i < B; i++) {
       INFO("row " << i << " decode step " << step);
-      CHECK(sk::test::max_abs_diff(row(logits, i, V), row(b.step_logits, i * b.n_steps + step, V)) <=
-            kTol);
+      CHECK(sk::test::max_abs_diff(row(logits, i, V),
+                                   row(b.step_logits, i * b.n_steps + step, V)) <= kTol);
       CHECK(sk::serve::argmax(row(logits, i, V)) == b.greedy_ids[i][step + 1]);
     }
   }
@@ -121,7 +122,8 @@ TEMPLATE_TEST_CASE("a paged cache matches HF on every case and on the ragged bat
       CHECK(sk::test::max_abs_diff(logits, row(c.step_logits, step, V)) <= kTol);
       CHECK(sk::serve::argmax(logits) == c.greedy_ids[step + 1]);
     }
-    CHECK(cache.blocks_held(0) == (n_past + TestType::Kv::block_tokens - 1) / TestType::Kv::block_tokens);
+    CHECK(cache.blocks_held(0) ==
+          (n_past + TestType::Kv::block_tokens - 1) / TestType::Kv::block_tokens);
     cache.release(0);
     CHECK(cache.free_blocks() == cache.n_blocks());
   }
@@ -142,8 +144,8 @@ TEMPLATE_TEST_CASE("a paged cache matches HF on every case and on the ragged bat
     const int T = static_cast<int>(b.prompt_ids[i].size());
     for (int t = 0; t < T; t++, r++) {
       INFO("sequence " << i << " position " << t);
-      CHECK(sk::test::max_abs_diff(row(logits, r, V), row(b.logits, i * b.t_pad + b.t_pad - T + t, V)) <=
-            kTol);
+      CHECK(sk::test::max_abs_diff(row(logits, r, V),
+                                   row(b.logits, i * b.t_pad + b.t_pad - T + t, V)) <= kTol);
     }
   }
   for (int step = 0; step < b.n_steps; step++) {
@@ -155,8 +157,8 @@ TEMPLATE_TEST_CASE("a paged cache matches HF on every case and on the ragged bat
     model.forward(bc, {tokens, seqs, Logits::Last}, logits);
     for (int i = 0; i < B; i++) {
       INFO("sequence " << i << " decode step " << step);
-      CHECK(sk::test::max_abs_diff(row(logits, i, V), row(b.step_logits, i * b.n_steps + step, V)) <=
-            kTol);
+      CHECK(sk::test::max_abs_diff(row(logits, i, V),
+                                   row(b.step_logits, i * b.n_steps + step, V)) <= kTol);
       CHECK(sk::serve::argmax(row(logits, i, V)) == b.greedy_ids[i][step + 1]);
     }
   }

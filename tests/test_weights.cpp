@@ -2,6 +2,7 @@
 // Weight formats: names, the course's zero-point formula, round-trip error bounds, the fused
 // linear kernels against a dequantised reference, and bad-input errors.
 #include <catch2/catch.hpp>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -141,6 +142,16 @@ TEMPLATE_TEST_CASE("fp16 and bf16 round trips are the dtype's round-to-nearest-e
         CHECK(y == sk::bf16_to_float(sk::float_to_bf16(x)));
       if (std::abs(x) >= 0x1p-14f) CHECK(std::abs(x - y) <= rel * std::abs(x));
     }
+}
+
+TEST_CASE("the kernels' branch-free half widening is exact for all 65536 halves") {
+  int bad = 0;
+  for (uint32_t b = 0; b < 65536; b++) {
+    const sk::half_t h{static_cast<uint16_t>(b)};
+    const float want = sk::half_to_float(h), got = sk::kernels::ref::detail::widen_half(h);
+    if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(got)) bad++;
+  }
+  CHECK(bad == 0);
 }
 
 TEMPLATE_TEST_CASE("fused linear == dequantised reference, every epilogue, awkward sizes", "",

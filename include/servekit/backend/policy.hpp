@@ -11,6 +11,17 @@ struct Host {
   static constexpr std::string_view name = "host";
 };
 
+// The CUDA kernels (kernels/*.hpp) compiled by the host compiler and run on the CPU by the simt
+// emulator: every CUDA thread a fiber. Slow; it exists to test the kernels without a GPU.
+struct Emulated {
+  static constexpr std::string_view name = "emulated";
+};
+
+// The same kernels compiled by nvcc and run on an NVIDIA GPU (sm_80 or later).
+struct Cuda {
+  static constexpr std::string_view name = "cuda";
+};
+
 template <class B>
 concept Backend = requires {
   { B::name } -> std::convertible_to<std::string_view>;

@@ -42,7 +42,7 @@ struct SharedStorage {
 }  // namespace flash
 
 template <class T, class Rows, int kHd>
-__global__ void __launch_bounds__(flash::kThreads)
+__global__ void __launch_bounds__(flash::kThreads, 4)
     attention_prefill_kernel(const AttentionParams<T, Rows> p) {
   using namespace flash;
   constexpr int kDpl = (kHd + 31) / 32;  // features per lane
@@ -51,15 +51,17 @@ __global__ void __launch_bounds__(flash::kThreads)
   const int q0 = blockIdx.x * BQ, h = blockIdx.y;
   const int nq = imin(BQ, p.N - q0);
   const int C3 = 3 * p.C;
+#pragma unroll 1
   for (int i = threadIdx.x; i < BQ * kHd; i += kThreads) {
     const int qi = i / kHd, d = i % kHd;
     s.q[qi][d] = qi < nq ? p.qkv[static_cast<int64_t>(q0 + qi) * C3 + h * kHd + d] * p.scale : 0.f;
   }
-  if (threadIdx.x < BQ) s.done[threadIdx.x] = threadIdx.x >= nq;
+  if (threadIdx.x < BQ) s.done[threadIdx.x] = static_cast<int>(threadIdx.x) >= nq;
   for (;;) {
     __syncthreads();
     if (threadIdx.x == 0) {
       int cur = -1, lo = 0, hi = -1;
+#pragma unroll 1
       for (int i = 0; i < BQ; ++i) {
         s.active[i] = 0;
         if (s.done[i]) continue;
@@ -83,6 +85,7 @@ __global__ void __launch_bounds__(flash::kThreads)
       for (int c = 0; c < kDpl; ++c) acc[a][c] = 0.f;
     }
     for (int t0 = lo; t0 <= hi; t0 += BK) {
+#pragma unroll 1
       for (int i = threadIdx.x; i < BK * kHd; i += kThreads) {
         const int j = i / kHd, d = i % kHd, t = t0 + j;
         float kv_k = 0.f, kv_v = 0.f;
@@ -96,19 +99,18 @@ __global__ void __launch_bounds__(flash::kThreads)
 #pragma unroll
       for (int a = 0; a < kQPerWarp; ++a) {
         const int qi = warp * kQPerWarp + a;
-        if (!s.active[qi]) continue;  // warp-uniform
         const int r = q0 + qi, t = t0 + lane;
-        const bool valid = t <= hi && t >= p.first[r] && t <= p.row[r];
+        // Inactive queries (another pass's) and keys outside [first, row] score -inf; a tile
+        // with no visible key leaves the state as it was (corr = 1, p = 0).
+        const bool valid = s.active[qi] && t <= hi && t >= p.first[r] && t <= p.row[r];
         float sc = -INFINITY;
         if (valid) {
           sc = 0.f;
 #pragma unroll
           for (int d = 0; d < kHd; ++d) sc = fmaf(s.q[qi][d], s.k[lane][d], sc);
         }
-        const float tile_max = warp_max(sc);
-        if (tile_max == -INFINITY) continue;  // no key of this tile is visible to the query
-        const float m_new = fmaxf(m[a], tile_max);
-        const float corr = expf(m[a] - m_new);  // 0 on the first visible tile
+        const float m_new = fmaxf(m[a], warp_max(sc));
+        const float corr = m_new == -INFINITY ? 1.f : expf(m[a] - m_new);
         const float pr = valid ? expf(sc - m_new) : 0.f;
         l[a] = l[a] * corr + warp_sum(pr);
         m[a] = m_new;
@@ -116,8 +118,7 @@ __global__ void __launch_bounds__(flash::kThreads)
         __syncwarp();
 #pragma unroll
         for (int c = 0; c < kDpl; ++c) {
-          const int d = lane + 32 * c;
-          if (d >= kHd) break;
+          const int d = imin(lane + 32 * c, kHd - 1);  // lanes past head_dim redo the last
           float o = acc[a][c] * corr;
 #pragma unroll 8
           for (int j = 0; j < BK; ++j) o = fmaf(s.p[warp][j], s.v[j][d], o);

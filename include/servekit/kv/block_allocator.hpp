@@ -21,8 +21,8 @@ class BlockAllocator {
   // Appends n block ids to out, or throws without taking any.
   void allocate(int n, std::vector<int32_t>& out) {
     if (n > free_blocks())
-      fail("kv cache: out of blocks: the step needs ", n, " more blocks, ", free_blocks(),
-           " of ", n_blocks_, " are free");
+      fail("kv cache: out of blocks: the step needs ", n, " more blocks, ", free_blocks(), " of ",
+           n_blocks_, " are free");
     for (int i = 0; i < n; i++) {
       const int32_t b = free_.back();
       free_.pop_back();

@@ -31,11 +31,11 @@ struct Capacity {
 
 inline std::ostream& operator<<(std::ostream& os, const Capacity& c) {
   const double mib = 1.0 / (1024.0 * 1024.0);
-  os << "kv cache " << c.layout << ": " << c.bytes_per_token << " B/token, "
-     << c.capacity_tokens << " tokens (" << c.bytes * mib << " MiB); " << c.sequences
-     << " sequences store " << c.stored_tokens << " tokens in " << c.reserved_tokens
-     << " reserved: utilisation " << 100.0 * c.utilisation() << "%, waste " << c.waste_tokens()
-     << " tokens (" << c.waste_bytes() * mib << " MiB)";
+  os << "kv cache " << c.layout << ": " << c.bytes_per_token << " B/token, " << c.capacity_tokens
+     << " tokens (" << c.bytes * mib << " MiB); " << c.sequences << " sequences store "
+     << c.stored_tokens << " tokens in " << c.reserved_tokens << " reserved: utilisation "
+     << 100.0 * c.utilisation() << "%, waste " << c.waste_tokens() << " tokens ("
+     << c.waste_bytes() * mib << " MiB)";
   return os;
 }
 

@@ -55,8 +55,8 @@ class PagedCache {
       need += std::max(0, blocks_for(x.rows) - held_[x.slot]);
     }
     if (need > alloc_.free_blocks())
-      fail("kv cache: out of blocks: the step needs ", need, " more blocks of ", B,
-           " tokens, ", alloc_.free_blocks(), " of ", alloc_.n_blocks(),
+      fail("kv cache: out of blocks: the step needs ", need, " more blocks of ", B, " tokens, ",
+           alloc_.free_blocks(), " of ", alloc_.n_blocks(),
            " are free (release finished sequences or make a larger cache)");
     std::vector<int32_t> got;
     for (const auto& x : r) {
@@ -64,7 +64,8 @@ class PagedCache {
       if (add > 0) {
         got.clear();
         alloc_.allocate(add, got);
-        for (int32_t b : got) table_[static_cast<std::size_t>(x.slot) * stride_ + held_[x.slot]++] = b;
+        for (int32_t b : got)
+          table_[static_cast<std::size_t>(x.slot) * stride_ + held_[x.slot]++] = b;
       }
       slots_.set_length(x.slot, x.rows);
     }
@@ -115,7 +116,8 @@ class PagedCache {
     if (max_len < 1) fail("kv cache: max_len must be >= 1, got ", max_len);
     const int one = (max_len + B - 1) / B;
     if (n_blocks < one)
-      fail("kv cache: ", n_blocks, " blocks of ", B, " tokens hold ", static_cast<long>(n_blocks) * B,
+      fail("kv cache: ", n_blocks, " blocks of ", B, " tokens hold ",
+           static_cast<long>(n_blocks) * B,
            " tokens, fewer than one sequence of max_len = ", max_len, " needs (", one, " blocks)");
     return n_blocks;
   }

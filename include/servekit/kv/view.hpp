@@ -27,14 +27,15 @@ struct ContiguousView {
 template <class T>
 struct PagedView {
   using elem_type = T;
-  T* k;                         // (n_blocks, B, C)
-  T* v;                         // (n_blocks, B, C)
-  const int32_t* block_table;   // (slots, table_stride), -1 where no block is held
-  int32_t table_stride;         // ceil(max_len / B)
-  int32_t block_tokens;         // B
+  T* k;                        // (n_blocks, B, C)
+  T* v;                        // (n_blocks, B, C)
+  const int32_t* block_table;  // (slots, table_stride), -1 where no block is held
+  int32_t table_stride;        // ceil(max_len / B)
+  int32_t block_tokens;        // B
   int32_t C;
   int64_t offset(int32_t slot, int32_t row) const {
-    const int32_t block = block_table[static_cast<int64_t>(slot) * table_stride + row / block_tokens];
+    const int32_t block =
+        block_table[static_cast<int64_t>(slot) * table_stride + row / block_tokens];
     return (static_cast<int64_t>(block) * block_tokens + row % block_tokens) * C;
   }
 };

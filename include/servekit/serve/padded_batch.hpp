@@ -103,8 +103,7 @@ class PaddedBatch {
     if (static_cast<int>(next.size()) != B_)
       fail("padded batch: decode got ", next.size(), " tokens for ", B_, " rows");
     seqs_.clear();
-    for (int i = 0; i < B_; i++)
-      seqs_.push_back({slot_[i], columns() - pad_[i], 1, pad_[i]});
+    for (int i = 0; i < B_; i++) seqs_.push_back({slot_[i], columns() - pad_[i], 1, pad_[i]});
     model.forward(cache, {next, seqs_, model::Logits::Last}, logits);
     steps_++;
   }

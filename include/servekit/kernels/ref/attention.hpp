@@ -88,10 +88,18 @@ inline void attention(float* out,        // (N, C)
 // Layout-generic versions: the cache is any kv view (contiguous or paged, f32 or f16) that
 // maps (slot, row) to an offset, and a sequence's rows may start after some left padding.
 
-inline float load_f32(float x) { return x; }
-inline float load_f32(half_t x) { return half_to_float(x); }
-inline void store_from_f32(float& d, float x) { d = x; }
-inline void store_from_f32(half_t& d, float x) { d = float_to_half(x); }
+inline float load_f32(float x) {
+  return x;
+}
+inline float load_f32(half_t x) {
+  return half_to_float(x);
+}
+inline void store_from_f32(float& d, float x) {
+  d = x;
+}
+inline void store_from_f32(half_t& d, float x) {
+  d = float_to_half(x);
+}
 
 template <class View>
 concept KvRowView = requires(const View& v, int32_t s, int32_t t) {

@@ -6,6 +6,7 @@
 // through once, and only the current (1, NB) slice of a W row is ever widened to fp32, so no
 // dequantised copy of the matrix exists and decode reads the compact storage only.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 
 #include "servekit/kernels/ref/matmul.hpp"
@@ -16,6 +17,21 @@ namespace servekit::kernels::ref {
 namespace detail {
 constexpr int kLinearNB = 128;  // output columns per block (as in matmul)
 constexpr int kLinearMB = 4;    // rows of x per block
+
+// half -> float without branches, so that widening a row block vectorises (core's
+// half_to_float loops over denormals). Exact for every half; tests compare all 65536.
+inline float widen_half(half_t h) {
+  const uint32_t sign = uint32_t(h.bits & 0x8000u) << 16;
+  const uint32_t em = uint32_t(h.bits & 0x7fffu) << 13;  // exponent and mantissa, fp32 place
+  const uint32_t exp = em & 0x0f800000u;
+  const uint32_t normal = em + (112u << 23);  // rebias 15 -> 127
+  const uint32_t infnan = em + (224u << 23);  // exponent 31 -> 255
+  // Denormal or zero: 2^-14 (1 + m / 1024) - 2^-14 = m 2^-24, exactly.
+  const float den = std::bit_cast<float>(em + (113u << 23)) - std::bit_cast<float>(113u << 23);
+  uint32_t r = exp == 0x0f800000u ? infnan : normal;
+  r = exp == 0 ? std::bit_cast<uint32_t>(den) : r;
+  return std::bit_cast<float>(r | sign);
+}
 
 // o[0..cols) (op)= acc + b[n0..]: the epilogue of one row of a block.
 template <Epilogue E>
@@ -75,7 +91,7 @@ void linear(float* out,                              // (M, N)
   const int N = W.cols;
   detail::blocked_linear<E>(out, x, b, M, W.rows, N, [=](int k, int n0, int cols, float* w) {
     const half_t* row = d + static_cast<int64_t>(k) * N + n0;
-    for (int c = 0; c < cols; c++) w[c] = half_to_float(row[c]);
+    for (int c = 0; c < cols; c++) w[c] = detail::widen_half(row[c]);
   });
 }
 

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// Decode throughput of GPT-2 124M (random weights) on the host backend in every weight
+// format, at batch 1 and batch 16. A decode step reads every weight once whatever the batch,
+// so at batch 1 its ceiling is read bandwidth / weight bytes, and fewer bytes per weight
+// should buy proportionally more tokens/s; at batch 16 those bytes are shared by 16 tokens
+// and compute (including the dequantisation) matters more. Bandwidth is measured in the same run.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <tuple>
+
+#include "common.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/serve/sampling.hpp"
+
+namespace sk = servekit;
+using D = sk::dims::Gpt2Small;
+
+struct Opts {
+  int prefill = 16, decode = 16;
+  double bw = 0;
+};
+
+template <class F>
+void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t) {
+  using Model = sk::Gpt2<sk::Config<D, F>>;
+  std::fprintf(stderr, "%s: quantizing ...\n", Model::name().c_str());
+  Model model(t);
+  const double wbytes = static_cast<double>(model.weight_bytes());
+  for (int B : {1, 16}) {
+    std::fprintf(stderr, "%s: batch %d, prefill %d + decode %d ...\n", Model::name().c_str(), B,
+                 o.prefill, o.decode);
+    auto cache = model.make_cache(B, o.prefill + o.decode + 1);
+    std::vector<int32_t> tokens;
+    std::vector<sk::model::SeqStep> seqs;
+    for (int b = 0; b < B; b++) {
+      for (int i = 0; i < o.prefill; i++) tokens.push_back((b * 131 + i * 7919) % D::vocab);
+      seqs.push_back({b, 0, o.prefill});
+    }
+    std::vector<float> logits;
+    model.forward(cache, {tokens, seqs}, logits);  // prefill, also warms the pages
+    const double t0 = sk::bench::now_s();
+    for (int s = 0; s < o.decode; s++) {
+      tokens.clear();
+      for (int b = 0; b < B; b++) {
+        tokens.push_back(sk::serve::argmax(
+            std::span(logits).subspan(static_cast<std::size_t>(b) * D::vocab, D::vocab)));
+        seqs[b] = {b, seqs[b].n_past + seqs[b].n_new, 1};
+      }
+      model.forward(cache, {tokens, seqs}, logits);
+    }
+    const double dt = sk::bench::now_s() - t0;
+    const double steps_s = o.decode / dt, tps = B * steps_s;
+    const double roof_steps = o.bw * 1e9 / wbytes;  // steps/s if only weight reads counted
+    std::printf("%-34s %5d %10.1f %12.2f %10.2f %12.2f %13.2f %8.0f%%\n", Model::name().c_str(), B,
+                wbytes / 1048576.0, wbytes / B / 1048576.0, steps_s, tps, B * roof_steps,
+                100 * steps_s / roof_steps);
+    std::fflush(stdout);
+  }
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_decode_formats: GPT-2 124M decode per weight format, host backend"};
+  Opts o;
+  app.add_option("--prefill", o.prefill, "prompt tokens per sequence");
+  app.add_option("--decode", o.decode, "decode steps");
+  CLI11_PARSE(app, argc, argv);
+
+  std::fprintf(stderr, "measuring read bandwidth ...\n");
+  o.bw = sk::bench::read_bandwidth_gbs();
+  std::fprintf(stderr, "making random GPT-2 124M ...\n");
+  const auto t = sk::model::random_gpt2<D>(1);
+  std::printf("host backend, %d threads, read bandwidth %.2f GB/s (measured, this run)\n",
+              omp_get_max_threads(), o.bw);
+  std::printf(
+      "roofline: tokens/s if a step cost only reading the weights once at that bandwidth\n");
+  std::printf("%-34s %5s %10s %12s %10s %12s %13s %9s\n", "composition", "batch", "wt MiB",
+              "MiB/token", "steps/s", "tokens/s", "roof tok/s", "of roof");
+  std::apply([&]<class... F>(F...) { (bench_format<F>(o, t), ...); }, sk::weights::AllFormats{});
+  return 0;
+}

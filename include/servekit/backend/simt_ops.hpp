@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The operations of the decoder on the device kernels (kernels/*.hpp), shared by the Emulated
+// and Cuda backends: the same launchers, only where the pointers live differs. Every pointer
+// is device memory (under the emulator, device memory is host memory).
+#include <cmath>
+#include <cstdint>
+
+#include "servekit/backend/ops.hpp"
+#include "servekit/kernels/attention_decode.hpp"
+#include "servekit/kernels/attention_prefill.hpp"
+#include "servekit/kernels/embedding.hpp"
+#include "servekit/kernels/kv_append.hpp"
+#include "servekit/kernels/layernorm.hpp"
+#include "servekit/kernels/linear_mma.hpp"
+#include "servekit/kernels/linear_simt.hpp"
+#include "servekit/kernels/lm_head.hpp"
+#include "servekit/weights/bf16.hpp"
+#include "servekit/weights/f16.hpp"
+#include "servekit/weights/f32.hpp"
+
+namespace servekit::backend {
+
+// kSyncEachLaunch: wait after every launch, so that the caller may read the output at once.
+template <bool kSyncEachLaunch>
+struct SimtOps {
+  using Epilogue = kernels::Epilogue;
+  // Attention steps of at most this many query rows take the split-rows decode kernel.
+  static constexpr int kDecodeRows = 16;
+
+  static void embedding(float* out, const int32_t* tokens, const int32_t* pos, const float* wte,
+                        const float* wpe, int N, int C) {
+    kernels::embedding({out, tokens, pos, wte, wpe, N, C});
+    done();
+  }
+  static void layernorm(float* out, const float* in, const float* w, const float* b, int N, int C,
+                        float eps) {
+    kernels::layernorm({out, in, w, b, N, C, eps});
+    done();
+  }
+  // W: (K, N) in the Matrix's storage; fp32 on CUDA cores, fp16/bf16 on tensor cores.
+  template <Epilogue E>
+  static void linear(float* out, const float* x, const weights::Matrix<weights::F32>& W,
+                     const float* b, int M) {
+    kernels::linear_simt<E>({out, x, W.data.data(), b, M, W.rows, W.cols});
+    done();
+  }
+  template <Epilogue E>
+  static void linear(float* out, const float* x, const weights::Matrix<weights::F16>& W,
+                     const float* b, int M) {
+    kernels::linear_mma<E, false>(
+        {out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()), b, M, W.rows, W.cols});
+    done();
+  }
+  template <Epilogue E>
+  static void linear(float* out, const float* x, const weights::Matrix<weights::BF16>& W,
+                     const float* b, int M) {
+    kernels::linear_mma<E, true>(
+        {out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()), b, M, W.rows, W.cols});
+    done();
+  }
+  template <Epilogue E, class Mat>
+  static void linear(float*, const float*, const Mat&, const float*, int) {
+    static_assert(sizeof(Mat) == 0,
+                  "servekit: the device backends have linear kernels for f32, f16 and bf16 "
+                  "weights only");
+  }
+
+  template <class KvView>
+  static void kv_append(const KvView& kv, const float* qkv, const int32_t* slot,
+                        const int32_t* row, int N, int C) {
+    kernels::kv_append(kernels::KvAppendParams{kernels::device_view(kv), qkv, slot, row, N, C});
+    done();
+  }
+  // Query row r attends to cache rows first[r]..row[r]; max_rows bounds their count.
+  template <class KvView>
+  static void attention(float* out, const float* qkv, const KvView& kv, const int32_t* slot,
+                        const int32_t* first, const int32_t* row, int N, int C, int n_head,
+                        int max_rows) {
+    const int hd = kernels::check_heads("attention", C, n_head);
+    const kernels::AttentionParams p{out,   qkv, kernels::device_view(kv),
+                                     slot,  first, row,
+                                     N,     C,   n_head,
+                                     1.f / std::sqrt(static_cast<float>(hd))};
+    if (N <= kDecodeRows) {
+      const int splits = kernels::decode_splits(max_rows);
+      auto& ws = workspace();
+      const std::size_t need = kernels::decode_workspace_floats(N, C, n_head, splits);
+      if (ws.size() < need) ws = simt::DeviceBuffer<float>(need);
+      kernels::attention_decode(p, max_rows, ws.data());
+    } else {
+      kernels::attention_prefill(p);
+    }
+    done();
+  }
+  static void lm_head(float* logits, const float* x, const float* wte, int M, int V, int C) {
+    kernels::lm_head({logits, x, wte, M, V, C});
+    done();
+  }
+
+ private:
+  static void done() {
+    if constexpr (kSyncEachLaunch) simt::synchronize();
+  }
+  // Split-rows partial results; one per OS thread, grown to the largest step seen.
+  static simt::DeviceBuffer<float>& workspace() {
+    thread_local simt::DeviceBuffer<float> ws;
+    return ws;
+  }
+};
+
+}  // namespace servekit::backend

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Compile every decoder kernel (all launchers; fp32, fp16, bf16 linears; f32/f16 caches in the
+# contiguous and paged layouts) with nvcc for sm_80 and sm_90, warnings as errors; check that
+# the tensor-core linear's PTX holds mma.sync and ldmatrix; print ptxas's registers / shared
+# memory / spills per kernel and fail if a kernel spills.
+#   scripts/check_nvcc_kernels.sh [nvcc] [work dir]
+set -euo pipefail
+NVCC=${1:-nvcc}
+WORK=${2:-$(mktemp -d)}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$WORK"
+SRC="$WORK/kernels.cu"
+cat > "$SRC" <<'CU'
+#include "servekit/backend/cuda.hpp"
+#include "servekit/kernels/sampling.hpp"
+// Instantiate every launcher through Ops<Cuda>, as a .cu that runs the decoder would.
+namespace sk = servekit;
+using Ops = sk::backend::Ops<sk::backend::Cuda>;
+using E = Ops::Epilogue;
+template <class Mat>
+void linears(float* f, const Mat& w) {
+  Ops::linear<E::Store>(f, f, w, f, 1);
+  Ops::linear<E::Gelu>(f, f, w, f, 1);
+  Ops::linear<E::Residual>(f, f, w, f, 1);
+}
+template <class View>
+void attention(const View& kv, float* f, const int32_t* i) {
+  Ops::kv_append(kv, f, i, i, 1, 64);
+  Ops::attention(f, f, kv, i, i, i, 1, 64, 4, 128);
+}
+void instantiate_all(float* f, int32_t* i, sk::half_t* h) {
+  Ops::embedding(f, i, i, f, f, 1, 64);
+  Ops::layernorm(f, f, f, f, 1, 64, 1e-5f);
+  linears(f, sk::weights::Matrix<sk::weights::F32>{});
+  linears(f, sk::weights::Matrix<sk::weights::F16>{});
+  linears(f, sk::weights::Matrix<sk::weights::BF16>{});
+  attention(sk::kv::ContiguousView<float>{f, f, 64, 64}, f, i);
+  attention(sk::kv::ContiguousView<sk::half_t>{h, h, 64, 64}, f, i);
+  attention(sk::kv::PagedView<float>{f, f, i, 8, 16, 64}, f, i);
+  attention(sk::kv::PagedView<sk::half_t>{h, h, i, 8, 16, 64}, f, i);
+  Ops::lm_head(f, f, f, 1, 512, 64);
+  sk::kernels::argmax({i, f, 1, 512});
+}
+CU
+for ARCH in sm_80 sm_90; do
+  PTX="$WORK/kernels_$ARCH.ptx"
+  FLAGS=(-std=c++20 -arch=$ARCH -Werror all-warnings -I"$ROOT/include" --expt-relaxed-constexpr
+         -Xcompiler -Wno-unknown-pragmas)
+  "$NVCC" "${FLAGS[@]}" -ptx "$SRC" -o "$PTX"
+  "$NVCC" "${FLAGS[@]}" -c "$SRC" -o "$WORK/kernels_$ARCH.o"
+  # The fp16 and bf16 linears must run on tensor cores, fed by ldmatrix.
+  for INSN in mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \
+              mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \
+              ldmatrix.sync.aligned.m8n8.x4.shared.b16 ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16; do
+    if ! grep -q "$INSN" "$PTX"; then
+      echo "check_nvcc_kernels: $ARCH PTX lacks $INSN" >&2
+      exit 1
+    fi
+  done
+  echo "== $ARCH: PTX has mma.sync (f16, bf16) and ldmatrix (x4, x4.trans)"
+  "$(dirname "$NVCC")/ptxas" -arch=$ARCH -v "$PTX" -o "$WORK/kernels_$ARCH.cubin" \
+    > "$WORK/ptxas_$ARCH.txt" 2>&1
+  # One line per kernel: registers, static shared memory, spill stores / loads (bytes).
+  awk -v arch=$ARCH '
+    /Compiling entry function/ { match($0, /'"'"'[^'"'"']+'"'"'/); name = substr($0, RSTART + 1, RLENGTH - 2) }
+    /bytes spill stores/ { st = $5; ld = $9 }
+    /Used [0-9]+ registers/ {
+      regs = $0; sub(/.*Used /, "", regs); sub(/ registers.*/, "", regs)
+      smem = 0; if (match($0, /[0-9]+ bytes smem/)) smem = substr($0, RSTART, RLENGTH - 11)
+      cmd = "c++filt " name; cmd | getline pretty; close(cmd)
+      printf "%s | %3d regs | %6d B smem | spill %s/%s B | %s\n", arch, regs, smem, st, ld, pretty
+      if (st + 0 > 0 || ld + 0 > 0) bad = 1
+    }
+    END { exit bad }' "$WORK/ptxas_$ARCH.txt" || { echo "check_nvcc_kernels: $ARCH spills" >&2; exit 1; }
+done

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// The whole tiny GPT-2 on the Emulated backend (the CUDA kernels run by the emulator) against
+// the Hugging Face fixtures: logits at every prompt position and at each cached decode step,
+// greedy tokens, and the left-padded ragged batch; then 16-bit weights against the host backend
+// with the same weight format.
+#include <catch2/catch.hpp>
+
+#include "servekit/backend/emulated.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/serve/sampling.hpp"
+#include "support/reference.hpp"
+
+namespace sk = servekit;
+using sk::model::Batch;
+using sk::model::Logits;
+using sk::model::SeqStep;
+
+namespace {
+constexpr float kTol = 1e-4f;  // fp32 weights and compute; only summation order differs
+
+template <class D>
+std::filesystem::path fixture_dir() {
+  return std::filesystem::path(SERVEKIT_FIXTURES) / std::string(D::name);
+}
+
+std::span<const float> row(const std::vector<float>& m, int r, int V) {
+  return std::span(m).subspan(static_cast<std::size_t>(r) * V, V);
+}
+
+template <class D, class W = sk::weights::F32, class K = sk::kv::Contiguous>
+using Emulated = sk::Config<D, W, K, sk::lora::None, sk::backend::Emulated>;
+}  // namespace
+
+TEMPLATE_TEST_CASE("emulated gpt2 matches HF logits and greedy tokens", "[emulated][hf]",
+                   (Emulated<sk::dims::TinyA>), (Emulated<sk::dims::TinyB>),
+                   (Emulated<sk::dims::TinyA, sk::weights::F32, sk::kv::Paged<16>>)) {
+  using Cfg = TestType;
+  using D = typename Cfg::Dims;
+  constexpr int V = D::vocab;
+  auto model = sk::Gpt2<Cfg>::load(fixture_dir<D>());
+  const auto ref = sk::test::load_reference(fixture_dir<D>());
+  REQUIRE(ref.cases.size() >= 6);
+  std::vector<float> logits;
+
+  for (const auto& c : ref.cases) {
+    INFO("case " << c.name << " (" << c.prompt_ids.size() << " prompt tokens)");
+    const int T = static_cast<int>(c.prompt_ids.size());
+    auto cache = model.make_cache(1);
+    SeqStep s{0, 0, T};
+    model.forward(cache, {c.prompt_ids, std::span(&s, 1), Logits::All}, logits);
+    REQUIRE(logits.size() == c.prefill_logits.size());
+    CHECK(sk::test::max_abs_diff(logits, c.prefill_logits) <= kTol);
+    CHECK(sk::serve::argmax(row(logits, T - 1, V)) == c.greedy_ids[0]);
+    int n_past = T;
+    for (int step = 0; step < ref.n_steps; step++) {
+      INFO("decode step " << step);
+      int32_t next = c.greedy_ids[step];  // teacher-forced: a one-token slip must not cascade
+      SeqStep d{0, n_past++, 1};
+      model.forward(cache, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, logits);
+      CHECK(sk::test::max_abs_diff(logits, row(c.step_logits, step, V)) <= kTol);
+      CHECK(sk::serve::argmax(logits) == c.greedy_ids[step + 1]);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("emulated gpt2 gives each sequence of a ragged batch HF's logits",
+                   "[emulated][hf][batch]", (Emulated<sk::dims::TinyA>),
+                   (Emulated<sk::dims::TinyB>)) {
+  using Cfg = TestType;
+  using D = typename Cfg::Dims;
+  constexpr int V = D::vocab;
+  auto model = sk::Gpt2<Cfg>::load(fixture_dir<D>());
+  const auto ref = sk::test::load_reference(fixture_dir<D>());
+  const auto& b = ref.batch;
+  const int B = static_cast<int>(b.prompt_ids.size());
+  auto cache = model.make_cache(B);
+  std::vector<int32_t> tokens;
+  std::vector<SeqStep> seqs;
+  for (int i = 0; i < B; i++) {
+    seqs.push_back({i, 0, static_cast<int32_t>(b.prompt_ids[i].size())});
+    tokens.insert(tokens.end(), b.prompt_ids[i].begin(), b.prompt_ids[i].end());
+  }
+  std::vector<float> logits;
+  model.forward(cache, {tokens, seqs, Logits::All}, logits);
+  int r = 0;
+  for (int i = 0; i < B; i++) {
+    const int T = static_cast<int>(b.prompt_ids[i].size());
+    const int pad = b.t_pad - T;
+    for (int t = 0; t < T; t++, r++) {
+      INFO("sequence " << i << " position " << t);
+      auto want =
+          std::span(b.logits).subspan((static_cast<std::size_t>(i) * b.t_pad + pad + t) * V, V);
+      CHECK(sk::test::max_abs_diff(row(logits, r, V), want) <= kTol);
+    }
+  }
+  std::vector<int32_t> n_past(B);
+  for (int i = 0; i < B; i++) n_past[i] = static_cast<int32_t>(b.prompt_ids[i].size());
+  for (int step = 0; step < b.n_steps; step++) {
+    tokens.clear(), seqs.clear();
+    for (int i = 0; i < B; i++) {
+      tokens.push_back(b.greedy_ids[i][step]);
+      seqs.push_back({i, n_past[i]++, 1});
+    }
+    model.forward(cache, {tokens, seqs, Logits::Last}, logits);
+    for (int i = 0; i < B; i++) {
+      INFO("sequence " << i << " decode step " << step);
+      auto want =
+          std::span(b.step_logits).subspan((static_cast<std::size_t>(i) * b.n_steps + step) * V, V);
+      CHECK(sk::test::max_abs_diff(row(logits, i, V), want) <= kTol);
+      CHECK(sk::serve::argmax(row(logits, i, V)) == b.greedy_ids[i][step + 1]);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("emulated 16-bit weights match the host backend with the same format",
+                   "[emulated][weights]", sk::weights::F16, sk::weights::BF16) {
+  using D = sk::dims::TinyA;
+  using HostCfg = sk::Config<D, TestType>;
+  auto host = sk::Gpt2<HostCfg>::load(fixture_dir<D>());
+  auto emu = sk::Gpt2<Emulated<D, TestType>>::load(fixture_dir<D>());
+  const auto ref = sk::test::load_reference(fixture_dir<D>());
+  // Both sides hold the same 16-bit weights; the device path also rounds each linear layer's
+  // input to the weights' type (unit roundoff u: 2^-11 fp16, 2^-8 bf16). Four linears per
+  // layer, each off by at most u relative, moving logits by at most ~4 L u max|logit| if the
+  // network passes relative errors through with unit gain (layernorm renormalises, GELU and
+  // the residual sums do not amplify them).
+  constexpr float u = std::is_same_v<TestType, sk::weights::BF16> ? 1.f / 256 : 1.f / 2048;
+  float worst = 0.f, scale = 0.f;
+  for (const auto& c : ref.cases) {
+    INFO("case " << c.name);
+    const int T = static_cast<int>(c.prompt_ids.size());
+    auto hc = host.make_cache(1);
+    auto ec = emu.make_cache(1);
+    std::vector<float> hl, el;
+    SeqStep s{0, 0, T};
+    host.forward(hc, {c.prompt_ids, std::span(&s, 1), Logits::All}, hl);
+    emu.forward(ec, {c.prompt_ids, std::span(&s, 1), Logits::All}, el);
+    worst = std::max(worst, sk::test::max_abs_diff(el, hl));
+    for (float v : hl) scale = std::max(scale, std::abs(v));
+    int n_past = T;
+    for (int step = 0; step < ref.n_steps; step++) {
+      int32_t next = c.greedy_ids[step];
+      SeqStep d{0, n_past++, 1};
+      host.forward(hc, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, hl);
+      emu.forward(ec, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, el);
+      worst = std::max(worst, sk::test::max_abs_diff(el, hl));
+    }
+  }
+  INFO(TestType::name << ": max |emulated - host| = " << worst << ", max |logit| = " << scale);
+  CHECK(worst > 0.f);  // the activations really were rounded: this is not the host path
+  CHECK(worst <= 4 * D::n_layer * u * scale);
+}

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+// Linear kernels under emulation against the host reference: the fp32 SIMT GEMM / GEMV and the
+// fp16 / bf16 tensor-core GEMM, every epilogue, awkward shapes (no dimension a tile multiple),
+// outputs poisoned with NaN (Residual: random, since it accumulates into out).
+#include <cmath>
+
+#include "servekit/kernels/linear_mma.hpp"
+#include "servekit/kernels/linear_simt.hpp"
+#include "servekit/kernels/ref/linear.hpp"
+#include "servekit/weights/formats.hpp"
+#include "test_kernels_support.hpp"
+
+namespace sk = servekit;
+namespace kn = servekit::kernels;
+using E = kn::Epilogue;
+using namespace kernels_test;
+
+namespace {
+
+template <E Ep>
+std::vector<float> initial_out(std::size_t n, std::mt19937& rng) {
+  return Ep == E::Residual ? random_floats(n, rng) : poisoned(n);
+}
+
+template <E Ep>
+void check_simt(int M, int K, int N, std::mt19937& rng) {
+  INFO("fp32 epilogue " << static_cast<int>(Ep) << ": M = " << M << ", K = " << K << ", N = " << N);
+  auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
+  auto W = sk::weights::Matrix<sk::weights::F32>::from_f32(
+      random_floats(static_cast<std::size_t>(K) * N, rng), K, N);
+  auto b = random_floats(N, rng);
+  auto got = initial_out<Ep>(static_cast<std::size_t>(M) * N, rng), want = got;
+  kn::linear_simt<Ep>({got.data(), x.data(), W.data.data(), b.data(), M, K, N});
+  sk::kernels::ref::linear<Ep>(want.data(), x.data(), W, b.data(), M);
+  // K products of magnitude <= 1 summed in another order: ~sqrt(K) ulp(1) apart.
+  require_close(got, want, 1e-5f * std::sqrt(static_cast<float>(K)), 1e-5f);
+}
+
+// The tensor-core path rounds x to the weights' 16-bit type when it stages it (round to
+// nearest: relative error at most u = 2^-11 for fp16, 2^-8 for bf16; the weights are already
+// that type on both sides, so their products are exact in fp32). Hence per element
+//   |got - want| <= (u + K 2^-24) sum_k |x_mk w_kn| + 1e-5 (1 + |want|),
+// the second term of the first bracket and the last term for fp32 summation order. GELU's
+// derivative is at most 1.13, so its error bound scales by that.
+template <E Ep, class Fmt>
+void check_mma(int M, int K, int N, std::mt19937& rng) {
+  constexpr bool kBf16 = std::is_same_v<Fmt, sk::weights::BF16>;
+  const float u = kBf16 ? std::ldexp(1.f, -8) : std::ldexp(1.f, -11);
+  INFO(Fmt::name << " epilogue " << static_cast<int>(Ep) << ": M = " << M << ", K = " << K
+                 << ", N = " << N);
+  auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
+  auto W = sk::weights::Matrix<Fmt>::from_f32(random_floats(static_cast<std::size_t>(K) * N, rng),
+                                              K, N);
+  auto b = random_floats(N, rng);
+  auto got = initial_out<Ep>(static_cast<std::size_t>(M) * N, rng), want = got;
+  kn::linear_mma<Ep, kBf16>({got.data(), x.data(),
+                             reinterpret_cast<const std::uint16_t*>(W.data.data()), b.data(), M,
+                             K, N});
+  sk::kernels::ref::linear<Ep>(want.data(), x.data(), W, b.data(), M);
+  std::vector<float> mag(static_cast<std::size_t>(M) * N, 0.f);  // sum_k |x_mk w_kn|
+  for (int m = 0; m < M; m++)
+    for (int k = 0; k < K; k++)
+      for (int n = 0; n < N; n++)
+        mag[static_cast<std::size_t>(m) * N + n] +=
+            std::abs(x[static_cast<std::size_t>(m) * K + k] * W.dequant(k, n));
+  const float slope = Ep == E::Gelu ? 1.13f : 1.f;
+  require_close(got, want, [&](std::size_t i) {
+    return slope * (u + K * std::ldexp(1.f, -24)) * mag[i] + 1e-5f * (1.f + std::abs(want[i]));
+  });
+}
+
+}  // namespace
+
+TEST_CASE("fp32 SIMT linear (GEMV for M <= 8, tiled GEMM above) matches the reference",
+          "[kernels][emulated][linear]") {
+  std::mt19937 rng(11);
+  for (int M : {1, 3, 8, 9, 33, 70})
+    for (int K : {1, 17, 64, 257})
+      for (int N : {1, 45, 130}) {
+        check_simt<E::Store>(M, K, N, rng);
+        check_simt<E::Gelu>(M, K, N, rng);
+        check_simt<E::Residual>(M, K, N, rng);
+      }
+}
+
+TEMPLATE_TEST_CASE("tensor-core linear matches the reference within the 16-bit rounding of x",
+                   "[kernels][emulated][linear]", sk::weights::F16, sk::weights::BF16) {
+  std::mt19937 rng(12);
+  for (int M : {1, 5, 33, 70})
+    for (int K : {1, 16, 40, 257})
+      for (int N : {3, 8, 130}) {
+        check_mma<E::Store, TestType>(M, K, N, rng);
+        check_mma<E::Gelu, TestType>(M, K, N, rng);
+        check_mma<E::Residual, TestType>(M, K, N, rng);
+      }
+}
+
+TEST_CASE("linear launchers name the shape they cannot run", "[kernels][emulated][errors]") {
+  float f = 0.f;
+  std::uint16_t h = 0;
+  REQUIRE_THROWS_WITH((kn::linear_simt<E::Store>({&f, &f, &f, nullptr, 4, 0, 8})),
+                      Catch::Contains("kernels::linear_simt") && Catch::Contains("K = 0"));
+  REQUIRE_THROWS_WITH((kn::linear_mma<E::Store, false>({&f, &f, &h, nullptr, 0, 16, 8})),
+                      Catch::Contains("kernels::linear_mma (f16)") && Catch::Contains("M = 0"));
+  REQUIRE_THROWS_WITH((kn::linear_mma<E::Gelu, true>({&f, &f, &h, nullptr, 2, 16, -1})),
+                      Catch::Contains("kernels::linear_mma (bf16)") && Catch::Contains("N = -1"));
+}

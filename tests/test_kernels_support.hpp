@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Helpers of the emulated kernel tests: random inputs, NaN-poisoned outputs, and a comparison
+// that reports the first element out of tolerance (an unwritten, still-NaN element fails it).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace kernels_test {
+
+inline std::vector<float> random_floats(std::size_t n, std::mt19937& rng, float lo = -1.f,
+                                        float hi = 1.f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+inline std::vector<float> poisoned(std::size_t n) {
+  return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
+}
+
+// |got - want| <= tol(i) for every i; a NaN on either side fails.
+template <class Tol>
+void require_close(std::span<const float> got, std::span<const float> want, Tol tol) {
+  REQUIRE(got.size() == want.size());
+  std::size_t bad = 0, first = got.size();
+  float worst = 0.f;
+  for (std::size_t i = 0; i < got.size(); i++) {
+    const float err = std::abs(got[i] - want[i]);
+    if (!(err <= tol(i))) {
+      if (bad++ == 0) first = i;
+      worst = std::isnan(err) ? err : std::max(worst, err);
+    }
+  }
+  INFO(bad << " of " << got.size() << " elements out of tolerance; first at " << first
+            << " (got " << (first < got.size() ? got[first] : 0.f) << ", want "
+            << (first < got.size() ? want[first] : 0.f) << "), worst error " << worst);
+  REQUIRE(bad == 0);
+}
+
+// abs + |ref| x rel: the fp32 paths differ from the reference only in summation order.
+inline void require_close(std::span<const float> got, std::span<const float> want,
+                          float abs = 1e-5f, float rel = 1e-5f) {
+  require_close(got, want, [&](std::size_t i) { return abs + std::abs(want[i]) * rel; });
+}
+
+}  // namespace kernels_test
