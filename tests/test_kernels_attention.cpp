@@ -39,7 +39,8 @@ struct TestCache {
     auto kf = random_floats(static_cast<std::size_t>(rows) * C, rng, -2.f, 2.f);
     auto vf = random_floats(kf.size(), rng);
     k.resize(kf.size()), v.resize(vf.size());
-    for (std::size_t i = 0; i < kf.size(); i++) kn::store_f32(k[i], kf[i]), kn::store_f32(v[i], vf[i]);
+    for (std::size_t i = 0; i < kf.size(); i++)
+      kn::store_f32(k[i], kf[i]), kn::store_f32(v[i], vf[i]);
     if (kPaged) {  // blocks handed out in a shuffled order, as an allocator's free list would
       table.resize(static_cast<std::size_t>(slots) * per_slot);
       std::vector<int32_t> ids(rows / kBlock);
@@ -50,8 +51,8 @@ struct TestCache {
   }
   auto view() {
     if constexpr (kPaged)
-      return sk::kv::PagedView<T>{k.data(), v.data(), table.data(),
-                                  (kMaxLen + kBlock - 1) / kBlock, kBlock, C};
+      return sk::kv::PagedView<T>{k.data(), v.data(), table.data(), (kMaxLen + kBlock - 1) / kBlock,
+                                  kBlock,   C};
     else
       return sk::kv::ContiguousView<T>{k.data(), v.data(), static_cast<int64_t>(kMaxLen) * C, C};
   }
@@ -79,19 +80,25 @@ void check_attention(Kernel which, int C, int n_head, const std::vector<Seq>& se
   auto got = poisoned(static_cast<std::size_t>(N) * C), want = got;
   const auto view = cache.view();
   const int hd = C / n_head;
-  const kn::AttentionParams p{got.data(), qkv.data(), kn::device_view(view), slot.data(),
-                              first.data(), row.data(), N, C, n_head,
+  const kn::AttentionParams p{got.data(),
+                              qkv.data(),
+                              kn::device_view(view),
+                              slot.data(),
+                              first.data(),
+                              row.data(),
+                              N,
+                              C,
+                              n_head,
                               1.f / std::sqrt(static_cast<float>(hd))};
   if (which == Kernel::Prefill) {
     kn::attention_prefill(p);
   } else {
     const int max_rows = longest + extra_rows;
-    std::vector<float> ws(
-        kn::decode_workspace_floats(N, C, n_head, kn::decode_splits(max_rows)));
+    std::vector<float> ws(kn::decode_workspace_floats(N, C, n_head, kn::decode_splits(max_rows)));
     kn::attention_decode(p, max_rows, ws.data());
   }
-  sk::kernels::ref::attention(want.data(), qkv.data(), view, slot.data(), first.data(),
-                              row.data(), N, C, n_head, kMaxLen);
+  sk::kernels::ref::attention(want.data(), qkv.data(), view, slot.data(), first.data(), row.data(),
+                              N, C, n_head, kMaxLen);
   // Outputs are convex combinations of V (|v| <= 1): online vs two-pass softmax and the
   // summation order move them by a few ulp of 1.
   require_close(got, want, 1e-5f, 1e-5f);
@@ -99,8 +106,8 @@ void check_attention(Kernel which, int C, int n_head, const std::vector<Seq>& se
 
 // Sequence lengths 1..300 in one call; one left-padded, one continuing an earlier chunk.
 const std::vector<Seq> kPrefill = {{0, 1, 1}, {0, 17, 17}, {0, 300, 300}, {0, 45, 20}, {5, 30, 30}};
-const std::vector<Seq> kDecode = {{0, 1, 1}, {0, 17, 1}, {0, 300, 1}, {0, 45, 1}, {5, 30, 1},
-                                  {0, 257, 1}, {3, 256, 1}};
+const std::vector<Seq> kDecode = {{0, 1, 1},  {0, 17, 1},  {0, 300, 1}, {0, 45, 1},
+                                  {5, 30, 1}, {0, 257, 1}, {3, 256, 1}};
 
 template <class T, bool kPaged>
 void check_all(Kernel which) {
@@ -114,17 +121,33 @@ void check_all(Kernel which) {
 }  // namespace
 
 TEST_CASE("flash prefill attention matches the reference", "[kernels][emulated][attention]") {
-  SECTION("contiguous f32") { check_all<float, false>(Kernel::Prefill); }
-  SECTION("contiguous f16") { check_all<sk::half_t, false>(Kernel::Prefill); }
-  SECTION("paged f32") { check_all<float, true>(Kernel::Prefill); }
-  SECTION("paged f16") { check_all<sk::half_t, true>(Kernel::Prefill); }
+  SECTION("contiguous f32") {
+    check_all<float, false>(Kernel::Prefill);
+  }
+  SECTION("contiguous f16") {
+    check_all<sk::half_t, false>(Kernel::Prefill);
+  }
+  SECTION("paged f32") {
+    check_all<float, true>(Kernel::Prefill);
+  }
+  SECTION("paged f16") {
+    check_all<sk::half_t, true>(Kernel::Prefill);
+  }
 }
 
 TEST_CASE("split-rows decode attention matches the reference", "[kernels][emulated][attention]") {
-  SECTION("contiguous f32") { check_all<float, false>(Kernel::Decode); }
-  SECTION("contiguous f16") { check_all<sk::half_t, false>(Kernel::Decode); }
-  SECTION("paged f32") { check_all<float, true>(Kernel::Decode); }
-  SECTION("paged f16") { check_all<sk::half_t, true>(Kernel::Decode); }
+  SECTION("contiguous f32") {
+    check_all<float, false>(Kernel::Decode);
+  }
+  SECTION("contiguous f16") {
+    check_all<sk::half_t, false>(Kernel::Decode);
+  }
+  SECTION("paged f32") {
+    check_all<float, true>(Kernel::Decode);
+  }
+  SECTION("paged f16") {
+    check_all<sk::half_t, true>(Kernel::Decode);
+  }
   SECTION("one split, and splits past every sequence's end") {
     check_attention<float, false>(Kernel::Decode, 64, 2, {{0, 1, 1}, {2, 200, 1}});
     check_attention<float, true>(Kernel::Decode, 64, 2, kDecode, 700);
@@ -140,15 +163,15 @@ TEST_CASE("attention launchers name the shape they cannot run",
   int32_t zero = 0;
   const sk::kv::ContiguousView<float> view{k.data(), k.data(), 48, 48};
   auto params = [&](int C, int H) {
-    return kn::AttentionParams{out.data(), q.data(), kn::device_view(view), &zero, &zero, &zero,
-                               1, C, H, 1.f};
+    return kn::AttentionParams{
+        out.data(), q.data(), kn::device_view(view), &zero, &zero, &zero, 1, C, H, 1.f};
   };
   REQUIRE_THROWS_WITH(kn::attention_prefill(params(48, 1)),
                       Catch::Contains("kernels::attention_prefill") &&
                           Catch::Contains("head_dim 48") && Catch::Contains("16, 32, 64, 128"));
-  REQUIRE_THROWS_WITH(kn::attention_decode(params(48, 2), 1, nullptr),
-                      Catch::Contains("kernels::attention_decode") &&
-                          Catch::Contains("head_dim 24"));
+  REQUIRE_THROWS_WITH(
+      kn::attention_decode(params(48, 2), 1, nullptr),
+      Catch::Contains("kernels::attention_decode") && Catch::Contains("head_dim 24"));
   REQUIRE_THROWS_WITH(kn::attention_decode(params(48, 5), 1, nullptr),
                       Catch::Contains("C = 48 is not a positive multiple of n_head = 5"));
   REQUIRE_THROWS_WITH(kn::attention_decode(params(32, 1), 600, nullptr),

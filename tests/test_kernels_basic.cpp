@@ -31,7 +31,8 @@ TEST_CASE("embedding kernel matches the reference", "[kernels][emulated]") {
       for (int i = 0; i < N; i++) tok[i] = (i * 13 + 5) % V, pos[i] = (i * 7) % P;
       auto got = poisoned(static_cast<std::size_t>(N) * C), want = got;
       kn::embedding({got.data(), tok.data(), pos.data(), wte.data(), wpe.data(), N, C});
-      sk::kernels::ref::embedding(want.data(), tok.data(), pos.data(), wte.data(), wpe.data(), N, C);
+      sk::kernels::ref::embedding(want.data(), tok.data(), pos.data(), wte.data(), wpe.data(), N,
+                                  C);
       require_close(got, want, 0.f, 0.f);  // one fp32 add on both sides
     }
 }
@@ -106,8 +107,9 @@ void check_kv_append_contiguous() {
   for (auto* a : {&k1, &v1, &k2, &v2})
     for (auto& e : *a) kn::store_f32(e, std::numeric_limits<float>::quiet_NaN());
   const int64_t stride = static_cast<int64_t>(max_len) * C;
-  kn::kv_append(kn::KvAppendParams{kn::device_view(sk::kv::ContiguousView<T>{k1.data(), v1.data(), stride, C}),
-                                   qkv.data(), slot.data(), row.data(), N, C});
+  kn::kv_append(kn::KvAppendParams{
+      kn::device_view(sk::kv::ContiguousView<T>{k1.data(), v1.data(), stride, C}), qkv.data(),
+      slot.data(), row.data(), N, C});
   sk::kernels::ref::kv_append(sk::kv::ContiguousView<T>{k2.data(), v2.data(), stride, C},
                               qkv.data(), slot.data(), row.data(), N, C);
   for (std::size_t i = 0; i < cache; i++) {
@@ -124,8 +126,12 @@ void check_kv_append_contiguous() {
 }
 
 TEST_CASE("kv_append kernel writes the reference's cache rows", "[kernels][emulated]") {
-  SECTION("f32") { check_kv_append_contiguous<float>(); }
-  SECTION("f16") { check_kv_append_contiguous<sk::half_t>(); }
+  SECTION("f32") {
+    check_kv_append_contiguous<float>();
+  }
+  SECTION("f16") {
+    check_kv_append_contiguous<sk::half_t>();
+  }
 }
 
 TEST_CASE("kernel launchers name the shape they cannot run", "[kernels][emulated][errors]") {

@@ -5,6 +5,9 @@
 // with the same weight format.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cstdio>
+
 #include "servekit/backend/emulated.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/sampling.hpp"
@@ -149,4 +152,47 @@ TEMPLATE_TEST_CASE("emulated 16-bit weights match the host backend with the same
   INFO(TestType::name << ": max |emulated - host| = " << worst << ", max |logit| = " << scale);
   CHECK(worst > 0.f);  // the activations really were rounded: this is not the host path
   CHECK(worst <= 4 * D::n_layer * u * scale);
+}
+
+// Not a test: prints the emulated and host speed of a TinyA prefill of 64 tokens and of one
+// decode step (best of 5 after a warm-up). Run it by its tag: test_kernels_gpt2 "[.throughput]".
+TEST_CASE("emulated vs host throughput of tiny-a", "[.throughput]") {
+  using D = sk::dims::TinyA;
+  auto run = [](auto& model, const char* name) {
+    auto cache = model.make_cache(1);
+    std::vector<int32_t> prompt(64);
+    for (int i = 0; i < 64; i++) prompt[i] = (i * 37 + 11) % D::vocab;
+    std::vector<float> logits;
+    auto time_ms = [](auto&& f) {
+      double best = 1e30;
+      for (int rep = 0; rep < 6; rep++) {  // the first is the warm-up
+        const auto t0 = std::chrono::steady_clock::now();
+        f();
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
+        if (rep > 0) best = std::min(best, ms);
+      }
+      return best;
+    };
+    const double prefill = time_ms([&] {
+      SeqStep s{0, 0, 64};
+      model.forward(cache, {prompt, std::span(&s, 1), Logits::Last}, logits);
+    });
+    const double decode = time_ms([&] {
+      int32_t next = 5;
+      SeqStep d{0, 64, 1};
+      model.forward(cache, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, logits);
+    });
+    std::printf(
+        "%-9s prefill 64 tokens: %8.3f ms (%9.0f tokens/s)   decode step (65th token): "
+        "%8.3f ms (%8.0f tokens/s)\n",
+        name, prefill, 64e3 / prefill, decode, 1e3 / decode);
+  };
+  auto host = sk::Gpt2<sk::Config<D>>::load(fixture_dir<D>());
+  auto emu = sk::Gpt2<Emulated<D>>::load(fixture_dir<D>());
+  auto emu16 = sk::Gpt2<Emulated<D, sk::weights::F16>>::load(fixture_dir<D>());
+  run(host, "host f32");
+  run(emu, "emu f32");
+  run(emu16, "emu f16");
 }

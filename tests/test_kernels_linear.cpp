@@ -49,13 +49,13 @@ void check_mma(int M, int K, int N, std::mt19937& rng) {
   INFO(Fmt::name << " epilogue " << static_cast<int>(Ep) << ": M = " << M << ", K = " << K
                  << ", N = " << N);
   auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
-  auto W = sk::weights::Matrix<Fmt>::from_f32(random_floats(static_cast<std::size_t>(K) * N, rng),
-                                              K, N);
+  auto W =
+      sk::weights::Matrix<Fmt>::from_f32(random_floats(static_cast<std::size_t>(K) * N, rng), K, N);
   auto b = random_floats(N, rng);
   auto got = initial_out<Ep>(static_cast<std::size_t>(M) * N, rng), want = got;
   kn::linear_mma<Ep, kBf16>({got.data(), x.data(),
-                             reinterpret_cast<const std::uint16_t*>(W.data.data()), b.data(), M,
-                             K, N});
+                             reinterpret_cast<const std::uint16_t*>(W.data.data()), b.data(), M, K,
+                             N});
   sk::kernels::ref::linear<Ep>(want.data(), x.data(), W, b.data(), M);
   std::vector<float> mag(static_cast<std::size_t>(M) * N, 0.f);  // sum_k |x_mk w_kn|
   for (int m = 0; m < M; m++)

@@ -38,9 +38,9 @@ void require_close(std::span<const float> got, std::span<const float> want, Tol 
       worst = std::isnan(err) ? err : std::max(worst, err);
     }
   }
-  INFO(bad << " of " << got.size() << " elements out of tolerance; first at " << first
-            << " (got " << (first < got.size() ? got[first] : 0.f) << ", want "
-            << (first < got.size() ? want[first] : 0.f) << "), worst error " << worst);
+  INFO(bad << " of " << got.size() << " elements out of tolerance; first at " << first << " (got "
+           << (first < got.size() ? got[first] : 0.f) << ", want "
+           << (first < got.size() ? want[first] : 0.f) << "), worst error " << worst);
   REQUIRE(bad == 0);
 }
 

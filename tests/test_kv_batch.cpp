@@ -11,6 +11,7 @@
 
 #include "kv_support.hpp"
 #include "servekit/serve/padded_batch.hpp"
+#include "servekit/weights/formats.hpp"
 
 namespace sk = servekit;
 using sk::model::Logits;
@@ -43,7 +44,12 @@ using B2 = Combo<sk::dims::TinyB, sk::kv::ContiguousF16>;
 using B3 = Combo<sk::dims::TinyB, sk::kv::Paged<4>>;
 using B4 = Combo<sk::dims::TinyB, sk::kv::PagedF16<4>>;
 using B5 = Combo<sk::dims::TinyB, sk::kv::Paged<16>>;
-#define KV_COMBOS A1, A2, A3, A4, A5, B1, B2, B3, B4, B5
+// Other weight formats: a sequence's tokens must not depend on its batch there either.
+using W1 = Combo<sk::dims::TinyA, sk::kv::Paged<4>, sk::weights::F16>;
+using W2 = Combo<sk::dims::TinyA, sk::kv::Contiguous, sk::weights::BF16>;
+using W3 =
+    Combo<sk::dims::TinyB, sk::kv::PagedF16<4>, sk::weights::U8ZeroPoint<sk::weights::PerChannel>>;
+#define KV_COMBOS A1, A2, A3, A4, A5, B1, B2, B3, B4, B5, W1, W2, W3
 
 TEMPLATE_TEST_CASE("one batch of prompts of different lengths gives each its tokens alone",
                    "[kv][batch]", KV_COMBOS) {

@@ -67,8 +67,8 @@ struct SimtOps {
   }
 
   template <class KvView>
-  static void kv_append(const KvView& kv, const float* qkv, const int32_t* slot,
-                        const int32_t* row, int N, int C) {
+  static void kv_append(const KvView& kv, const float* qkv, const int32_t* slot, const int32_t* row,
+                        int N, int C) {
     kernels::kv_append(kernels::KvAppendParams{kernels::device_view(kv), qkv, slot, row, N, C});
     done();
   }
@@ -78,9 +78,15 @@ struct SimtOps {
                         const int32_t* first, const int32_t* row, int N, int C, int n_head,
                         int max_rows) {
     const int hd = kernels::check_heads("attention", C, n_head);
-    const kernels::AttentionParams p{out,   qkv, kernels::device_view(kv),
-                                     slot,  first, row,
-                                     N,     C,   n_head,
+    const kernels::AttentionParams p{out,
+                                     qkv,
+                                     kernels::device_view(kv),
+                                     slot,
+                                     first,
+                                     row,
+                                     N,
+                                     C,
+                                     n_head,
                                      1.f / std::sqrt(static_cast<float>(hd))};
     if (N <= kDecodeRows) {
       const int splits = kernels::decode_splits(max_rows);

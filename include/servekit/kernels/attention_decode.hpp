@@ -119,9 +119,9 @@ __global__ void __launch_bounds__(flash_decode::kThreads)
 
 // out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s over the splits of one (row, head).
 template <int kHd>
-__global__ void __launch_bounds__(kHd) attention_combine_kernel(float* out,  // (N, C)
-                                                                const SplitWorkspace ws, int C,
-                                                                int n_head) {
+__global__ void __launch_bounds__(kHd)
+    attention_combine_kernel(float* out,  // (N, C)
+                             const SplitWorkspace ws, int C, int n_head) {
   const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int64_t base = (static_cast<int64_t>(r) * n_head + h) * ws.splits;
   float mx = -INFINITY;
@@ -154,11 +154,11 @@ void attention_decode(const AttentionParams<T, Rows>& p, int max_rows, float* wo
   const std::size_t states = static_cast<std::size_t>(p.N) * p.n_head * splits;
   const SplitWorkspace ws{workspace, workspace + states, workspace + 2 * states, splits};
   dispatch_head_dim(hd, who, p.C, p.n_head, [&]<int kHd>() {
-    simt::launch(simt::kernel<attention_decode_kernel<T, Rows, kHd>>,
-                 dim3(p.N, p.n_head, splits), dim3(flash_decode::kThreads), 0, stream, p, ws);
+    simt::launch(simt::kernel<attention_decode_kernel<T, Rows, kHd>>, dim3(p.N, p.n_head, splits),
+                 dim3(flash_decode::kThreads), 0, stream, p, ws);
     if (splits > 1)
-      simt::launch(simt::kernel<attention_combine_kernel<kHd>>, dim3(p.N, p.n_head), dim3(kHd),
-                   0, stream, p.out, ws, p.C, p.n_head);
+      simt::launch(simt::kernel<attention_combine_kernel<kHd>>, dim3(p.N, p.n_head), dim3(kHd), 0,
+                   stream, p.out, ws, p.C, p.n_head);
   });
 }
 

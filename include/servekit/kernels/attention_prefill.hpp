@@ -14,14 +14,14 @@ namespace servekit::kernels {
 
 template <class T, class Rows>
 struct AttentionParams {
-  float* out;             // (N, C)
-  const float* qkv;       // (N, 3C): only q is read; k and v come from the cache
-  KvDevice<T, Rows> kv;   // rows of (C) per (slot, row)
-  const int32_t* slot;    // (N)
-  const int32_t* first;   // (N) first cache row each query sees
-  const int32_t* row;     // (N) its own cache row, the last it sees
+  float* out;            // (N, C)
+  const float* qkv;      // (N, 3C): only q is read; k and v come from the cache
+  KvDevice<T, Rows> kv;  // rows of (C) per (slot, row)
+  const int32_t* slot;   // (N)
+  const int32_t* first;  // (N) first cache row each query sees
+  const int32_t* row;    // (N) its own cache row, the last it sees
   int N, C, n_head;
-  float scale;            // 1 / sqrt(head_dim)
+  float scale;  // 1 / sqrt(head_dim)
 };
 
 namespace flash {
@@ -31,13 +31,13 @@ static_assert(BK == 32, "one key per lane");
 
 template <int kHd>
 struct SharedStorage {
-  float q[BQ][kHd];       // scaled queries
-  float k[BK][kHd + 1];   // +1: lane j reads row j, and rows then start in different banks
+  float q[BQ][kHd];      // scaled queries
+  float k[BK][kHd + 1];  // +1: lane j reads row j, and rows then start in different banks
   float v[BK][kHd];
-  float p[kWarps][BK];    // one warp's probabilities, read back by every lane
-  int active[BQ];         // the query belongs to the current pass
+  float p[kWarps][BK];  // one warp's probabilities, read back by every lane
+  int active[BQ];       // the query belongs to the current pass
   int done[BQ];
-  int cur_slot, lo, hi;   // the pass: its slot and the cache rows it streams
+  int cur_slot, lo, hi;  // the pass: its slot and the cache rows it streams
 };
 }  // namespace flash
 

@@ -28,11 +28,15 @@ __device__ SERVEKIT_SIMT_INLINE float warp_max(float v) {
 }
 
 // Cache elements are fp32 or IEEE half (servekit::half_t has __half's bit layout).
-__device__ SERVEKIT_SIMT_INLINE float to_f32(float x) { return x; }
+__device__ SERVEKIT_SIMT_INLINE float to_f32(float x) {
+  return x;
+}
 __device__ SERVEKIT_SIMT_INLINE float to_f32(half_t x) {
   return __half2float(__ushort_as_half(x.bits));
 }
-__device__ SERVEKIT_SIMT_INLINE void store_f32(float& d, float x) { d = x; }
+__device__ SERVEKIT_SIMT_INLINE void store_f32(float& d, float x) {
+  d = x;
+}
 __device__ SERVEKIT_SIMT_INLINE void store_f32(half_t& d, float x) {
   d.bits = __half_as_ushort(__float2half_rn(x));
 }
@@ -93,19 +97,29 @@ KvDevice<T, PagedRows> device_view(const kv::PagedView<T>& v) {
   return {v.k, v.v, {v.block_table, v.table_stride, v.block_tokens, v.C}};
 }
 
-__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
-__host__ __device__ constexpr int imin(int a, int b) { return a < b ? a : b; }
-__host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
+__host__ __device__ constexpr int ceil_div(int a, int b) {
+  return (a + b - 1) / b;
+}
+__host__ __device__ constexpr int imin(int a, int b) {
+  return a < b ? a : b;
+}
+__host__ __device__ constexpr int imax(int a, int b) {
+  return a > b ? a : b;
+}
 
 // The attention kernels hold a head's features in registers (head_dim / 32 per lane), so
 // head_dim is a template argument; this is the one place a runtime value becomes one.
 template <class F>
 void dispatch_head_dim(int hd, const char* who, int C, int n_head, F&& f) {
   switch (hd) {
-    case 16: return f.template operator()<16>();
-    case 32: return f.template operator()<32>();
-    case 64: return f.template operator()<64>();
-    case 128: return f.template operator()<128>();
+    case 16:
+      return f.template operator()<16>();
+    case 32:
+      return f.template operator()<32>();
+    case 64:
+      return f.template operator()<64>();
+    case 128:
+      return f.template operator()<128>();
     default:
       fail(who, ": head_dim ", hd, " (C = ", C, ", n_head = ", n_head,
            ") is not one of the supported 16, 32, 64, 128");

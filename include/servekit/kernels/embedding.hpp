@@ -7,11 +7,11 @@
 namespace servekit::kernels {
 
 struct EmbeddingParams {
-  float* out;            // (N, C)
+  float* out;             // (N, C)
   const int32_t* tokens;  // (N)
   const int32_t* pos;     // (N)
-  const float* wte;      // (V, C)
-  const float* wpe;      // (P, C)
+  const float* wte;       // (V, C)
+  const float* wpe;       // (P, C)
   int N, C;
 };
 

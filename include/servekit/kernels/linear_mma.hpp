@@ -62,14 +62,14 @@ __global__ void __launch_bounds__(mma_gemm::kThreads) linear_mma_kernel(const Li
     for (int i = threadIdx.x; i < BM * BK; i += kThreads) {
       const int rr = i / BK, k = i % BK;
       const int gm = m0 + rr, gk = k0 + k;
-      s.a[rr][k] = to_b16<kBf16>(gm < p.M && gk < p.K ? p.x[static_cast<int64_t>(gm) * p.K + gk]
-                                                      : 0.f);
+      s.a[rr][k] =
+          to_b16<kBf16>(gm < p.M && gk < p.K ? p.x[static_cast<int64_t>(gm) * p.K + gk] : 0.f);
     }
     for (int i = threadIdx.x; i < BK * BN; i += kThreads) {
       const int k = i / BN, c = i % BN;
       const int gk = k0 + k, gn = n0 + c;
-      s.b[k][c] = gk < p.K && gn < p.N ? p.w[static_cast<int64_t>(gk) * p.N + gn]
-                                       : std::uint16_t{0};
+      s.b[k][c] =
+          gk < p.K && gn < p.N ? p.w[static_cast<int64_t>(gk) * p.N + gn] : std::uint16_t{0};
     }
     __syncthreads();
 #pragma unroll

@@ -72,8 +72,8 @@ inline void lm_head(const LmHeadParams& p, simt::stream_handle stream = nullptr)
   if (ceil_div(p.M, kRows) > 65535)
     fail("kernels::lm_head: M = ", p.M, " needs more than 65535 row tiles");
   simt::launch(simt::kernel<lm_head_kernel<>>,
-               dim3(ceil_div(p.V, kWarps * kVocabPerWarp), ceil_div(p.M, kRows)), dim3(kThreads),
-               0, stream, p);
+               dim3(ceil_div(p.V, kWarps * kVocabPerWarp), ceil_div(p.M, kRows)), dim3(kThreads), 0,
+               stream, p);
 }
 
 }  // namespace servekit::kernels

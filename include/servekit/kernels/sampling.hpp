@@ -51,8 +51,7 @@ __global__ void __launch_bounds__(argmax_cfg::kThreads) argmax_kernel(const Argm
 
 inline void argmax(const ArgmaxParams& p, simt::stream_handle stream = nullptr) {
   if (p.M < 1 || p.V < 1) fail("kernels::argmax: cannot run M = ", p.M, ", V = ", p.V);
-  simt::launch(simt::kernel<argmax_kernel<>>, dim3(p.M), dim3(argmax_cfg::kThreads), 0, stream,
-               p);
+  simt::launch(simt::kernel<argmax_kernel<>>, dim3(p.M), dim3(argmax_cfg::kThreads), 0, stream, p);
 }
 
 }  // namespace servekit::kernels
