@@ -22,7 +22,6 @@ namespace servekit {
 
 template <class Cfg>
 class Gpt2 {
-
  public:
   using Config = Cfg;
   using Dims = typename Cfg::Dims;
@@ -88,9 +87,8 @@ class Gpt2 {
       return Cache(L, C, slots, max_len);
     }
   }
-  Cache make_cache(int slots, int max_len, int n_blocks) const
-    requires kv::is_paged<typename Cfg::Kv>
-  {
+  Cache make_cache(int slots, int max_len,
+                   int n_blocks) const requires kv::is_paged<typename Cfg::Kv> {
     check_max_len(max_len);
     return Cache(L, C, slots, max_len, n_blocks);
   }
