@@ -37,7 +37,10 @@ const std::string kTinyA = std::string(SERVEKIT_FIXTURES) + "/tiny-a";
 
 std::string join(const std::vector<int32_t>& v) {
   std::string s;
-  for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  for (auto x : v) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
   return s;
 }
 }  // namespace

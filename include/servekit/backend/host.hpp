@@ -2,10 +2,12 @@
 #pragma once
 // The host backend: plain C++ loops parallelised with OpenMP (kernels/ref). It is both the
 // fast CPU path and the reference every other backend is tested against.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "servekit/backend/ops.hpp"
+#include "servekit/core/storage.hpp"
 #include "servekit/kernels/ref/attention.hpp"
 #include "servekit/kernels/ref/embedding.hpp"
 #include "servekit/kernels/ref/layernorm.hpp"
@@ -15,7 +17,8 @@
 namespace servekit::backend {
 
 template <>
-struct Ops<Host> {
+struct Ops<Host> : HostStorage {
+  using Storage = HostStorage;
   using Epilogue = kernels::ref::Epilogue;
 
   static void embedding(float* out, const int32_t* tokens, const int32_t* pos, const float* wte,
@@ -46,6 +49,11 @@ struct Ops<Host> {
                         const int32_t* first, const int32_t* row, int N, int C, int n_head,
                         int max_rows) {
     kernels::ref::attention(out, qkv, kv, slot, first, row, N, C, n_head, max_rows);
+  }
+  // out[i] = in[rows[i]]: (M, C) rows of an (N, C) matrix.
+  static void gather_rows(float* out, const float* in, const int32_t* rows, int M, int C) {
+    for (int i = 0; i < M; i++)
+      std::copy_n(in + static_cast<int64_t>(rows[i]) * C, C, out + static_cast<int64_t>(i) * C);
   }
   static void lm_head(float* logits, const float* x, const float* wte, int M, int V, int C) {
     kernels::ref::lm_head(logits, x, wte, M, V, C);

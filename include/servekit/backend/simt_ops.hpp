@@ -5,19 +5,23 @@
 // is device memory (under the emulator, device memory is host memory).
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "servekit/backend/ops.hpp"
 #include "servekit/kernels/attention_decode.hpp"
 #include "servekit/kernels/attention_prefill.hpp"
 #include "servekit/kernels/embedding.hpp"
+#include "servekit/kernels/gather_rows.hpp"
 #include "servekit/kernels/kv_append.hpp"
 #include "servekit/kernels/layernorm.hpp"
 #include "servekit/kernels/linear_mma.hpp"
 #include "servekit/kernels/linear_simt.hpp"
+#include "servekit/kernels/linear_u8.hpp"
 #include "servekit/kernels/lm_head.hpp"
 #include "servekit/weights/bf16.hpp"
 #include "servekit/weights/f16.hpp"
 #include "servekit/weights/f32.hpp"
+#include "servekit/weights/u8_zero_point.hpp"
 
 namespace servekit::backend {
 
@@ -38,32 +42,42 @@ struct SimtOps {
     kernels::layernorm({out, in, w, b, N, C, eps});
     done();
   }
-  // W: (K, N) in the Matrix's storage; fp32 on CUDA cores, fp16/bf16 on tensor cores.
-  template <Epilogue E>
-  static void linear(float* out, const float* x, const weights::Matrix<weights::F32>& W,
-                     const float* b, int M) {
-    kernels::linear_simt<E>({out, x, W.data.data(), b, M, W.rows, W.cols});
+  // W: (K, N) dense weights, a weights::Matrix (emulator) or weights::DeviceMatrix (device
+  // storage); both name the array `data`. fp32 on CUDA cores, fp16/bf16 on tensor cores.
+  template <Epilogue E, class Mat>
+    requires requires(const Mat& w) { w.data.data(); }
+  static void linear(float* out, const float* x, const Mat& W, const float* b, int M) {
+    using T = std::remove_cvref_t<decltype(*W.data.data())>;
+    if constexpr (std::is_same_v<T, float>) {
+      kernels::linear_simt<E>({out, x, W.data.data(), b, M, W.rows, W.cols});
+    } else if constexpr (std::is_same_v<T, half_t> || std::is_same_v<T, bf16_t>) {
+      kernels::linear_mma<E, std::is_same_v<T, bf16_t>>(
+          {out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()), b, M, W.rows, W.cols});
+    } else {
+      static_assert(sizeof(T) == 0, "servekit: no device linear kernel for this element type");
+    }
     done();
   }
-  template <Epilogue E>
-  static void linear(float* out, const float* x, const weights::Matrix<weights::F16>& W,
-                     const float* b, int M) {
-    kernels::linear_mma<E, false>(
-        {out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()), b, M, W.rows, W.cols});
-    done();
-  }
-  template <Epilogue E>
-  static void linear(float* out, const float* x, const weights::Matrix<weights::BF16>& W,
-                     const float* b, int M) {
-    kernels::linear_mma<E, true>(
-        {out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()), b, M, W.rows, W.cols});
+  // W: (K, N) zero-point uint8, a Matrix<U8ZeroPoint<G>> or its DeviceMatrix (arrays q,
+  // scale, zero and the group shape): CUDA cores, dequantisation fused (kernels/linear_u8.hpp).
+  template <Epilogue E, class Mat>
+    requires requires(const Mat& w) {
+      w.q.data();
+      w.scale.data();
+      w.zero.data();
+      w.group_rows;
+      w.state_cols;
+    }
+  static void linear(float* out, const float* x, const Mat& W, const float* b, int M) {
+    kernels::linear_u8<E>({out, x, W.q.data(), W.scale.data(), W.zero.data(), b, M, W.rows,
+                           W.cols, W.group_rows, W.state_cols});
     done();
   }
   template <Epilogue E, class Mat>
   static void linear(float*, const float*, const Mat&, const float*, int) {
     static_assert(sizeof(Mat) == 0,
-                  "servekit: the device backends have linear kernels for f32, f16 and bf16 "
-                  "weights only");
+                  "servekit: the device backends have linear kernels for f32, f16, bf16 and "
+                  "U8ZeroPoint weights only");
   }
 
   template <class KvView>
@@ -97,6 +111,11 @@ struct SimtOps {
     } else {
       kernels::attention_prefill(p);
     }
+    done();
+  }
+  // out[i] = in[rows[i]]: (M, C) rows of an (N, C) matrix.
+  static void gather_rows(float* out, const float* in, const int32_t* rows, int M, int C) {
+    kernels::gather_rows({out, in, rows, M, C});
     done();
   }
   static void lm_head(float* logits, const float* x, const float* wte, int M, int V, int C) {

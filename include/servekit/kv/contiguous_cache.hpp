@@ -2,6 +2,8 @@
 #pragma once
 // Contiguous KV cache: every slot reserves max_len rows per layer, whether a sequence uses
 // them or not. Simple addressing, wasteful memory: the baseline the paged layout improves on.
+// Storage (core/storage.hpp) says where the rows live: host memory, or device memory for the
+// Cuda backend; the bookkeeping stays on the host either way.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -9,13 +11,14 @@
 #include <vector>
 
 #include "servekit/core/error.hpp"
+#include "servekit/core/storage.hpp"
 #include "servekit/kv/capacity.hpp"
 #include "servekit/kv/slots.hpp"
 #include "servekit/kv/view.hpp"
 
 namespace servekit::kv {
 
-template <class Policy>
+template <class Policy, Storage S = HostStorage>
 class ContiguousCache {
  public:
   using T = typename Policy::Elem::type;
@@ -26,7 +29,7 @@ class ContiguousCache {
     data_.resize(2 * static_cast<std::size_t>(n_layer) * slots * max_len * n_embd);
   }
 
-  // (max_len, C) rows of one layer and slot.
+  // (max_len, C) rows of one layer and slot; device memory under device storage.
   T* k(int layer, int slot) { return data_.data() + offset(layer, slot, 0); }
   T* v(int layer, int slot) { return data_.data() + offset(layer, slot, 1); }
   ContiguousView<T> view(int layer) {
@@ -76,7 +79,7 @@ class ContiguousCache {
   }
   int n_layer_, n_embd_, max_len_;
   Slots slots_;
-  std::vector<T> data_;
+  typename S::template Vec<T> data_;  // (L, 2, slots, max_len, C)
 };
 
 }  // namespace servekit::kv

@@ -3,7 +3,10 @@
 // Paged KV cache: per layer, a pool of blocks of B rows for K and one for V; each slot owns a
 // row of the block table naming the blocks that hold its rows 0, B, 2B, ... A sequence takes
 // blocks as it grows and gives them all back on release(), so memory follows the tokens
-// actually stored, not max_len per slot.
+// actually stored, not max_len per slot. Storage (core/storage.hpp) says where the blocks live;
+// the block table is kept on the host for allocation and, under device storage, mirrored to
+// the device whenever it changes, so view(l) hands the kernels device pointers only.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "servekit/core/error.hpp"
+#include "servekit/core/storage.hpp"
 #include "servekit/kv/block_allocator.hpp"
 #include "servekit/kv/capacity.hpp"
 #include "servekit/kv/slots.hpp"
@@ -18,7 +22,7 @@
 
 namespace servekit::kv {
 
-template <class Policy>
+template <class Policy, Storage S = HostStorage>
 class PagedCache {
  public:
   using T = typename Policy::Elem::type;
@@ -34,13 +38,14 @@ class PagedCache {
         held_(slots, 0),
         table_(static_cast<std::size_t>(slots) * stride_, -1) {
     data_.resize(2 * static_cast<std::size_t>(n_layer) * n_blocks * B * n_embd);
+    mirror_table();
   }
 
   // (B, C) rows of one block of one layer.
   T* k_block(int layer, int block) { return data_.data() + offset(layer, block, 0); }
   T* v_block(int layer, int block) { return data_.data() + offset(layer, block, 1); }
   PagedView<T> view(int layer) {
-    return {k_block(layer, 0), v_block(layer, 0), table_.data(), stride_, B, n_embd_};
+    return {k_block(layer, 0), v_block(layer, 0), table_data(), stride_, B, n_embd_};
   }
 
   // Grows block tables so that each slot holds at least x.rows rows. All-or-nothing: when
@@ -59,9 +64,11 @@ class PagedCache {
            alloc_.free_blocks(), " of ", alloc_.n_blocks(),
            " are free (release finished sequences or make a larger cache)");
     std::vector<int32_t> got;
+    bool grew = false;
     for (const auto& x : r) {
       const int add = blocks_for(x.rows) - held_[x.slot];
       if (add > 0) {
+        grew = true;
         got.clear();
         alloc_.allocate(add, got);
         for (int32_t b : got)
@@ -69,6 +76,7 @@ class PagedCache {
       }
       slots_.set_length(x.slot, x.rows);
     }
+    if (grew) mirror_table();
   }
 
   Capacity capacity() const {
@@ -107,6 +115,7 @@ class PagedCache {
       alloc_.free(b);
       b = -1;
     }
+    if (held_[slot] > 0) mirror_table();
     held_[slot] = 0;
   }
   int free_slots() const { return slots_.free_slots(); }
@@ -121,6 +130,18 @@ class PagedCache {
            " tokens, fewer than one sequence of max_len = ", max_len, " needs (", one, " blocks)");
     return n_blocks;
   }
+  // The table the kernels read: the host one itself, or its device copy.
+  const int32_t* table_data() const {
+    if constexpr (S::is_host)
+      return table_.data();
+    else
+      return dtable_.data();
+  }
+  // The whole table (slots x ceil(max_len / B) ints: small) after any change; copies are
+  // ordered on the default stream after the steps that read the old table.
+  void mirror_table() {
+    if constexpr (!S::is_host) S::upload(dtable_, std::span<const int32_t>(table_));
+  }
   static int blocks_for(int rows) { return (rows + B - 1) / B; }
   std::size_t offset(int layer, int block, int kv) const {
     // (L, 2, n_blocks, B, C)
@@ -133,7 +154,9 @@ class PagedCache {
   BlockAllocator alloc_;
   std::vector<int> held_;       // (slots) blocks held per slot
   std::vector<int32_t> table_;  // (slots, stride_)
-  std::vector<T> data_;
+  // Device copy of table_ under device storage; unused (empty) on the host.
+  typename S::template Vec<int32_t> dtable_;
+  typename S::template Vec<T> data_;  // (L, 2, n_blocks, B, C)
 };
 
 }  // namespace servekit::kv

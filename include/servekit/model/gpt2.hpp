@@ -3,10 +3,14 @@
 // Gpt2<Config>: the GPT-2 decoder for one composition of policies. It owns weights and
 // scratch space only; sequences live in a cache the caller owns, and requests live above, in
 // serve/. One forward() serves prefill, decode, mixed batches and the no-cache recompute.
+// Every array the kernels read lives in the backend's storage (Ops::Vec, Ops::Resident): host
+// vectors for Host and Emulated, device memory for Cuda, where a step uploads its token ids and
+// row indices once and downloads the logits once (the step's only synchronisation).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -25,46 +29,56 @@ class Gpt2 {
  public:
   using Config = Cfg;
   using Dims = typename Cfg::Dims;
-  using Mat = weights::Matrix<typename Cfg::Weights>;
-  using Cache = kv::cache_t<typename Cfg::Kv>;  // the layout policy's cache class
   using Ops = backend::Ops<typename Cfg::Backend>;
+  using Storage = typename Ops::Storage;
+  template <class T>
+  using Vec = typename Storage::template Vec<T>;  // std::vector, or a device vector
+  using Mat = typename Storage::template Resident<weights::Matrix<typename Cfg::Weights>>;
+  using Cache = kv::cache_t<typename Cfg::Kv, Storage>;  // the layout policy's cache class
   static constexpr int L = Dims::n_layer, C = Dims::n_embd, H = Dims::n_head;
   static constexpr int V = Dims::vocab, P = Dims::n_positions;
 
   struct Layer {
-    std::vector<float> ln_1_w, ln_1_b;  // (C)
-    Mat attn;                           // (C, 3C)
-    std::vector<float> attn_b;          // (3C)
-    Mat attn_proj;                      // (C, C)
-    std::vector<float> attn_proj_b;     // (C)
-    std::vector<float> ln_2_w, ln_2_b;  // (C)
-    Mat fc;                             // (C, 4C)
-    std::vector<float> fc_b;            // (4C)
-    Mat mlp_proj;                       // (4C, C)
-    std::vector<float> mlp_proj_b;      // (C)
+    Vec<float> ln_1_w, ln_1_b;  // (C)
+    Mat attn;                   // (C, 3C)
+    Vec<float> attn_b;          // (3C)
+    Mat attn_proj;              // (C, C)
+    Vec<float> attn_proj_b;     // (C)
+    Vec<float> ln_2_w, ln_2_b;  // (C)
+    Mat fc;                     // (C, 4C)
+    Vec<float> fc_b;            // (4C)
+    Mat mlp_proj;               // (4C, C)
+    Vec<float> mlp_proj_b;      // (C)
   };
 
+  // Host storage moves the tensors in; device storage uploads each one and frees its host
+  // copy before the next, so at most one host tensor is held twice.
   explicit Gpt2(model::Gpt2Tensors t) : eps_(t.config.layer_norm_epsilon) {
-    wte_ = std::move(t.wte);
-    wpe_ = std::move(t.wpe);
-    ln_f_w_ = std::move(t.ln_f_w);
-    ln_f_b_ = std::move(t.ln_f_b);
+    auto vec = [](std::vector<float>& v) { return Storage::to_vec(std::exchange(v, {})); };
+    wte_ = vec(t.wte);
+    wpe_ = vec(t.wpe);
+    ln_f_w_ = vec(t.ln_f_w);
+    ln_f_b_ = vec(t.ln_f_b);
     layers_.reserve(L);
     // HF's tensor names, so that a format's load error says which matrix it could not take.
     auto wname = [](int i, const char* m) { return detail::cat("h.", i, ".", m, ".weight"); };
+    using HostMat = weights::Matrix<typename Cfg::Weights>;
+    auto mat = [&](std::vector<float>& w, int K, int N, int i, const char* m) {
+      return Storage::resident(HostMat::from_f32(std::exchange(w, {}), K, N, wname(i, m)));
+    };
     int l_i = 0;
     for (auto& s : t.layers) {
       Layer l;
-      l.ln_1_w = std::move(s.ln_1_w), l.ln_1_b = std::move(s.ln_1_b);
-      l.attn = Mat::from_f32(std::move(s.attn_w), C, 3 * C, wname(l_i, "attn.c_attn"));
-      l.attn_b = std::move(s.attn_b);
-      l.attn_proj = Mat::from_f32(std::move(s.attn_proj_w), C, C, wname(l_i, "attn.c_proj"));
-      l.attn_proj_b = std::move(s.attn_proj_b);
-      l.ln_2_w = std::move(s.ln_2_w), l.ln_2_b = std::move(s.ln_2_b);
-      l.fc = Mat::from_f32(std::move(s.fc_w), C, 4 * C, wname(l_i, "mlp.c_fc"));
-      l.fc_b = std::move(s.fc_b);
-      l.mlp_proj = Mat::from_f32(std::move(s.mlp_proj_w), 4 * C, C, wname(l_i, "mlp.c_proj"));
-      l.mlp_proj_b = std::move(s.mlp_proj_b);
+      l.ln_1_w = vec(s.ln_1_w), l.ln_1_b = vec(s.ln_1_b);
+      l.attn = mat(s.attn_w, C, 3 * C, l_i, "attn.c_attn");
+      l.attn_b = vec(s.attn_b);
+      l.attn_proj = mat(s.attn_proj_w, C, C, l_i, "attn.c_proj");
+      l.attn_proj_b = vec(s.attn_proj_b);
+      l.ln_2_w = vec(s.ln_2_w), l.ln_2_b = vec(s.ln_2_b);
+      l.fc = mat(s.fc_w, C, 4 * C, l_i, "mlp.c_fc");
+      l.fc_b = vec(s.fc_b);
+      l.mlp_proj = mat(s.mlp_proj_w, 4 * C, C, l_i, "mlp.c_proj");
+      l.mlp_proj_b = vec(s.mlp_proj_b);
       layers_.push_back(std::move(l));
       l_i++;
     }
@@ -98,46 +112,62 @@ class Gpt2 {
     const int N = validate(cache, b);
     const int S = static_cast<int>(b.seqs.size());
     reserve_rows(cache, b);  // may throw (out of blocks); then nothing was allocated
+    const bool last = b.logits == model::Logits::Last;
+    const int M = last ? S : N;  // rows that get logits
     resize(N);
+    // (6, N) ints, built on the host: token, slot, position, first and own cache row of each
+    // new token, then the last row of each sequence. Device storage uploads them in one copy;
+    // host storage builds them in place.
+    std::vector<int32_t>& h = host_idx();
+    h.resize(6 * static_cast<std::size_t>(N));
+    int32_t *tok = h.data(), *slot = tok + N, *pos = slot + N, *first = pos + N, *row = first + N;
+    int32_t* last_row = row + N;  // (S)
+    std::copy_n(b.tokens.begin(), N, tok);
     int r = 0;
-    for (const auto& s : b.seqs)
-      for (int i = 0; i < s.n_new; i++, r++) {
-        slot_[r] = s.slot, pos_[r] = s.n_past + i;
-        first_[r] = s.row_offset, row_[r] = s.row_offset + s.n_past + i;
+    for (int i = 0; i < S; i++) {
+      const auto& s = b.seqs[i];
+      for (int j = 0; j < s.n_new; j++, r++) {
+        slot[r] = s.slot, pos[r] = s.n_past + j;
+        first[r] = s.row_offset, row[r] = s.row_offset + s.n_past + j;
       }
+      last_row[i] = r - 1;
+    }
+    if constexpr (!Storage::is_host) Storage::upload(idx_, std::span<const int32_t>(h));
+    // The same pointers into the kernels' copy.
+    tok = idx_.data(), slot = tok + N, pos = slot + N, first = pos + N, row = first + N;
+    last_row = row + N;
 
     using E = typename Ops::Epilogue;
     float* x = x_.data();  // (N, C) residual stream
-    Ops::embedding(x, b.tokens.data(), pos_.data(), wte_.data(), wpe_.data(), N, C);
+    Ops::embedding(x, tok, pos, wte_.data(), wpe_.data(), N, C);
     for (int l = 0; l < L; l++) {
       const Layer& w = layers_[l];
       const auto kv = cache.view(l);
       Ops::layernorm(ln_.data(), x, w.ln_1_w.data(), w.ln_1_b.data(), N, C, eps_);
-      Ops::template linear<E::Store>(qkv_.data(), ln_.data(), w.attn, w.attn_b.data(), N);  // (N, 3C)
-      Ops::kv_append(kv, qkv_.data(), slot_.data(), row_.data(), N, C);
-      Ops::attention(att_.data(), qkv_.data(), kv, slot_.data(), first_.data(), row_.data(), N, C,
-                     H, cache.max_len());
+      Ops::template linear<E::Store>(qkv_.data(), ln_.data(), w.attn, w.attn_b.data(),
+                                     N);  // (N, 3C)
+      Ops::kv_append(kv, qkv_.data(), slot, row, N, C);
+      Ops::attention(att_.data(), qkv_.data(), kv, slot, first, row, N, C, H, cache.max_len());
       Ops::template linear<E::Residual>(x, att_.data(), w.attn_proj, w.attn_proj_b.data(), N);
       Ops::layernorm(ln_.data(), x, w.ln_2_w.data(), w.ln_2_b.data(), N, C, eps_);
       Ops::template linear<E::Gelu>(fc_.data(), ln_.data(), w.fc, w.fc_b.data(), N);  // (N, 4C)
       Ops::template linear<E::Residual>(x, fc_.data(), w.mlp_proj, w.mlp_proj_b.data(), N);
     }
     // Only the rows whose logits are wanted go through ln_f and the (large) lm_head.
-    int M = N;
-    const float* rows = x;
-    if (b.logits == model::Logits::Last) {
-      M = S;
-      int end = 0;
-      for (int i = 0; i < S; i++) {
-        end += b.seqs[i].n_new;
-        std::copy_n(x + static_cast<int64_t>(end - 1) * C, C,
-                    att_.data() + static_cast<int64_t>(i) * C);
-      }
+    const float* rows = x;  // (M, C)
+    if (last) {
+      Ops::gather_rows(att_.data(), x, last_row, M, C);
       rows = att_.data();
     }
     Ops::layernorm(ln_.data(), rows, ln_f_w_.data(), ln_f_b_.data(), M, C, eps_);
     logits.resize(static_cast<std::size_t>(M) * V);
-    Ops::lm_head(logits.data(), ln_.data(), wte_.data(), M, V, C);
+    if constexpr (Storage::is_host) {
+      Ops::lm_head(logits.data(), ln_.data(), wte_.data(), M, V, C);
+    } else {
+      logits_.resize(logits.size());
+      Ops::lm_head(logits_.data(), ln_.data(), wte_.data(), M, V, C);
+      Storage::download(std::span<float>(logits), logits_);  // waits for the step
+    }
   }
 
   // Bytes a decode step must read at least once: every weight, lm_head (tied wte) included.
@@ -151,10 +181,11 @@ class Gpt2 {
 
   static std::string name() { return Cfg::name(); }
 
-  // Read access for reports (footprint, quantization error) and tests.
+  // Read access for reports (footprint, quantization error) and tests. The arrays are in the
+  // backend's storage: device memory on Cuda (sizes and bytes() read the same everywhere).
   const std::vector<Layer>& layers() const { return layers_; }
-  const std::vector<float>& wte() const { return wte_; }  // (V, C)
-  const std::vector<float>& wpe() const { return wpe_; }  // (P, C)
+  const Vec<float>& wte() const { return wte_; }  // (V, C)
+  const Vec<float>& wpe() const { return wpe_; }  // (P, C)
   float layer_norm_eps() const { return eps_; }
 
  private:
@@ -222,17 +253,25 @@ class Gpt2 {
     const std::size_t n = N;
     if (x_.size() >= n * C) return;
     x_.resize(n * C), ln_.resize(n * C), att_.resize(n * C), qkv_.resize(n * 3 * C);
-    fc_.resize(n * 4 * C), slot_.resize(n), pos_.resize(n);
-    first_.resize(n), row_.resize(n);
+    fc_.resize(n * 4 * C);
+  }
+  std::vector<int32_t>& host_idx() {
+    if constexpr (Storage::is_host)
+      return idx_;
+    else
+      return idx_host_;
   }
 
   float eps_;
-  std::vector<float> wte_, wpe_, ln_f_w_, ln_f_b_;  // (V, C), (P, C), (C), (C)
+  Vec<float> wte_, wpe_, ln_f_w_, ln_f_b_;  // (V, C), (P, C), (C), (C)
   std::vector<Layer> layers_;
   // Scratch, grown to the largest step seen.
-  std::vector<float> x_, ln_, att_, qkv_, fc_;
-  std::vector<int32_t> slot_, pos_;
-  std::vector<int32_t> first_, row_;  // (N) first cache row each query sees, and its own row
+  Vec<float> x_, ln_, att_, qkv_, fc_;
+  // (6, N): token, slot, position, first cache row each query sees, its own row; then (S) the
+  // last row of each sequence. idx_host_ stages it for device storage.
+  Vec<int32_t> idx_;
+  std::vector<int32_t> idx_host_;
+  Vec<float> logits_;  // (M, V) on the device; unused on host storage
   std::vector<kv::Reserve> reserve_;
 };
 

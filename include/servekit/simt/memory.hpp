@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <span>
+#include <type_traits>
 #include <utility>
 
 #include "servekit/simt/stream.hpp"
@@ -115,6 +116,65 @@ class DeviceBuffer {
 
  private:
   T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// (n) elements device -> device, ordered on stream s.
+template <class T>
+void copy_on_device(T* dst, const T* src, std::size_t n, stream_handle s = nullptr) {
+#if defined(SERVEKIT_SIMT_DEVICE)
+  if (n)
+    check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, s), "copy_on_device");
+#else
+  (void)s;
+  if (n) std::memmove(dst, src, n * sizeof(T));
+#endif
+}
+
+// A resizable (n) array of trivially copyable T in device memory: std::vector's semantics for
+// what the decoder needs (size, data, resize keeping the contents and zeroing new elements,
+// assign from host), so that code generic over the storage reads the same. Growing reallocates
+// to exactly n (the decoder's buffers grow to the largest step and stay). Every copy is on the
+// default stream.
+template <class T>
+class DeviceVector {
+  static_assert(std::is_trivially_copyable_v<T>, "servekit: DeviceVector<T> needs a trivial T");
+
+ public:
+  using value_type = T;
+  DeviceVector() = default;
+  explicit DeviceVector(std::size_t n) { resize(n); }
+  explicit DeviceVector(std::span<const T> host) { assign(host); }
+
+  T* data() { return buf_.data(); }
+  const T* data() const { return buf_.data(); }
+  std::size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+
+  void resize(std::size_t n) {
+    if (n > buf_.size()) {
+      DeviceBuffer<T> grown(n);
+      copy_on_device(grown.data(), buf_.data(), n_);
+      buf_ = std::move(grown);
+    }
+    if (n > n_) memset_device(buf_.data() + n_, 0, n - n_);
+    n_ = n;
+  }
+  // The vector becomes a copy of host (its size included).
+  void assign(std::span<const T> host) {
+    if (host.size() > buf_.size()) buf_ = DeviceBuffer<T>(host.size());
+    n_ = host.size();
+    copy_to_device(buf_.data(), host.data(), n_);
+  }
+  // host = the first host.size() elements; returns when they are on the host.
+  void download(std::span<T> host) const {
+    if (host.size() > n_)
+      fail("DeviceVector::download: ", host.size(), " elements from a vector of ", n_);
+    copy_to_host(host.data(), buf_.data(), host.size());
+  }
+
+ private:
+  DeviceBuffer<T> buf_;  // capacity
   std::size_t n_ = 0;
 };
 

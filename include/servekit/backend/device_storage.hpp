@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// DeviceStorage: the decoder's and the KV cache's arrays in device memory (simt::DeviceVector)
+// and weight matrices as weights::DeviceMatrix, uploaded once at load. The Cuda backend's
+// storage; under the host compiler device memory is host memory, so the same code runs (and is
+// tested) under the emulator.
+#include <span>
+#include <vector>
+
+#include "servekit/simt/memory.hpp"
+#include "servekit/weights/device_matrix.hpp"
+
+namespace servekit::backend {
+
+struct DeviceStorage {
+  static constexpr bool is_host = false;
+  template <class T>
+  using Vec = simt::DeviceVector<T>;
+  template <class Mat>
+  using Resident = weights::DeviceMatrix<weights::format_of<Mat>>;
+
+  template <class T>
+  static Vec<T> to_vec(std::vector<T>&& v) {
+    return Vec<T>(std::span<const T>(v));
+  }
+  template <class Mat>
+  static Resident<Mat> resident(Mat&& m) {
+    return Resident<Mat>::upload(m);
+  }
+  template <class T>
+  static void upload(Vec<T>& dst, std::span<const T> src) {
+    dst.assign(src);
+  }
+  // Waits for the work issued before it on the default stream.
+  template <class T>
+  static void download(std::span<T> dst, const Vec<T>& src) {
+    src.download(dst);
+  }
+};
+
+}  // namespace servekit::backend

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+// The zero-point uint8 linear kernels (GEMV for M <= 8, tiled GEMM above) under emulation
+// against the host reference on the same quantised Matrix: per tensor, per channel and groups
+// of several sizes (some smaller than a k tile, some not dividing it), every epilogue, awkward
+// shapes, outputs poisoned with NaN (Residual: random, since it accumulates into out).
+#include <cmath>
+
+#include "servekit/backend/emulated.hpp"
+#include "servekit/kernels/linear_u8.hpp"
+#include "servekit/kernels/ref/linear.hpp"
+#include "servekit/weights/u8_zero_point.hpp"
+#include "test_kernels_support.hpp"
+
+namespace sk = servekit;
+namespace kn = servekit::kernels;
+namespace w = servekit::weights;
+using E = kn::Epilogue;
+using namespace kernels_test;
+
+namespace {
+
+// Weights whose groups really differ: the magnitude grows with k (so groups of consecutive
+// rows get different scales), each column has its own offset (so mins differ per column and
+// per tensor is a poor fit), and column 0 is constant (max == min: scale 0, every q = 0).
+std::vector<float> weights_for(int K, int N, std::mt19937& rng) {
+  auto v = random_floats(static_cast<std::size_t>(K) * N, rng);
+  for (int k = 0; k < K; k++)
+    for (int n = 0; n < N; n++) {
+      float& x = v[static_cast<std::size_t>(k) * N + n];
+      x = n == 0 ? 0.25f : x * (1.f + static_cast<float>(k % 7)) * 0.25f + 0.1f * (n % 5);
+    }
+  return v;
+}
+
+template <class Mat>
+kn::LinearU8Params params(float* out, const float* x, const Mat& W, const float* b, int M) {
+  return {out, x, W.q.data(), W.scale.data(), W.zero.data(), b, M,
+          W.rows, W.cols, W.group_rows, W.state_cols};
+}
+
+// Both sides compute, per group, scale * sum_k x q + min * sum_k x in fp32 and add the groups
+// up; they differ only in summation order (slices, tiles, group folds). Each sum of at most K
+// terms is off by at most ~K u times the sum of its terms' magnitudes, the products and the
+// fold add a few roundings, and at most K groups are added: per side (2K + 4) u mag with
+//   mag = sum_k |x_k| (q_kn scale + |min|)   (the magnitudes actually summed, not |w'|)
+// and u = 2^-24; twice that for two sides, x 1.13 for GELU (its largest slope), plus
+// 1e-5 (1 + |want|) for the bias add and the epilogue.
+template <E Ep, bool kViaOps = false, class Mat>
+void check_u8(const Mat& W, int M, std::mt19937& rng) {
+  const int K = W.rows, N = W.cols;
+  INFO("epilogue " << static_cast<int>(Ep) << ": M = " << M << ", K = " << K << ", N = " << N
+                   << ", G = " << W.group_rows << ", state columns " << W.state_cols);
+  auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
+  auto b = random_floats(N, rng);
+  auto got = Ep == E::Residual ? random_floats(static_cast<std::size_t>(M) * N, rng)
+                               : poisoned(static_cast<std::size_t>(M) * N);
+  auto want = got;
+  if constexpr (kViaOps)
+    sk::backend::Ops<sk::backend::Emulated>::linear<Ep>(got.data(), x.data(), W, b.data(), M);
+  else
+    kn::linear_u8<Ep>(params(got.data(), x.data(), W, b.data(), M));
+  kn::ref::linear<Ep>(want.data(), x.data(), W, b.data(), M);
+  std::vector<float> mag(static_cast<std::size_t>(M) * N, 0.f);
+  for (int m = 0; m < M; m++)
+    for (int k = 0; k < K; k++)
+      for (int n = 0; n < N; n++) {
+        const std::size_t s = W.state_index(k, n);
+        mag[static_cast<std::size_t>(m) * N + n] +=
+            std::abs(x[static_cast<std::size_t>(m) * K + k]) *
+            (W.q[static_cast<std::size_t>(k) * N + n] * W.scale[s] + std::abs(W.zero[s]));
+      }
+  const float slope = Ep == E::Gelu ? 1.13f : 1.f;
+  const float u = std::ldexp(1.f, -24);
+  require_close(got, want, [&](std::size_t i) {
+    return slope * 2 * (2 * K + 4) * u * mag[i] + 1e-5f * (1.f + std::abs(want[i]));
+  });
+}
+
+template <class Fmt>
+void check_format(std::initializer_list<int> Ks, std::mt19937& rng) {
+  for (int K : Ks)
+    for (int N : {1, 45, 130}) {
+      const auto W = w::Matrix<Fmt>::from_f32(weights_for(K, N, rng), K, N);
+      for (int M : {1, 3, 8, 9, 33}) {
+        check_u8<E::Store>(W, M, rng);
+        check_u8<E::Gelu>(W, M, rng);
+        check_u8<E::Residual>(W, M, rng);
+      }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("uint8 linear per tensor and per channel matches the reference",
+          "[kernels][emulated][linear][u8]") {
+  std::mt19937 rng(21);
+  SECTION("per tensor") { check_format<w::U8ZeroPoint<w::PerTensor>>({1, 17, 64, 257}, rng); }
+  SECTION("per channel") { check_format<w::U8ZeroPoint<w::PerChannel>>({1, 17, 64, 257}, rng); }
+}
+
+TEST_CASE("uint8 linear with groups matches the reference", "[kernels][emulated][linear][u8]") {
+  std::mt19937 rng(22);
+  // G = 1 and 3: several groups per k tile and per GEMV slice step; 24: groups straddle
+  // tiles; 32: the size the invariant tests use, two k tiles per group.
+  SECTION("G = 1") { check_format<w::U8ZeroPoint<w::Group<1>>>({1, 19}, rng); }
+  SECTION("G = 3") { check_format<w::U8ZeroPoint<w::Group<3>>>({3, 51, 261}, rng); }
+  SECTION("G = 24") { check_format<w::U8ZeroPoint<w::Group<24>>>({24, 72, 264}, rng); }
+  SECTION("G = 32") { check_format<w::U8ZeroPoint<w::Group<32>>>({32, 96}, rng); }
+}
+
+TEST_CASE("Ops<Emulated>::linear runs the uint8 kernel on a Matrix", "[kernels][emulated][u8]") {
+  std::mt19937 rng(23);
+  const auto W =
+      w::Matrix<w::U8ZeroPoint<w::Group<32>>>::from_f32(weights_for(64, 40, rng), 64, 40);
+  check_u8<E::Store, true>(W, 5, rng);
+  check_u8<E::Gelu, true>(W, 20, rng);
+}
+
+TEST_CASE("uint8 linear launcher names what it cannot run", "[kernels][emulated][u8][errors]") {
+  float f = 0.f;
+  std::uint8_t q = 0;
+  auto p = [&](int M, int K, int N, int G, int S) {
+    return kn::LinearU8Params{&f, &f, &q, &f, &f, nullptr, M, K, N, G, S};
+  };
+  REQUIRE_THROWS_WITH(kn::linear_u8<E::Store>(p(0, 16, 8, 16, 8)),
+                      Catch::Contains("kernels::linear_u8") && Catch::Contains("M = 0"));
+  REQUIRE_THROWS_WITH(kn::linear_u8<E::Gelu>(p(2, 48, 8, 32, 8)),
+                      Catch::Contains("kernels::linear_u8") && Catch::Contains("G = 32") &&
+                          Catch::Contains("K = 48"));
+  REQUIRE_THROWS_WITH(kn::linear_u8<E::Residual>(p(2, 64, 8, 0, 8)),
+                      Catch::Contains("G = 0") && Catch::Contains("K = 64"));
+  REQUIRE_THROWS_WITH(kn::linear_u8<E::Store>(p(2, 64, 8, 64, 3)),
+                      Catch::Contains("kernels::linear_u8") && Catch::Contains("3 (scale, min)") &&
+                          Catch::Contains("N = 8"));
+}
