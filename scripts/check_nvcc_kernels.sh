@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Compile every decoder kernel (all launchers; fp32, fp16, bf16 linears; f32/f16 caches in the
-# contiguous and paged layouts) with nvcc for sm_80 and sm_90, warnings as errors; check that
-# the tensor-core linear's PTX holds mma.sync and ldmatrix; print ptxas's registers / shared
-# memory / spills per kernel and fail if a kernel spills.
+# Compile every decoder kernel (all launchers; fp32, fp16, bf16 and uint8 zero-point linears;
+# f32/f16 caches in the contiguous and paged layouts) with nvcc for sm_80 and sm_90, warnings
+# as errors; check that the tensor-core linear's PTX holds mma.sync and ldmatrix; print
+# ptxas's registers / shared memory / spills per kernel and fail if a kernel spills.
 #   scripts/check_nvcc_kernels.sh [nvcc] [work dir]
 set -euo pipefail
 NVCC=${1:-nvcc}
@@ -35,10 +35,14 @@ void instantiate_all(float* f, int32_t* i, sk::half_t* h) {
   linears(f, sk::weights::Matrix<sk::weights::F32>{});
   linears(f, sk::weights::Matrix<sk::weights::F16>{});
   linears(f, sk::weights::Matrix<sk::weights::BF16>{});
+  linears(f, sk::weights::Matrix<sk::weights::U8ZeroPoint<sk::weights::PerTensor>>{});
+  linears(f, sk::weights::Matrix<sk::weights::U8ZeroPoint<sk::weights::PerChannel>>{});
+  linears(f, sk::weights::Matrix<sk::weights::U8ZeroPoint<sk::weights::Group<32>>>{});
   attention(sk::kv::ContiguousView<float>{f, f, 64, 64}, f, i);
   attention(sk::kv::ContiguousView<sk::half_t>{h, h, 64, 64}, f, i);
   attention(sk::kv::PagedView<float>{f, f, i, 8, 16, 64}, f, i);
   attention(sk::kv::PagedView<sk::half_t>{h, h, i, 8, 16, 64}, f, i);
+  Ops::gather_rows(f, f, i, 1, 64);
   Ops::lm_head(f, f, f, 1, 512, 64);
   sk::kernels::argmax({i, f, 1, 512});
 }

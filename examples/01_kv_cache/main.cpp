@@ -9,7 +9,8 @@
 //   3. per_token.csv and per_token.png: time per token vs step for both. Look for the
 //      no-cache line climbing with the sequence while the cached one stays flat.
 // With --model DIR it uses a Hugging Face GPT-2; without, a seeded random GPT-2 124M (same
-// cost, meaningless text).
+// cost, meaningless text). Built as 01_kv_cache_cuda (nvcc, SERVEKIT_BACKEND_CUDA) it runs on
+// the GPU: weights, scratch and the cache in device memory.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -22,9 +23,18 @@
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/generate.hpp"
 #include "servekit/text/tokenizer.hpp"
+#if defined(SERVEKIT_BACKEND_CUDA)
+#include "servekit/backend/cuda.hpp"
+#endif
 
 namespace fs = std::filesystem;
 namespace sk = servekit;
+
+#if defined(SERVEKIT_BACKEND_CUDA)
+using Backend = sk::backend::Cuda;
+#else
+using Backend = sk::backend::Host;
+#endif
 
 struct Args {
   std::string model, vocab, prompt = "The quick brown fox jumped over the", out = "out/01_kv_cache";
@@ -33,7 +43,8 @@ struct Args {
 
 template <class D>
 int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok) {
-  using Model = sk::Gpt2<sk::Config<D>>;
+  using Model =
+      sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, sk::lora::None, Backend>>;
   std::printf("loading %s ...\n", a.model.empty() ? "random GPT-2 124M (seed 0)" : a.model.c_str());
   auto model = a.model.empty() ? Model::random(0) : Model::load(a.model);
   std::printf("composition: %s\n\n", Model::name().c_str());

@@ -5,6 +5,9 @@
 // (M = 1) is bandwidth-bound on W, prefill reuses each W row for MB rows of x.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
+
+#include <omp.h>
 
 #include "servekit/kernels/ref/gelu.hpp"
 
@@ -64,26 +67,41 @@ void matmul(float* out,       // (M, N)
       }
     return;
   }
-  // Decode (a few rows): bandwidth-bound on W, so stream each W row once per column block
-  // and keep the few rows' partial sums in L1.
-  constexpr int NB = 128;  // output columns per block
-  constexpr int MB = 8;
-  const int n_blocks = (N + NB - 1) / NB;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int nb = 0; nb < n_blocks; nb++) {
-    const int n0 = nb * NB, cols = std::min(NB, N - n0);
-    float acc[MB][NB];
-    for (int r = 0; r < M; r++)
-      for (int c = 0; c < NB; c++) acc[r][c] = 0.f;
-    for (int k = 0; k < K; k++) {
-      const float* w = W + static_cast<int64_t>(k) * N + n0;
+  // Decode (a few rows): bandwidth-bound on W. Each thread streams a contiguous band of W's
+  // rows (one sequential read, the prefetcher's best case) into private partial sums of all N
+  // columns; the partials are then added and the epilogue applied, in parallel over columns.
+  const int T = omp_get_max_threads();
+  const int n_bands = std::max(1, std::min(T, K / 64));
+  std::vector<float> part(static_cast<std::size_t>(n_bands) * M * N);  // (bands, M, N)
+#pragma omp parallel for schedule(static) num_threads(n_bands)
+  for (int band = 0; band < n_bands; band++) {
+    const int k0 = static_cast<int>(static_cast<int64_t>(K) * band / n_bands);
+    const int k1 = static_cast<int>(static_cast<int64_t>(K) * (band + 1) / n_bands);
+    float* acc = part.data() + static_cast<std::size_t>(band) * M * N;
+    for (int i = 0; i < M * N; i++) acc[i] = 0.f;
+    for (int k = k0; k < k1; k++) {
+      const float* w = W + static_cast<int64_t>(k) * N;
       for (int r = 0; r < M; r++) {
         const float xv = x[static_cast<int64_t>(r) * K + k];
-        for (int c = 0; c < cols; c++) acc[r][c] += xv * w[c];
+        float* a = acc + static_cast<int64_t>(r) * N;
+#pragma omp simd
+        for (int c = 0; c < N; c++) a[c] += xv * w[c];
       }
     }
-    for (int r = 0; r < M; r++)
-      store_row<E>(out + static_cast<int64_t>(r) * N + n0, acc[r], b ? b + n0 : nullptr, cols);
+  }
+  constexpr int NB = 256;
+#pragma omp parallel for schedule(static)
+  for (int n0 = 0; n0 < N; n0 += NB) {
+    const int cols = std::min(NB, N - n0);
+    float sum[NB];
+    for (int r = 0; r < M; r++) {
+      for (int c = 0; c < cols; c++) sum[c] = 0.f;
+      for (int band = 0; band < n_bands; band++) {
+        const float* a = part.data() + (static_cast<std::size_t>(band) * M + r) * N + n0;
+        for (int c = 0; c < cols; c++) sum[c] += a[c];
+      }
+      store_row<E>(out + static_cast<int64_t>(r) * N + n0, sum, b ? b + n0 : nullptr, cols);
+    }
   }
 }
 

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+// The whole tiny GPT-2 with every array in device storage (backend/device_storage.hpp):
+// weights::DeviceMatrix weights, device scratch, device KV caches and block tables, per-step
+// uploads and the logits download. The including file names the backend, `DeviceBackend`:
+// backend::Cuda under nvcc (test_gpt2_cuda, on a GPU), or the emulator over device storage
+// under the host compiler (test_gpt2_device_storage). The assertions are those of
+// test_kernels_gpt2: HF logits and greedy tokens for fp32 weights, contiguous and paged; the
+// ragged batch; 16-bit weights against the host backend with the same format.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include "servekit/model/footprint.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/serve/sampling.hpp"
+#include "support/reference.hpp"
+
+namespace sk = servekit;
+using sk::model::Logits;
+using sk::model::SeqStep;
+
+namespace {
+constexpr float kTol = 1e-4f;  // fp32 weights and compute; only summation order differs
+
+template <class D>
+std::filesystem::path fixture_dir() {
+  return std::filesystem::path(SERVEKIT_FIXTURES) / std::string(D::name);
+}
+
+std::span<const float> row(const std::vector<float>& m, int r, int V) {
+  return std::span(m).subspan(static_cast<std::size_t>(r) * V, V);
+}
+
+template <class D, class W = sk::weights::F32, class K = sk::kv::Contiguous>
+using Device = sk::Config<D, W, K, sk::lora::None, DeviceBackend>;
+
+static_assert(!sk::Gpt2<Device<sk::dims::TinyA>>::Storage::is_host,
+              "these checks are for a backend with device storage");
+}  // namespace
+
+TEMPLATE_TEST_CASE("device-resident gpt2 matches HF logits and greedy tokens", "[device][hf]",
+                   (Device<sk::dims::TinyA>), (Device<sk::dims::TinyB>),
+                   (Device<sk::dims::TinyA, sk::weights::F32, sk::kv::Paged<16>>),
+                   (Device<sk::dims::TinyB, sk::weights::F32, sk::kv::Paged<4>>)) {
+  using Cfg = TestType;
+  using D = typename Cfg::Dims;
+  constexpr int V = D::vocab;
+  auto model = sk::Gpt2<Cfg>::load(fixture_dir<D>());
+  const auto ref = sk::test::load_reference(fixture_dir<D>());
+  REQUIRE(ref.cases.size() >= 6);
+  std::vector<float> logits;
+  // One cache for every case, its slot released in between: a paged cache hands the next
+  // case its blocks in another order, so a stale device block table would read wrong rows.
+  auto cache = model.make_cache(1);
+  for (const auto& c : ref.cases) {
+    INFO("case " << c.name << " (" << c.prompt_ids.size() << " prompt tokens)");
+    const int T = static_cast<int>(c.prompt_ids.size());
+    const int slot = cache.acquire();
+    SeqStep s{slot, 0, T};
+    model.forward(cache, {c.prompt_ids, std::span(&s, 1), Logits::All}, logits);
+    REQUIRE(logits.size() == c.prefill_logits.size());
+    CHECK(sk::test::max_abs_diff(logits, c.prefill_logits) <= kTol);
+    CHECK(sk::serve::argmax(row(logits, T - 1, V)) == c.greedy_ids[0]);
+    int n_past = T;
+    for (int step = 0; step < ref.n_steps; step++) {
+      INFO("decode step " << step);
+      int32_t next = c.greedy_ids[step];  // teacher-forced: a one-token slip must not cascade
+      SeqStep d{slot, n_past++, 1};
+      model.forward(cache, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, logits);
+      REQUIRE(logits.size() == static_cast<std::size_t>(V));
+      CHECK(sk::test::max_abs_diff(logits, row(c.step_logits, step, V)) <= kTol);
+      CHECK(sk::serve::argmax(logits) == c.greedy_ids[step + 1]);
+    }
+    cache.release(slot);
+  }
+}
+
+TEMPLATE_TEST_CASE("device-resident gpt2 gives each sequence of a ragged batch HF's logits",
+                   "[device][hf][batch]", (Device<sk::dims::TinyA>),
+                   (Device<sk::dims::TinyA, sk::weights::F32, sk::kv::Paged<4>>)) {
+  using Cfg = TestType;
+  using D = typename Cfg::Dims;
+  constexpr int V = D::vocab;
+  auto model = sk::Gpt2<Cfg>::load(fixture_dir<D>());
+  const auto ref = sk::test::load_reference(fixture_dir<D>());
+  const auto& b = ref.batch;
+  const int B = static_cast<int>(b.prompt_ids.size());
+  auto cache = model.make_cache(B);
+  std::vector<int32_t> tokens;
+  std::vector<SeqStep> seqs;
+  for (int i = 0; i < B; i++) {
+    seqs.push_back({i, 0, static_cast<int32_t>(b.prompt_ids[i].size())});
+    tokens.insert(tokens.end(), b.prompt_ids[i].begin(), b.prompt_ids[i].end());
+  }
+  // Last first (the row gather on the device), then All over a fresh cache.
+  std::vector<float> logits;
+  model.forward(cache, {tokens, seqs, Logits::Last}, logits);
+  REQUIRE(logits.size() == static_cast<std::size_t>(B) * V);
+  for (int i = 0; i < B; i++) {
+    INFO("sequence " << i << " last prompt position");  // left-padded: the last padded row
+    auto want =
+        std::span(b.logits).subspan((static_cast<std::size_t>(i) * b.t_pad + b.t_pad - 1) * V, V);
+    CHECK(sk::test::max_abs_diff(row(logits, i, V), want) <= kTol);
+  }
+  cache = model.make_cache(B);
+  model.forward(cache, {tokens, seqs, Logits::All}, logits);
+  int r = 0;
+  for (int i = 0; i < B; i++) {
+    const int T = static_cast<int>(b.prompt_ids[i].size());
+    const int pad = b.t_pad - T;
+    for (int t = 0; t < T; t++, r++) {
+      INFO("sequence " << i << " position " << t);
+      auto want =
+          std::span(b.logits).subspan((static_cast<std::size_t>(i) * b.t_pad + pad + t) * V, V);
+      CHECK(sk::test::max_abs_diff(row(logits, r, V), want) <= kTol);
+    }
+  }
+  std::vector<int32_t> n_past(B);
+  for (int i = 0; i < B; i++) n_past[i] = static_cast<int32_t>(b.prompt_ids[i].size());
+  for (int step = 0; step < b.n_steps; step++) {
+    tokens.clear(), seqs.clear();
+    for (int i = 0; i < B; i++) {
+      tokens.push_back(b.greedy_ids[i][step]);
+      seqs.push_back({i, n_past[i]++, 1});
+    }
+    model.forward(cache, {tokens, seqs, Logits::Last}, logits);
+    for (int i = 0; i < B; i++) {
+      INFO("sequence " << i << " decode step " << step);
+      auto want =
+          std::span(b.step_logits).subspan((static_cast<std::size_t>(i) * b.n_steps + step) * V, V);
+      CHECK(sk::test::max_abs_diff(row(logits, i, V), want) <= kTol);
+      CHECK(sk::serve::argmax(row(logits, i, V)) == b.greedy_ids[i][step + 1]);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("device-resident 16-bit weights match the host backend with the same format",
+                   "[device][weights]", sk::kv::Contiguous, sk::kv::Paged<16>) {
+  using D = sk::dims::TinyA;
+  using W = sk::weights::F16;
+  auto host = sk::Gpt2<sk::Config<D, W>>::load(fixture_dir<D>());
+  auto dev = sk::Gpt2<Device<D, W, TestType>>::load(fixture_dir<D>());
+  const auto ref = sk::test::load_reference(fixture_dir<D>());
+  // The same weights on both sides and the same footprint report.
+  CHECK(dev.weight_bytes() == host.weight_bytes());
+  CHECK(sk::footprint(dev).weights() == sk::footprint(host).weights());
+  // As in test_kernels_gpt2: the device path also rounds each linear layer's input to fp16
+  // (unit roundoff u = 2^-11), four linears per layer.
+  constexpr float u = 1.f / 2048;
+  float worst = 0.f, scale = 0.f;
+  for (const auto& c : ref.cases) {
+    INFO("case " << c.name);
+    const int T = static_cast<int>(c.prompt_ids.size());
+    auto hc = host.make_cache(1);
+    auto dc = dev.make_cache(1);
+    std::vector<float> hl, dl;
+    SeqStep s{0, 0, T};
+    host.forward(hc, {c.prompt_ids, std::span(&s, 1), Logits::All}, hl);
+    dev.forward(dc, {c.prompt_ids, std::span(&s, 1), Logits::All}, dl);
+    REQUIRE(dl.size() == hl.size());
+    worst = std::max(worst, sk::test::max_abs_diff(dl, hl));
+    for (float v : hl) scale = std::max(scale, std::abs(v));
+    int n_past = T;
+    for (int step = 0; step < ref.n_steps; step++) {
+      int32_t next = c.greedy_ids[step];
+      SeqStep d{0, n_past++, 1};
+      host.forward(hc, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, hl);
+      dev.forward(dc, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, dl);
+      worst = std::max(worst, sk::test::max_abs_diff(dl, hl));
+    }
+  }
+  INFO("max |device - host| = " << worst << ", max |logit| = " << scale);
+  CHECK(worst > 0.f);  // the activations really were rounded: this is not the host path
+  CHECK(worst <= 4 * D::n_layer * u * scale);
+}
