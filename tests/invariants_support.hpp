@@ -173,8 +173,8 @@ double rounding_ratio(const model::Gpt2Tensors& t, int C) {
       for (int k = 0; k < K; k++)
         for (int n = 0; n < N; n++) {
           const std::size_t s = m.state_index(k, n);
-          mag += std::abs(m.q[static_cast<std::size_t>(k) * N + n] * m.scale[s]) +
-                 std::abs(m.zero[s]);
+          mag +=
+              std::abs(m.q[static_cast<std::size_t>(k) * N + n] * m.scale[s]) + std::abs(m.zero[s]);
           wmag += std::abs(m.dequant(k, n));
         }
       worst = std::max(worst, mag / wmag);
@@ -256,8 +256,8 @@ void check_invariants(int n) {
       worst_alone = std::max(worst_alone, max_abs_diff(batch[i].next[s], alone[0].next[s]));
   }
   CHECK(worst_alone <= tol.batch());
-  WARN(Model::name() << ": batch vs alone max |dlogit| " << worst_alone << " (tol "
-                     << tol.batch() << ")");
+  WARN(Model::name() << ": batch vs alone max |dlogit| " << worst_alone << " (tol " << tol.batch()
+                     << ")");
 
   // 2. HF.
   if constexpr (compares_with_hf<typename I::Fmt>) {

@@ -15,15 +15,16 @@ using U8C = w::U8ZeroPoint<w::PerChannel>;
 using U8G = w::U8ZeroPoint<w::Group<32>>;
 
 template <class D>
-using Layouts = std::tuple<
-    Inv<D, w::F32, sk::kv::Contiguous, Host>, Inv<D, w::F32, sk::kv::Paged<4>, Host>,
-    Inv<D, w::F16, sk::kv::Contiguous, Host>, Inv<D, w::F16, sk::kv::Paged<4>, Host>,
-    Inv<D, w::BF16, sk::kv::Contiguous, Host>, Inv<D, w::BF16, sk::kv::Paged<4>, Host>,
-    Inv<D, U8T, sk::kv::Contiguous, Host>, Inv<D, U8T, sk::kv::Paged<4>, Host>,
-    Inv<D, U8C, sk::kv::Contiguous, Host>, Inv<D, U8C, sk::kv::Paged<4>, Host>,
-    Inv<D, U8G, sk::kv::Contiguous, Host>, Inv<D, U8G, sk::kv::Paged<4>, Host>,
-    Inv<D, w::F32, sk::kv::ContiguousF16, Host>, Inv<D, w::F32, sk::kv::PagedF16<4>, Host>,
-    Inv<D, U8C, sk::kv::ContiguousF16, Host>, Inv<D, U8G, sk::kv::PagedF16<4>, Host>>;
+using Layouts =
+    std::tuple<Inv<D, w::F32, sk::kv::Contiguous, Host>, Inv<D, w::F32, sk::kv::Paged<4>, Host>,
+               Inv<D, w::F16, sk::kv::Contiguous, Host>, Inv<D, w::F16, sk::kv::Paged<4>, Host>,
+               Inv<D, w::BF16, sk::kv::Contiguous, Host>, Inv<D, w::BF16, sk::kv::Paged<4>, Host>,
+               Inv<D, U8T, sk::kv::Contiguous, Host>, Inv<D, U8T, sk::kv::Paged<4>, Host>,
+               Inv<D, U8C, sk::kv::Contiguous, Host>, Inv<D, U8C, sk::kv::Paged<4>, Host>,
+               Inv<D, U8G, sk::kv::Contiguous, Host>, Inv<D, U8G, sk::kv::Paged<4>, Host>,
+               Inv<D, w::F32, sk::kv::ContiguousF16, Host>,
+               Inv<D, w::F32, sk::kv::PagedF16<4>, Host>, Inv<D, U8C, sk::kv::ContiguousF16, Host>,
+               Inv<D, U8G, sk::kv::PagedF16<4>, Host>>;
 
 TEMPLATE_LIST_TEST_CASE("host: batch == alone, HF's logits and tokens (tiny-a)",
                         "[invariants][host]", Layouts<sk::dims::TinyA>) {

@@ -34,8 +34,8 @@ std::vector<float> weights_for(int K, int N, std::mt19937& rng) {
 
 template <class Mat>
 kn::LinearU8Params params(float* out, const float* x, const Mat& W, const float* b, int M) {
-  return {out, x, W.q.data(), W.scale.data(), W.zero.data(), b, M,
-          W.rows, W.cols, W.group_rows, W.state_cols};
+  return {out, x,      W.q.data(), W.scale.data(), W.zero.data(), b,
+          M,   W.rows, W.cols,     W.group_rows,   W.state_cols};
 }
 
 // Both sides compute, per group, scale * sum_k x q + min * sum_k x in fp32 and add the groups
@@ -94,18 +94,30 @@ void check_format(std::initializer_list<int> Ks, std::mt19937& rng) {
 TEST_CASE("uint8 linear per tensor and per channel matches the reference",
           "[kernels][emulated][linear][u8]") {
   std::mt19937 rng(21);
-  SECTION("per tensor") { check_format<w::U8ZeroPoint<w::PerTensor>>({1, 17, 64, 257}, rng); }
-  SECTION("per channel") { check_format<w::U8ZeroPoint<w::PerChannel>>({1, 17, 64, 257}, rng); }
+  SECTION("per tensor") {
+    check_format<w::U8ZeroPoint<w::PerTensor>>({1, 17, 64, 257}, rng);
+  }
+  SECTION("per channel") {
+    check_format<w::U8ZeroPoint<w::PerChannel>>({1, 17, 64, 257}, rng);
+  }
 }
 
 TEST_CASE("uint8 linear with groups matches the reference", "[kernels][emulated][linear][u8]") {
   std::mt19937 rng(22);
   // G = 1 and 3: several groups per k tile and per GEMV slice step; 24: groups straddle
   // tiles; 32: the size the invariant tests use, two k tiles per group.
-  SECTION("G = 1") { check_format<w::U8ZeroPoint<w::Group<1>>>({1, 19}, rng); }
-  SECTION("G = 3") { check_format<w::U8ZeroPoint<w::Group<3>>>({3, 51, 261}, rng); }
-  SECTION("G = 24") { check_format<w::U8ZeroPoint<w::Group<24>>>({24, 72, 264}, rng); }
-  SECTION("G = 32") { check_format<w::U8ZeroPoint<w::Group<32>>>({32, 96}, rng); }
+  SECTION("G = 1") {
+    check_format<w::U8ZeroPoint<w::Group<1>>>({1, 19}, rng);
+  }
+  SECTION("G = 3") {
+    check_format<w::U8ZeroPoint<w::Group<3>>>({3, 51, 261}, rng);
+  }
+  SECTION("G = 24") {
+    check_format<w::U8ZeroPoint<w::Group<24>>>({24, 72, 264}, rng);
+  }
+  SECTION("G = 32") {
+    check_format<w::U8ZeroPoint<w::Group<32>>>({32, 96}, rng);
+  }
 }
 
 TEST_CASE("Ops<Emulated>::linear runs the uint8 kernel on a Matrix", "[kernels][emulated][u8]") {

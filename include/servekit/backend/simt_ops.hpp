@@ -61,16 +61,16 @@ struct SimtOps {
   // W: (K, N) zero-point uint8, a Matrix<U8ZeroPoint<G>> or its DeviceMatrix (arrays q,
   // scale, zero and the group shape): CUDA cores, dequantisation fused (kernels/linear_u8.hpp).
   template <Epilogue E, class Mat>
-    requires requires(const Mat& w) {
-      w.q.data();
-      w.scale.data();
-      w.zero.data();
-      w.group_rows;
-      w.state_cols;
-    }
+  requires requires(const Mat& w) {
+    w.q.data();
+    w.scale.data();
+    w.zero.data();
+    w.group_rows;
+    w.state_cols;
+  }
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M) {
-    kernels::linear_u8<E>({out, x, W.q.data(), W.scale.data(), W.zero.data(), b, M, W.rows,
-                           W.cols, W.group_rows, W.state_cols});
+    kernels::linear_u8<E>({out, x, W.q.data(), W.scale.data(), W.zero.data(), b, M, W.rows, W.cols,
+                           W.group_rows, W.state_cols});
     done();
   }
   template <Epilogue E, class Mat>

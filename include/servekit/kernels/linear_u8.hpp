@@ -47,7 +47,7 @@ constexpr int kThreads = (BM / TM) * (BN / TN);  // 256
 static_assert(BM * BK % kThreads == 0 && BK * BN % kThreads == 0);
 
 struct SharedStorage {
-  float a[BK][BM + 4];      // x tile, transposed: a thread's TM rows are adjacent
+  float a[BK][BM + 4];     // x tile, transposed: a thread's TM rows are adjacent
   std::uint8_t b[BK][BN];  // W tile, raw bytes
 };
 }  // namespace u8_gemm
