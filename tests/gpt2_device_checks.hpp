@@ -19,6 +19,7 @@
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/sampling.hpp"
 #include "support/reference.hpp"
+#include "support/rounding_ratio.hpp"
 
 namespace sk = servekit;
 using sk::model::Logits;
@@ -176,4 +177,40 @@ TEMPLATE_TEST_CASE("device-resident 16-bit weights match the host backend with t
   INFO("max |device - host| = " << worst << ", max |logit| = " << scale);
   CHECK(worst > 0.f);  // the activations really were rounded: this is not the host path
   CHECK(worst <= 4 * D::n_layer * u * scale);
+}
+
+TEMPLATE_TEST_CASE("device-resident uint8 zero-point weights match the host backend",
+                   "[device][weights]", sk::weights::U8ZeroPoint<sk::weights::PerChannel>,
+                   sk::weights::U8ZeroPoint<sk::weights::Group<32>>) {
+  using D = sk::dims::TinyA;
+  using W = TestType;
+  auto host = sk::Gpt2<sk::Config<D, W>>::load(fixture_dir<D>());
+  auto dev = sk::Gpt2<Device<D, W, sk::kv::Paged<16>>>::load(fixture_dir<D>());
+  const auto ref = sk::test::load_reference(fixture_dir<D>());
+  CHECK(dev.weight_bytes() == host.weight_bytes());
+  // The same quantized weights and the same factorised sums on both sides, summed in another
+  // order: fp32 reordering, grown by how much larger |q scale| + |min| is than |w'|.
+  const float tol = static_cast<float>(
+      kTol * sk::test::rounding_ratio<W>(sk::model::load_gpt2<D>(fixture_dir<D>()), D::n_embd));
+  for (const auto& c : ref.cases) {
+    INFO("case " << c.name);
+    const int T = static_cast<int>(c.prompt_ids.size());
+    auto hc = host.make_cache(1);
+    auto dc = dev.make_cache(1);
+    std::vector<float> hl, dl;
+    SeqStep s{0, 0, T};
+    host.forward(hc, {c.prompt_ids, std::span(&s, 1), Logits::Last}, hl);
+    dev.forward(dc, {c.prompt_ids, std::span(&s, 1), Logits::Last}, dl);
+    CHECK(sk::test::max_abs_diff(dl, hl) <= tol);
+    int32_t next = sk::serve::argmax(hl);
+    CHECK(sk::serve::argmax(dl) == next);
+    for (int step = 0, n_past = T; step < 4; step++, n_past++) {
+      SeqStep d{0, n_past, 1};
+      host.forward(hc, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, hl);
+      dev.forward(dc, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, dl);
+      CHECK(sk::test::max_abs_diff(dl, hl) <= tol);
+      next = sk::serve::argmax(hl);
+      CHECK(sk::serve::argmax(dl) == next);
+    }
+  }
 }

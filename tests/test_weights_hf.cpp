@@ -13,6 +13,7 @@
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/sampling.hpp"
 #include "support/reference.hpp"
+#include "support/rounding_ratio.hpp"
 
 namespace sk = servekit;
 namespace w = servekit::weights;
@@ -80,35 +81,7 @@ std::vector<float> greedy_margins(const std::filesystem::path& dir) {
   return m;
 }
 
-// How much larger the magnitudes a format's kernel rounds are than the weights themselves.
-// fp16/bf16 widen each weight and sum x w like fp32 (ratio 1). The zero-point kernel sums
-// scale * sum x q and min * sum x, whose roundings scale with |q scale| + |min| instead of
-// |w'| = |q scale + min|: the fp32 reordering tolerance grows by the ratio of their means.
-template <class F>
-double rounding_ratio(const sk::model::Gpt2Tensors& t, int C) {
-  if constexpr (!requires(w::Matrix<F> m) { m.zero; }) {
-    return 1.0;
-  } else {
-    double worst = 1.0;
-    auto one = [&](const std::vector<float>& v, int K, int N) {
-      auto m = w::Matrix<F>::from_f32(v, K, N);
-      double mag = 0, wmag = 0;
-      for (int k = 0; k < K; k++)
-        for (int n = 0; n < N; n++) {
-          const std::size_t s = m.state_index(k, n);
-          mag +=
-              std::abs(m.q[static_cast<std::size_t>(k) * N + n] * m.scale[s]) + std::abs(m.zero[s]);
-          wmag += std::abs(m.dequant(k, n));
-        }
-      worst = std::max(worst, mag / wmag);
-    };
-    for (auto& l : t.layers) {
-      one(l.attn_w, C, 3 * C), one(l.attn_proj_w, C, C), one(l.fc_w, C, 4 * C);
-      one(l.mlp_proj_w, 4 * C, C);
-    }
-    return worst;
-  }
-}
+using servekit::test::rounding_ratio;
 
 float max_abs(std::span<const float> v) {
   float m = 0;

@@ -12,6 +12,7 @@
 
 #include "servekit/simt/memory.hpp"
 #include "servekit/weights/matrix.hpp"
+#include "servekit/weights/u8_zero_point.hpp"
 
 namespace servekit::weights {
 
@@ -43,6 +44,27 @@ struct DeviceMatrix {
   }
   std::size_t bytes() const { return data.size() * sizeof(Elem); }
   std::size_t state_bytes() const { return 0; }
+};
+
+// uint8 zero-point: the quantized bytes and each group's (scale, min), as in Matrix.
+template <Granularity G>
+struct DeviceMatrix<U8ZeroPoint<G>> {
+  using Format = U8ZeroPoint<G>;
+  simt::DeviceVector<uint8_t> q;    // (K, N)
+  simt::DeviceVector<float> scale;  // (K / group_rows, state_cols)
+  simt::DeviceVector<float> zero;   // (K / group_rows, state_cols): each group's min
+  int rows = 0, cols = 0, group_rows = 0, state_cols = 0;
+
+  static DeviceMatrix upload(const Matrix<Format>& m) {
+    DeviceMatrix d;
+    d.q.assign(std::span<const uint8_t>(m.q));
+    d.scale.assign(std::span<const float>(m.scale));
+    d.zero.assign(std::span<const float>(m.zero));
+    d.rows = m.rows, d.cols = m.cols, d.group_rows = m.group_rows, d.state_cols = m.state_cols;
+    return d;
+  }
+  std::size_t bytes() const { return q.size() + state_bytes(); }
+  std::size_t state_bytes() const { return (scale.size() + zero.size()) * sizeof(float); }
 };
 
 }  // namespace servekit::weights
