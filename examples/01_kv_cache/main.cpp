@@ -19,6 +19,7 @@
 #include <fstream>
 
 #include "common/plot.hpp"
+#include "common/run.hpp"
 #include "servekit/model/dispatch.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/generate.hpp"
@@ -123,18 +124,9 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", a.tokens, "tokens to generate")->check(CLI::Range(1, 512));
   app.add_option("--out", a.out, "output folder for the CSV and plot");
   CLI11_PARSE(app, argc, argv);
-  try {
-    fs::path vocab = !a.vocab.empty() ? fs::path(a.vocab)
-                     : (!a.model.empty() && fs::exists(fs::path(a.model) / "vocab.json"))
-                         ? fs::path(a.model)
-                         : fs::path(SERVEKIT_DEFAULT_VOCAB);
-    auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab);
-    if (a.model.empty()) return lesson<sk::dims::Gpt2Small>(a, tok);
-    auto cfg = sk::model::read_gpt2_config(fs::path(a.model) / "config.json");
-    return sk::dispatch_dims(cfg,
-                             [&]<class D>(std::type_identity<D>) { return lesson<D>(a, tok); });
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "01_kv_cache: error: %s\n", e.what());
-    return 2;
-  }
+  return sk::examples::run_lesson(
+      "01_kv_cache", a.model, a.vocab,
+      [&]<class D>(std::type_identity<D>, const sk::text::Gpt2Tokenizer& tok) {
+        return lesson<D>(a, tok);
+      });
 }

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// What every lesson's main() does after parsing its options: find the tokenizer, pick the
+// compiled dims for the model folder (or GPT-2 124M with random weights when there is none),
+// run the lesson, and turn an error into a message and exit code 2.
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+
+#include "servekit/model/dispatch.hpp"
+#include "servekit/model/hf_config.hpp"
+#include "servekit/text/tokenizer.hpp"
+
+namespace servekit::examples {
+
+// --vocab, else the model folder (HF ships vocab.json + merges.txt beside the weights), else
+// the GPT-2 vocabulary next to the source tree.
+inline std::filesystem::path find_vocab(const std::string& vocab, const std::string& model) {
+  namespace fs = std::filesystem;
+  if (!vocab.empty()) return vocab;
+  if (!model.empty() && fs::exists(fs::path(model) / "vocab.json")) return model;
+  return SERVEKIT_DEFAULT_VOCAB;
+}
+
+// lesson: a generic lambda [&]<class D>(std::type_identity<D>, const text::Gpt2Tokenizer&) -> int.
+template <class F>
+int run_lesson(const char* name, const std::string& model, const std::string& vocab, F&& lesson) {
+  try {
+    auto tok = text::Gpt2Tokenizer::from_dir(find_vocab(vocab, model));
+    if (model.empty()) return lesson(std::type_identity<dims::Gpt2Small>{}, tok);
+    auto cfg = model::read_gpt2_config(std::filesystem::path(model) / "config.json");
+    return dispatch_dims(cfg, [&]<class D>(std::type_identity<D> d) { return lesson(d, tok); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+    return 2;
+  }
+}
+
+}  // namespace servekit::examples
