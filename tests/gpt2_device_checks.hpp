@@ -18,7 +18,7 @@
 #include "servekit/model/footprint.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/sampling.hpp"
-#include "support/reference.hpp"
+#include "support/hf_checks.hpp"
 #include "support/rounding_ratio.hpp"
 
 namespace sk = servekit;
@@ -33,10 +33,6 @@ std::filesystem::path fixture_dir() {
   return std::filesystem::path(SERVEKIT_FIXTURES) / std::string(D::name);
 }
 
-std::span<const float> row(const std::vector<float>& m, int r, int V) {
-  return std::span(m).subspan(static_cast<std::size_t>(r) * V, V);
-}
-
 template <class D, class W = sk::weights::F32, class K = sk::kv::Contiguous>
 using Device = sk::Config<D, W, K, sk::lora::None, DeviceBackend>;
 
@@ -49,33 +45,16 @@ TEMPLATE_TEST_CASE("device-resident gpt2 matches HF logits and greedy tokens", "
                    (Device<sk::dims::TinyB, sk::weights::F32, sk::kv::Paged<4>>)) {
   using Cfg = TestType;
   using D = typename Cfg::Dims;
-  constexpr int V = D::vocab;
   auto model = sk::Gpt2<Cfg>::load(fixture_dir<D>());
   const auto ref = sk::test::load_reference(fixture_dir<D>());
   REQUIRE(ref.cases.size() >= 6);
-  std::vector<float> logits;
   // One cache for every case, its slot released in between: a paged cache hands the next
   // case its blocks in another order, so a stale device block table would read wrong rows.
   auto cache = model.make_cache(1);
   for (const auto& c : ref.cases) {
     INFO("case " << c.name << " (" << c.prompt_ids.size() << " prompt tokens)");
-    const int T = static_cast<int>(c.prompt_ids.size());
     const int slot = cache.acquire();
-    SeqStep s{slot, 0, T};
-    model.forward(cache, {c.prompt_ids, std::span(&s, 1), Logits::All}, logits);
-    REQUIRE(logits.size() == c.prefill_logits.size());
-    CHECK(sk::test::max_abs_diff(logits, c.prefill_logits) <= kTol);
-    CHECK(sk::serve::argmax(row(logits, T - 1, V)) == c.greedy_ids[0]);
-    int n_past = T;
-    for (int step = 0; step < ref.n_steps; step++) {
-      INFO("decode step " << step);
-      int32_t next = c.greedy_ids[step];  // teacher-forced: a one-token slip must not cascade
-      SeqStep d{slot, n_past++, 1};
-      model.forward(cache, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, logits);
-      REQUIRE(logits.size() == static_cast<std::size_t>(V));
-      CHECK(sk::test::max_abs_diff(logits, row(c.step_logits, step, V)) <= kTol);
-      CHECK(sk::serve::argmax(logits) == c.greedy_ids[step + 1]);
-    }
+    sk::test::check_hf_case(model, cache, slot, c, ref.n_steps, kTol);
     cache.release(slot);
   }
 }
@@ -105,38 +84,10 @@ TEMPLATE_TEST_CASE("device-resident gpt2 gives each sequence of a ragged batch H
     INFO("sequence " << i << " last prompt position");  // left-padded: the last padded row
     auto want =
         std::span(b.logits).subspan((static_cast<std::size_t>(i) * b.t_pad + b.t_pad - 1) * V, V);
-    CHECK(sk::test::max_abs_diff(row(logits, i, V), want) <= kTol);
+    CHECK(sk::test::max_abs_diff(sk::test::logit_row(logits, i, V), want) <= kTol);
   }
   cache = model.make_cache(B);
-  model.forward(cache, {tokens, seqs, Logits::All}, logits);
-  int r = 0;
-  for (int i = 0; i < B; i++) {
-    const int T = static_cast<int>(b.prompt_ids[i].size());
-    const int pad = b.t_pad - T;
-    for (int t = 0; t < T; t++, r++) {
-      INFO("sequence " << i << " position " << t);
-      auto want =
-          std::span(b.logits).subspan((static_cast<std::size_t>(i) * b.t_pad + pad + t) * V, V);
-      CHECK(sk::test::max_abs_diff(row(logits, r, V), want) <= kTol);
-    }
-  }
-  std::vector<int32_t> n_past(B);
-  for (int i = 0; i < B; i++) n_past[i] = static_cast<int32_t>(b.prompt_ids[i].size());
-  for (int step = 0; step < b.n_steps; step++) {
-    tokens.clear(), seqs.clear();
-    for (int i = 0; i < B; i++) {
-      tokens.push_back(b.greedy_ids[i][step]);
-      seqs.push_back({i, n_past[i]++, 1});
-    }
-    model.forward(cache, {tokens, seqs, Logits::Last}, logits);
-    for (int i = 0; i < B; i++) {
-      INFO("sequence " << i << " decode step " << step);
-      auto want =
-          std::span(b.step_logits).subspan((static_cast<std::size_t>(i) * b.n_steps + step) * V, V);
-      CHECK(sk::test::max_abs_diff(row(logits, i, V), want) <= kTol);
-      CHECK(sk::serve::argmax(row(logits, i, V)) == b.greedy_ids[i][step + 1]);
-    }
-  }
+  sk::test::check_hf_batch(model, cache, b, kTol);
 }
 
 TEMPLATE_TEST_CASE("device-resident 16-bit weights match the host backend with the same format",

@@ -11,7 +11,7 @@
 #include "servekit/backend/emulated.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/sampling.hpp"
-#include "support/reference.hpp"
+#include "support/hf_checks.hpp"
 
 namespace sk = servekit;
 using sk::model::Batch;
@@ -26,10 +26,6 @@ std::filesystem::path fixture_dir() {
   return std::filesystem::path(SERVEKIT_FIXTURES) / std::string(D::name);
 }
 
-std::span<const float> row(const std::vector<float>& m, int r, int V) {
-  return std::span(m).subspan(static_cast<std::size_t>(r) * V, V);
-}
-
 template <class D, class W = sk::weights::F32, class K = sk::kv::Contiguous>
 using Emulated = sk::Config<D, W, K, sk::lora::None, sk::backend::Emulated>;
 }  // namespace
@@ -39,30 +35,13 @@ TEMPLATE_TEST_CASE("emulated gpt2 matches HF logits and greedy tokens", "[emulat
                    (Emulated<sk::dims::TinyA, sk::weights::F32, sk::kv::Paged<16>>)) {
   using Cfg = TestType;
   using D = typename Cfg::Dims;
-  constexpr int V = D::vocab;
   auto model = sk::Gpt2<Cfg>::load(fixture_dir<D>());
   const auto ref = sk::test::load_reference(fixture_dir<D>());
   REQUIRE(ref.cases.size() >= 6);
-  std::vector<float> logits;
-
   for (const auto& c : ref.cases) {
     INFO("case " << c.name << " (" << c.prompt_ids.size() << " prompt tokens)");
-    const int T = static_cast<int>(c.prompt_ids.size());
     auto cache = model.make_cache(1);
-    SeqStep s{0, 0, T};
-    model.forward(cache, {c.prompt_ids, std::span(&s, 1), Logits::All}, logits);
-    REQUIRE(logits.size() == c.prefill_logits.size());
-    CHECK(sk::test::max_abs_diff(logits, c.prefill_logits) <= kTol);
-    CHECK(sk::serve::argmax(row(logits, T - 1, V)) == c.greedy_ids[0]);
-    int n_past = T;
-    for (int step = 0; step < ref.n_steps; step++) {
-      INFO("decode step " << step);
-      int32_t next = c.greedy_ids[step];  // teacher-forced: a one-token slip must not cascade
-      SeqStep d{0, n_past++, 1};
-      model.forward(cache, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, logits);
-      CHECK(sk::test::max_abs_diff(logits, row(c.step_logits, step, V)) <= kTol);
-      CHECK(sk::serve::argmax(logits) == c.greedy_ids[step + 1]);
-    }
+    sk::test::check_hf_case(model, cache, 0, c, ref.n_steps, kTol);
   }
 }
 
@@ -71,48 +50,12 @@ TEMPLATE_TEST_CASE("emulated gpt2 gives each sequence of a ragged batch HF's log
                    (Emulated<sk::dims::TinyB>)) {
   using Cfg = TestType;
   using D = typename Cfg::Dims;
-  constexpr int V = D::vocab;
   auto model = sk::Gpt2<Cfg>::load(fixture_dir<D>());
   const auto ref = sk::test::load_reference(fixture_dir<D>());
   const auto& b = ref.batch;
   const int B = static_cast<int>(b.prompt_ids.size());
   auto cache = model.make_cache(B);
-  std::vector<int32_t> tokens;
-  std::vector<SeqStep> seqs;
-  for (int i = 0; i < B; i++) {
-    seqs.push_back({i, 0, static_cast<int32_t>(b.prompt_ids[i].size())});
-    tokens.insert(tokens.end(), b.prompt_ids[i].begin(), b.prompt_ids[i].end());
-  }
-  std::vector<float> logits;
-  model.forward(cache, {tokens, seqs, Logits::All}, logits);
-  int r = 0;
-  for (int i = 0; i < B; i++) {
-    const int T = static_cast<int>(b.prompt_ids[i].size());
-    const int pad = b.t_pad - T;
-    for (int t = 0; t < T; t++, r++) {
-      INFO("sequence " << i << " position " << t);
-      auto want =
-          std::span(b.logits).subspan((static_cast<std::size_t>(i) * b.t_pad + pad + t) * V, V);
-      CHECK(sk::test::max_abs_diff(row(logits, r, V), want) <= kTol);
-    }
-  }
-  std::vector<int32_t> n_past(B);
-  for (int i = 0; i < B; i++) n_past[i] = static_cast<int32_t>(b.prompt_ids[i].size());
-  for (int step = 0; step < b.n_steps; step++) {
-    tokens.clear(), seqs.clear();
-    for (int i = 0; i < B; i++) {
-      tokens.push_back(b.greedy_ids[i][step]);
-      seqs.push_back({i, n_past[i]++, 1});
-    }
-    model.forward(cache, {tokens, seqs, Logits::Last}, logits);
-    for (int i = 0; i < B; i++) {
-      INFO("sequence " << i << " decode step " << step);
-      auto want =
-          std::span(b.step_logits).subspan((static_cast<std::size_t>(i) * b.n_steps + step) * V, V);
-      CHECK(sk::test::max_abs_diff(row(logits, i, V), want) <= kTol);
-      CHECK(sk::serve::argmax(row(logits, i, V)) == b.greedy_ids[i][step + 1]);
-    }
-  }
+  sk::test::check_hf_batch(model, cache, b, kTol);
 }
 
 TEMPLATE_TEST_CASE("emulated 16-bit weights match the host backend with the same format",

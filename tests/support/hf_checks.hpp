@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The HF fixture checks every backend's whole-model test runs: a prompt's logits at every
+// position and at each teacher-forced cached decode step, and the ragged batch of the course's
+// prompts (HF computed it left-padded). Tolerance and model come from the caller.
+#include <catch2/catch.hpp>
+
+#include <span>
+#include <vector>
+
+#include "servekit/model/batch.hpp"
+#include "servekit/serve/sampling.hpp"
+#include "reference.hpp"
+
+namespace servekit::test {
+
+inline std::span<const float> logit_row(const std::vector<float>& m, int r, int V) {
+  return std::span(m).subspan(static_cast<std::size_t>(r) * V, V);
+}
+
+// One case in cache slot `slot` (empty on entry).
+template <class Model>
+void check_hf_case(Model& model, typename Model::Cache& cache, int slot, const RefCase& c,
+                   int n_steps, float tol) {
+  using model::Logits;
+  using model::SeqStep;
+  constexpr int V = Model::Dims::vocab;
+  const int T = static_cast<int>(c.prompt_ids.size());
+  std::vector<float> logits;
+  SeqStep s{slot, 0, T};
+  model.forward(cache, {c.prompt_ids, std::span(&s, 1), Logits::All}, logits);
+  REQUIRE(logits.size() == c.prefill_logits.size());
+  CHECK(max_abs_diff(logits, c.prefill_logits) <= tol);
+  CHECK(serve::argmax(logit_row(logits, T - 1, V)) == c.greedy_ids[0]);
+  int n_past = T;
+  for (int step = 0; step < n_steps; step++) {
+    INFO("decode step " << step);
+    int32_t next = c.greedy_ids[step];  // teacher-forced: a one-token slip must not cascade
+    SeqStep d{slot, n_past++, 1};
+    model.forward(cache, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, logits);
+    REQUIRE(logits.size() == static_cast<std::size_t>(V));
+    CHECK(max_abs_diff(logits, logit_row(c.step_logits, step, V)) <= tol);
+    CHECK(serve::argmax(logits) == c.greedy_ids[step + 1]);
+  }
+}
+
+// The batch's prompts in slots 0..B-1 of an empty cache: one prefill step with every
+// position's logits, then batched decode steps feeding HF's batched greedy tokens.
+template <class Model>
+void check_hf_batch(Model& model, typename Model::Cache& cache, const RefBatch& b, float tol) {
+  using model::Logits;
+  using model::SeqStep;
+  constexpr int V = Model::Dims::vocab;
+  const int B = static_cast<int>(b.prompt_ids.size());
+  std::vector<int32_t> tokens;
+  std::vector<SeqStep> seqs;
+  for (int i = 0; i < B; i++) {
+    seqs.push_back({i, 0, static_cast<int32_t>(b.prompt_ids[i].size())});
+    tokens.insert(tokens.end(), b.prompt_ids[i].begin(), b.prompt_ids[i].end());
+  }
+  std::vector<float> logits;
+  model.forward(cache, {tokens, seqs, Logits::All}, logits);
+  int r = 0;
+  for (int i = 0; i < B; i++) {
+    const int T = static_cast<int>(b.prompt_ids[i].size());
+    const int pad = b.t_pad - T;  // left padding in HF's batch
+    for (int t = 0; t < T; t++, r++) {
+      INFO("sequence " << i << " position " << t);
+      REQUIRE(b.attention_mask[i * b.t_pad + pad + t] == 1);
+      auto want =
+          std::span(b.logits).subspan((static_cast<std::size_t>(i) * b.t_pad + pad + t) * V, V);
+      CHECK(max_abs_diff(logit_row(logits, r, V), want) <= tol);
+    }
+  }
+  std::vector<int32_t> n_past(B);
+  for (int i = 0; i < B; i++) n_past[i] = static_cast<int32_t>(b.prompt_ids[i].size());
+  for (int step = 0; step < b.n_steps; step++) {
+    tokens.clear(), seqs.clear();
+    for (int i = 0; i < B; i++) {
+      tokens.push_back(b.greedy_ids[i][step]);
+      seqs.push_back({i, n_past[i]++, 1});
+    }
+    model.forward(cache, {tokens, seqs, Logits::Last}, logits);
+    for (int i = 0; i < B; i++) {
+      INFO("sequence " << i << " decode step " << step);
+      auto want =
+          std::span(b.step_logits).subspan((static_cast<std::size_t>(i) * b.n_steps + step) * V, V);
+      CHECK(max_abs_diff(logit_row(logits, i, V), want) <= tol);
+      CHECK(serve::argmax(logit_row(logits, i, V)) == b.greedy_ids[i][step + 1]);
+    }
+  }
+}
+
+}  // namespace servekit::test
