@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Compile every decoder kernel (all launchers; fp32, fp16, bf16 and uint8 zero-point linears;
-# f32/f16 caches in the contiguous and paged layouts) with nvcc for sm_80 and sm_90, warnings
-# as errors; check that the tensor-core linear's PTX holds mma.sync and ldmatrix; print
-# ptxas's registers / shared memory / spills per kernel and fail if a kernel spills.
+# f32/f16 caches in the contiguous and paged layouts; argmax and both sampler block sizes) with
+# nvcc for sm_80 and sm_90, warnings as errors; check that the tensor-core linear's PTX holds
+# mma.sync and ldmatrix; print ptxas's registers / shared memory / spills per kernel and fail if
+# a kernel spills.
 #   scripts/check_nvcc_kernels.sh [nvcc] [work dir]
 set -euo pipefail
 NVCC=${1:-nvcc}
@@ -45,6 +46,9 @@ void instantiate_all(float* f, int32_t* i, sk::half_t* h) {
   Ops::gather_rows(f, f, i, 1, 64);
   Ops::lm_head(f, f, f, 1, 512, 64);
   sk::kernels::argmax({i, f, 1, 512});
+  // Both block sizes of the sampler: one warp (V <= 1024) and 256 threads.
+  Ops::sample(i, f, reinterpret_cast<const uint64_t*>(i), 0, 1, 512, 0.8f, 40, 0.9f);
+  Ops::sample(i, f, reinterpret_cast<const uint64_t*>(i), 0, 1, 50257, 0.8f, 40, 0.9f);
 }
 CU
 for ARCH in sm_80 sm_90; do

@@ -18,6 +18,7 @@
 #include "servekit/kernels/linear_simt.hpp"
 #include "servekit/kernels/linear_u8.hpp"
 #include "servekit/kernels/lm_head.hpp"
+#include "servekit/kernels/sampling.hpp"
 #include "servekit/weights/bf16.hpp"
 #include "servekit/weights/f16.hpp"
 #include "servekit/weights/f32.hpp"
@@ -120,6 +121,13 @@ struct SimtOps {
   }
   static void lm_head(float* logits, const float* x, const float* wte, int M, int V, int C) {
     kernels::lm_head({logits, x, wte, M, V, C});
+    done();
+  }
+  // ids (M) from logits (M, V): temperature 0 is greedy; otherwise row m draws with seeds[m] at
+  // `step`, after top-k (0: off) and top-p (1: off) (kernels/sampling.hpp).
+  static void sample(int32_t* ids, const float* logits, const uint64_t* seeds, uint64_t step, int M,
+                     int V, float temperature, int top_k, float top_p) {
+    kernels::sample({ids, logits, seeds, step, M, V, temperature, top_k, top_p});
     done();
   }
 

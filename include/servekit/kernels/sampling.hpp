@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Greedy sampling on the device: the argmax of each row of logits, so a decode step copies back
-// M token ids instead of M x V floats. Ties go to the lowest index, as std::max_element (and so
-// serve::argmax) does; NaNs are never chosen.
+// Next-token selection on the device, so a decode step copies back M token ids instead of M x V
+// floats. Greedy: the argmax of each row; ties go to the lowest index, as std::max_element (and
+// so serve::argmax) does; NaNs are never chosen. Sampling: HF's warper order (temperature, then
+// top-k keeping ties with the k-th value, then top-p), without sorting the vocabulary: each
+// threshold is found by bisection on the logits' ordered bits, one block reduction per step.
+#include <cmath>
+
 #include "servekit/kernels/common.hpp"
 
 namespace servekit::kernels {
@@ -52,6 +56,219 @@ __global__ void __launch_bounds__(argmax_cfg::kThreads) argmax_kernel(const Argm
 inline void argmax(const ArgmaxParams& p, simt::stream_handle stream = nullptr) {
   if (p.M < 1 || p.V < 1) fail("kernels::argmax: cannot run M = ", p.M, ", V = ", p.V);
   simt::launch(simt::kernel<argmax_kernel<>>, dim3(p.M), dim3(argmax_cfg::kThreads), 0, stream, p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): a
+// counter-based generator, so row m's draw at a step is a pure function of (seed, step), whatever
+// the batch it runs in and whichever thread computes it.
+
+struct U32x4 {
+  uint32_t x, y, z, w;
+};
+
+__host__ __device__ constexpr U32x4 philox4x32_10(U32x4 c, uint32_t k0, uint32_t k1) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // round multipliers
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // key schedule (golden ratio, sqrt 3)
+  for (int r = 0; r < 10; ++r) {
+    if (r > 0) k0 += kW0, k1 += kW1;
+    const uint64_t p0 = static_cast<uint64_t>(kM0) * c.x, p1 = static_cast<uint64_t>(kM1) * c.z;
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    c = {hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0};
+  }
+  return c;
+}
+
+// u in [0, 1) on a 2^-24 grid (every value exact in fp32) for row seed `seed` at `step`.
+__host__ __device__ constexpr float sample_uniform(uint64_t seed, uint64_t step) {
+  const U32x4 r =
+      philox4x32_10({static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32), 0u, 0u},
+                    static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  return static_cast<float>(r.x >> 8) * 0x1p-24f;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct SampleParams {
+  int32_t* ids;           // (M)
+  const float* logits;    // (M, V); finite or -inf (masked); NaN counts as -inf
+  const uint64_t* seeds;  // (M): row m draws from its own stream, seeds[m]
+  uint64_t step;          // the counter within every row's stream, e.g. the decode step
+  int M, V;
+  float temperature;  // > 0; 0: greedy (the argmax kernel, seeds unused)
+  int top_k;          // 0 or >= V: off
+  float top_p;        // (0, 1]; 1: off
+};
+
+namespace sample_cfg {
+// One warp per row up to this vocabulary (<= 32 logits a lane: barriers cost more than the
+// loads), 256 threads above it (GPT-2's 50257: ~200 logits a thread per pass).
+constexpr int kSmallV = 1024, kSmallThreads = 32, kLargeThreads = 256;
+}  // namespace sample_cfg
+
+// Logit after temperature, with NaN -> -inf and -0 -> +0, so that equal values have equal keys.
+__device__ SERVEKIT_SIMT_INLINE float sample_scaled(float x, float temperature) {
+  const float z = x / temperature;  // HF divides; the same division on every pass
+  return z == z ? (z == 0.f ? 0.f : z) : -INFINITY;
+}
+// Monotone map float -> uint32: a < b  <=>  key(a) < key(b) for non-NaN values.
+__device__ SERVEKIT_SIMT_INLINE uint32_t order_key(float z) {
+  const uint32_t b = __float_as_uint(z);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+struct SumOp {
+  template <class T>
+  __device__ SERVEKIT_SIMT_INLINE T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct MaxOp {
+  template <class T>
+  __device__ SERVEKIT_SIMT_INLINE T operator()(T a, T b) const {
+    return a > b ? a : b;
+  }
+};
+struct MinOp {
+  template <class T>
+  __device__ SERVEKIT_SIMT_INLINE T operator()(T a, T b) const {
+    return a < b ? a : b;
+  }
+};
+
+// The block's reduction of v, returned to every thread. Warps combine in index order, so the
+// result is the same float on every call with the same inputs (the bisections rely on it).
+template <int kWarps, class T, class Op>
+__device__ SERVEKIT_SIMT_INLINE T block_reduce(T v, T* scratch /* (kWarps) */, Op op) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(simt::kFullMask, v, o));
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < kWarps; ++w) v = op(v, scratch[w]);
+  __syncthreads();  // scratch is reused by the next reduction
+  return v;
+}
+
+template <int kThreads>
+struct SampleShared {
+  static constexpr int kWarps = kThreads / 32;
+  float f[kWarps];
+  int i[kWarps];
+};
+
+// One block per row. Every pass re-reads the row (L1/L2 on a GPU); nothing of size V is stored.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) sample_kernel(const SampleParams p) {
+  constexpr int kWarps = kThreads / 32;
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024);
+  __shared__ SampleShared<kThreads> sh;
+  const int m = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, V = p.V;
+  const float* row = p.logits + static_cast<int64_t>(m) * V;  // (V)
+  const float T = p.temperature;
+
+  float zmax = -INFINITY;
+  for (int v = tid; v < V; v += kThreads) zmax = fmaxf(zmax, sample_scaled(row[v], T));
+  zmax = block_reduce<kWarps>(zmax, sh.f, MaxOp{});
+  if (zmax == -INFINITY) {  // nothing to draw from: what max_element returns
+    if (tid == 0) p.ids[m] = 0;
+    return;
+  }
+  // Unnormalised probability of v if its key is kept (>= thr); the max always is (e = 1).
+  auto weight = [&](int v, uint32_t thr) {
+    const float z = sample_scaled(row[v], T);
+    return order_key(z) >= thr ? expf(z - zmax) : 0.f;
+  };
+  auto kept_mass = [&](uint32_t thr) {
+    float s = 0.f;
+    for (int v = tid; v < V; v += kThreads) s += weight(v, thr);
+    return block_reduce<kWarps>(s, sh.f, SumOp{});
+  };
+
+  // top-k: the largest key t with #{key >= t} >= k is the k-th largest value's key; every logit
+  // equal to it stays. Bits are set from the top while the count allows, 32 exact steps.
+  uint32_t thr = 0;
+  if (p.top_k > 0 && p.top_k < V) {
+    for (int b = 31; b >= 0; --b) {
+      const uint32_t c = thr | (1u << b);
+      int n = 0;
+      for (int v = tid; v < V; v += kThreads) n += order_key(sample_scaled(row[v], T)) >= c;
+      if (block_reduce<kWarps>(n, sh.i, SumOp{}) >= p.top_k) thr = c;
+    }
+  }
+  // top-p over the top-k survivors: the largest key t whose kept mass still reaches top_p of
+  // theirs, i.e. the smallest set of highest logits with that mass (ties at the edge all stay).
+  // A candidate at or below the top-k key sums the same terms in the same order as `mass`, so it
+  // always passes and the bisection never drops below the top-k set.
+  if (p.top_p < 1.f) {
+    const float target = p.top_p * kept_mass(thr);
+    uint32_t t = 0;
+    for (int b = 31; b >= 0; --b) {
+      const uint32_t c = t | (1u << b);
+      if (kept_mass(c > thr ? c : thr) >= target) t = c;
+    }
+    thr = t > thr ? t : thr;
+  }
+
+  // The draw: thread `tid` owns logits [lo, hi) so that a block scan of the owners' sums
+  // gives every token's cumulative mass in index order; the token is the first kept one whose
+  // cumulative mass exceeds u x total.
+  const int chunk = ceil_div(V, kThreads), lo = imin(V, tid * chunk), hi = imin(V, lo + chunk);
+  float own = 0.f;
+  int last = -1;  // last kept index with a nonzero weight: the draw if rounding overshoots
+  for (int v = lo; v < hi; ++v) {
+    const float e = weight(v, thr);
+    if (e > 0.f) own += e, last = v;
+  }
+  float incl = own;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float t = __shfl_up_sync(simt::kFullMask, incl, o);
+    if (lane >= o) incl += t;
+  }
+  float excl = __shfl_up_sync(simt::kFullMask, incl, 1);
+  if (lane == 0) excl = 0.f;
+  if (lane == 31) sh.f[warp] = incl;
+  __syncthreads();
+  float total = 0.f, before = 0.f;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w == warp) before = total;
+    total += sh.f[w];
+  }
+  __syncthreads();
+  const float target = sample_uniform(p.seeds[m], p.step) * total;
+  float run = before + excl;
+  int pick = V;
+  for (int v = lo; v < hi; ++v) {
+    const float e = weight(v, thr);
+    if (e > 0.f && (run += e) > target) {
+      pick = v;
+      break;
+    }
+  }
+  pick = block_reduce<kWarps>(pick, sh.i, MinOp{});
+  last = block_reduce<kWarps>(last, sh.i, MaxOp{});
+  if (tid == 0) p.ids[m] = pick < V ? pick : last;
+}
+
+// Greedy when temperature is 0, otherwise one draw per row; both leave ids on the device.
+inline void sample(const SampleParams& p, simt::stream_handle stream = nullptr) {
+  if (p.M < 1 || p.V < 1) fail("kernels::sample: cannot run M = ", p.M, ", V = ", p.V);
+  if (!(p.temperature >= 0.f) || std::isinf(p.temperature))
+    fail("kernels::sample: temperature must be > 0 (or 0 for greedy), got ", p.temperature);
+  if (p.top_k < 0) fail("kernels::sample: top_k must be >= 0 (0: off), got ", p.top_k);
+  if (!(p.top_p > 0.f && p.top_p <= 1.f))
+    fail("kernels::sample: top_p must be in (0, 1] (1: off), got ", p.top_p);
+  if (p.temperature == 0.f) return argmax({p.ids, p.logits, p.M, p.V}, stream);
+  if (p.seeds == nullptr) fail("kernels::sample: seeds is null; sampling needs one seed per row");
+  using namespace sample_cfg;
+  if (p.V <= kSmallV)
+    simt::launch(simt::kernel<sample_kernel<kSmallThreads>>, dim3(p.M), dim3(kSmallThreads), 0,
+                 stream, p);
+  else
+    simt::launch(simt::kernel<sample_kernel<kLargeThreads>>, dim3(p.M), dim3(kLargeThreads), 0,
+                 stream, p);
 }
 
 }  // namespace servekit::kernels
