@@ -29,22 +29,40 @@ inline void store_row(float* o, const float* acc, const float* b, int cols) {
   }
 }
 
-// Prefill micro-kernel: an MR x NR tile of out held in registers while K streams through, so
-// each W element loaded feeds MR FMAs and each x element NR.
-template <Epilogue E, int MR, int NR>
-inline void matmul_tile(float* out, const float* x, const float* W, const float* b, int K, int N,
-                        int rows, int cols) {
-  float acc[MR][NR] = {};
-  for (int k = 0; k < K; k++) {
+// Prefill micro-kernel: an MR x NR tile of the output held in registers while a K band
+// streams through, so each W element loaded feeds MR FMAs and each x element NR. acc holds the
+// running sums of the band before (ld = NB): the K bands of a panel accumulate into it.
+template <int MR, int NR>
+inline void matmul_tile(float* acc, int ld, const float* x, int ldx, const float* W, int N, int k0,
+                        int k1, int rows, int cols) {
+  float t[MR][NR];
+  if (rows == MR && cols == NR) {  // the common, full tile: no bounds in the hot loop
+    for (int r = 0; r < MR; r++)
+      for (int c = 0; c < NR; c++) t[r][c] = acc[r * ld + c];
+    for (int k = k0; k < k1; k++) {
+      const float* w = W + static_cast<int64_t>(k) * N;
+      for (int r = 0; r < MR; r++) {
+        const float xv = x[static_cast<int64_t>(r) * ldx + k];
+        for (int c = 0; c < NR; c++) t[r][c] += xv * w[c];
+      }
+    }
+    for (int r = 0; r < MR; r++)
+      for (int c = 0; c < NR; c++) acc[r * ld + c] = t[r][c];
+    return;
+  }
+  for (int r = 0; r < MR; r++)
+    for (int c = 0; c < NR; c++) t[r][c] = r < rows && c < cols ? acc[r * ld + c] : 0.f;
+  for (int k = k0; k < k1; k++) {
     const float* w = W + static_cast<int64_t>(k) * N;
     float wv[NR];
     for (int c = 0; c < NR; c++) wv[c] = c < cols ? w[c] : 0.f;
     for (int r = 0; r < MR; r++) {
-      const float xv = r < rows ? x[static_cast<int64_t>(r) * K + k] : 0.f;
-      for (int c = 0; c < NR; c++) acc[r][c] += xv * wv[c];
+      const float xv = r < rows ? x[static_cast<int64_t>(r) * ldx + k] : 0.f;
+      for (int c = 0; c < NR; c++) t[r][c] += xv * wv[c];
     }
   }
-  for (int r = 0; r < rows; r++) store_row<E>(out + static_cast<int64_t>(r) * N, acc[r], b, cols);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) acc[r * ld + c] = t[r][c];
 }
 
 template <Epilogue E>
@@ -54,17 +72,32 @@ void matmul(float* out,       // (M, N)
             const float* b,   // (N) or nullptr
             int M, int K, int N) {
   if (M >= 8) {
-    // Prefill: register-blocked tiles (8 x 32 measured best of 4..16 x 32..64 on AVX-512).
-    constexpr int MR = 8, NR = 32;
-    const int n_blocks = (N + NR - 1) / NR, m_blocks = (M + MR - 1) / MR;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
-    for (int nb = 0; nb < n_blocks; nb++)
-      for (int mb = 0; mb < m_blocks; mb++) {
-        const int m0 = mb * MR, n0 = nb * NR;
-        matmul_tile<E, MR, NR>(out + static_cast<int64_t>(m0) * N + n0, x + static_cast<int64_t>(m0) * K,
-                               W + n0, b ? b + n0 : nullptr, K, N, std::min(MR, M - m0),
-                               std::min(NR, N - n0));
+    // Batched decode and prefill: each task owns a panel of NB output columns and walks W in
+    // (KB, NB) blocks that stay in L2 while every row tile of x reuses them; rows of W are read
+    // in 1 KiB runs, so the prefetcher keeps up even when W is far larger than the caches.
+    // Inside a block, 8 x 32 register tiles (measured best of 4..16 x 32..64 on AVX-512).
+    constexpr int MR = 8, NR = 32, NB = 256, KB = 256;
+    const int n_panels = (N + NB - 1) / NB;
+#pragma omp parallel
+    {
+      std::vector<float> acc(static_cast<std::size_t>(M) * NB);  // (M, NB) this panel's sums
+#pragma omp for schedule(dynamic, 1)
+      for (int p = 0; p < n_panels; p++) {
+        const int n0 = p * NB, ncols = std::min(NB, N - n0);
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int k0 = 0; k0 < K; k0 += KB) {
+          const int k1 = std::min(K, k0 + KB);
+          for (int m0 = 0; m0 < M; m0 += MR)
+            for (int c0 = 0; c0 < ncols; c0 += NR)
+              matmul_tile<MR, NR>(acc.data() + static_cast<std::size_t>(m0) * NB + c0, NB,
+                                  x + static_cast<int64_t>(m0) * K, K, W + n0 + c0, N, k0, k1,
+                                  std::min(MR, M - m0), std::min(NR, ncols - c0));
+        }
+        for (int r = 0; r < M; r++)
+          store_row<E>(out + static_cast<int64_t>(r) * N + n0, acc.data() + static_cast<std::size_t>(r) * NB,
+                       b ? b + n0 : nullptr, ncols);
       }
+    }
     return;
   }
   // Decode (a few rows): bandwidth-bound on W. Each thread streams a contiguous band of W's
