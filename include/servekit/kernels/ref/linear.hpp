@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <vector>
 
 #include "servekit/kernels/ref/matmul.hpp"
 #include "servekit/weights/formats.hpp"
@@ -48,6 +49,21 @@ inline void store_row(float* o, const float* acc, const float* b, int n0, int co
 template <Epilogue E, class Widen>
 void blocked_linear(float* out, const float* x, const float* b, int M, int K, int N,
                     const Widen& widen) {
+  if (M < 8) {  // decode: stream bands of whole W rows, widening one row at a time
+    banded_rows<E>(out, b, M, K, N, 1, [&](int k0, int k1, float* acc) {
+      std::vector<float> w(N);
+      for (int k = k0; k < k1; k++) {
+        widen(k, 0, N, w.data());
+        for (int r = 0; r < M; r++) {
+          const float xv = x[static_cast<int64_t>(r) * K + k];
+          float* a = acc + static_cast<int64_t>(r) * N;
+#pragma omp simd
+          for (int c = 0; c < N; c++) a[c] += xv * w[c];
+        }
+      }
+    });
+    return;
+  }
   constexpr int NB = kLinearNB, MB = kLinearMB;
   const int n_blocks = (N + NB - 1) / NB;
   const int m_blocks = (M + MB - 1) / MB;
@@ -123,6 +139,45 @@ void linear(float* out,                                         // (M, N)
   constexpr int NB = detail::kLinearNB, MB = detail::kLinearMB;
   const int K = W.rows, N = W.cols, GK = W.group_rows, S = W.state_cols;
   const uint8_t* q = W.q.data();
+  if (M < 8) {
+    // Decode: bands of whole rows, cut on group boundaries. The factorisation is linear in k,
+    // so a band may hold part of a per-tensor or per-channel "group" (GK = K): its partial
+    // sums get the same scale and min as the rest.
+    const int align = GK < K ? GK : 1;
+    banded_rows<E>(out, b, M, K, N, align, [&](int k0, int k1, float* acc) {
+      std::vector<float> part(static_cast<std::size_t>(M) * N);  // sum x q over a segment
+      float xsum[8];
+      for (int g0 = k0; g0 < k1;) {
+        const int g1 = std::min(k1, (g0 / GK + 1) * GK);  // the band's part of one group
+        std::fill(part.begin(), part.end(), 0.f);
+        for (int r = 0; r < M; r++) xsum[r] = 0.f;
+        for (int k = g0; k < g1; k++) {
+          const uint8_t* qr = q + static_cast<int64_t>(k) * N;
+          for (int r = 0; r < M; r++) {
+            const float xv = x[static_cast<int64_t>(r) * K + k];
+            xsum[r] += xv;
+            float* p = part.data() + static_cast<int64_t>(r) * N;
+#pragma omp simd
+            for (int c = 0; c < N; c++) p[c] += xv * static_cast<float>(qr[c]);
+          }
+        }
+        const int64_t s0 = static_cast<int64_t>(g0 / GK) * S;
+        const float* sc = W.scale.data() + s0;
+        const float* zp = W.zero.data() + s0;
+        for (int r = 0; r < M; r++) {
+          float* a = acc + static_cast<int64_t>(r) * N;
+          const float* p = part.data() + static_cast<int64_t>(r) * N;
+          if constexpr (G::per_column) {
+            for (int c = 0; c < N; c++) a[c] += sc[c] * p[c] + zp[c] * xsum[r];
+          } else {
+            for (int c = 0; c < N; c++) a[c] += sc[0] * p[c] + zp[0] * xsum[r];
+          }
+        }
+        g0 = g1;
+      }
+    });
+    return;
+  }
   const int n_blocks = (N + NB - 1) / NB;
   const int m_blocks = (M + MB - 1) / MB;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)

@@ -29,6 +29,41 @@ inline void store_row(float* o, const float* acc, const float* b, int cols) {
   }
 }
 
+// The decode shape (a few rows of x): bandwidth-bound on W. Each thread streams a contiguous
+// band of W's rows, [k0, k1) with k0 a multiple of `align` (a format's group), one sequential
+// read and the prefetcher's best case, and band(k0, k1, acc) adds that band's contribution to
+// private partial sums acc (M, N), zeroed; the partials are then added and the epilogue
+// applied, in parallel over columns.
+template <Epilogue E, class Band>
+void banded_rows(float* out, const float* b, int M, int K, int N, int align, const Band& band) {
+  const int T = omp_get_max_threads();
+  const int units = K / align;  // bands are whole multiples of align
+  const int n_bands = std::max(1, std::min({T, units, std::max(1, K / 64)}));
+  std::vector<float> part(static_cast<std::size_t>(n_bands) * M * N);  // (bands, M, N)
+#pragma omp parallel for schedule(static) num_threads(n_bands)
+  for (int i = 0; i < n_bands; i++) {
+    const int k0 = static_cast<int>(static_cast<int64_t>(units) * i / n_bands) * align;
+    const int k1 = static_cast<int>(static_cast<int64_t>(units) * (i + 1) / n_bands) * align;
+    float* acc = part.data() + static_cast<std::size_t>(i) * M * N;
+    std::fill(acc, acc + static_cast<std::size_t>(M) * N, 0.f);
+    band(k0, k1, acc);
+  }
+  constexpr int NB = 256;
+#pragma omp parallel for schedule(static)
+  for (int n0 = 0; n0 < N; n0 += NB) {
+    const int cols = std::min(NB, N - n0);
+    float sum[NB];
+    for (int r = 0; r < M; r++) {
+      for (int c = 0; c < cols; c++) sum[c] = 0.f;
+      for (int i = 0; i < n_bands; i++) {
+        const float* a = part.data() + (static_cast<std::size_t>(i) * M + r) * N + n0;
+        for (int c = 0; c < cols; c++) sum[c] += a[c];
+      }
+      store_row<E>(out + static_cast<int64_t>(r) * N + n0, sum, b ? b + n0 : nullptr, cols);
+    }
+  }
+}
+
 // Prefill micro-kernel: an MR x NR tile of the output held in registers while a K band
 // streams through, so each W element loaded feeds MR FMAs and each x element NR. acc holds the
 // running sums of the band before (ld = NB): the K bands of a panel accumulate into it.
@@ -66,10 +101,10 @@ inline void matmul_tile(float* acc, int ld, const float* x, int ldx, const float
 }
 
 template <Epilogue E>
-void matmul(float* out,       // (M, N)
-            const float* x,   // (M, K)
-            const float* W,   // (K, N)
-            const float* b,   // (N) or nullptr
+void matmul(float* out,      // (M, N)
+            const float* x,  // (M, K)
+            const float* W,  // (K, N)
+            const float* b,  // (N) or nullptr
             int M, int K, int N) {
   if (M >= 8) {
     // Batched decode and prefill: each task owns a panel of NB output columns and walks W in
@@ -94,24 +129,14 @@ void matmul(float* out,       // (M, N)
                                   std::min(MR, M - m0), std::min(NR, ncols - c0));
         }
         for (int r = 0; r < M; r++)
-          store_row<E>(out + static_cast<int64_t>(r) * N + n0, acc.data() + static_cast<std::size_t>(r) * NB,
-                       b ? b + n0 : nullptr, ncols);
+          store_row<E>(out + static_cast<int64_t>(r) * N + n0,
+                       acc.data() + static_cast<std::size_t>(r) * NB, b ? b + n0 : nullptr, ncols);
       }
     }
     return;
   }
-  // Decode (a few rows): bandwidth-bound on W. Each thread streams a contiguous band of W's
-  // rows (one sequential read, the prefetcher's best case) into private partial sums of all N
-  // columns; the partials are then added and the epilogue applied, in parallel over columns.
-  const int T = omp_get_max_threads();
-  const int n_bands = std::max(1, std::min(T, K / 64));
-  std::vector<float> part(static_cast<std::size_t>(n_bands) * M * N);  // (bands, M, N)
-#pragma omp parallel for schedule(static) num_threads(n_bands)
-  for (int band = 0; band < n_bands; band++) {
-    const int k0 = static_cast<int>(static_cast<int64_t>(K) * band / n_bands);
-    const int k1 = static_cast<int>(static_cast<int64_t>(K) * (band + 1) / n_bands);
-    float* acc = part.data() + static_cast<std::size_t>(band) * M * N;
-    for (int i = 0; i < M * N; i++) acc[i] = 0.f;
+  // Decode (a few rows): bandwidth-bound on W.
+  banded_rows<E>(out, b, M, K, N, 1, [&](int k0, int k1, float* acc) {
     for (int k = k0; k < k1; k++) {
       const float* w = W + static_cast<int64_t>(k) * N;
       for (int r = 0; r < M; r++) {
@@ -121,21 +146,7 @@ void matmul(float* out,       // (M, N)
         for (int c = 0; c < N; c++) a[c] += xv * w[c];
       }
     }
-  }
-  constexpr int NB = 256;
-#pragma omp parallel for schedule(static)
-  for (int n0 = 0; n0 < N; n0 += NB) {
-    const int cols = std::min(NB, N - n0);
-    float sum[NB];
-    for (int r = 0; r < M; r++) {
-      for (int c = 0; c < cols; c++) sum[c] = 0.f;
-      for (int band = 0; band < n_bands; band++) {
-        const float* a = part.data() + (static_cast<std::size_t>(band) * M + r) * N + n0;
-        for (int c = 0; c < cols; c++) sum[c] += a[c];
-      }
-      store_row<E>(out + static_cast<int64_t>(r) * N + n0, sum, b ? b + n0 : nullptr, cols);
-    }
-  }
+  });
 }
 
 }  // namespace servekit::kernels::ref
