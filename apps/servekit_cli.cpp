@@ -75,8 +75,10 @@ int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
   if (prompt.empty()) sk::fail("the prompt is empty: give --prompt TEXT or --prompt-ids");
   for (std::size_t i = 0; i < prompt.size(); i++)
     if (prompt[i] < 0 || prompt[i] >= D::vocab)
-      sk::fail("prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ", D::vocab, ") of ",
-               D::name, a.prompt_ids.empty() ? " (the tokenizer's vocabulary is larger than the model's)" : "");
+      sk::fail(
+          "prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ", D::vocab,
+          ") of ", D::name,
+          a.prompt_ids.empty() ? " (the tokenizer's vocabulary is larger than the model's)" : "");
   sk::serve::GenerateOptions opt;
   opt.sampling.greedy = a.greedy;
   opt.sampling.temperature = a.temperature;
@@ -160,7 +162,9 @@ int main(int argc, char** argv) {
   gen->add_option("--vocab", g.vocab,
                   "tokenizer folder (default: the model folder, else the GPT-2 vocabulary)");
   auto* ptext = gen->add_option("--prompt", g.prompt, "prompt text");
-  auto* pids = gen->add_option("--prompt-ids", g.prompt_ids, "prompt as token ids (comma-separated)")->delimiter(',');
+  auto* pids =
+      gen->add_option("--prompt-ids", g.prompt_ids, "prompt as token ids (comma-separated)")
+          ->delimiter(',');
   ptext->excludes(pids);
   gen->add_option("--max-new-tokens", g.max_new_tokens, "tokens to generate")
       ->check(CLI::NonNegativeNumber);
@@ -181,7 +185,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*tokenize) return run_tokenize(tok_vocab);
-    if (gen->count("--prompt") + gen->count("--prompt-ids") == 0) sk::fail("generate: give --prompt TEXT or --prompt-ids IDS");
+    if (gen->count("--prompt") + gen->count("--prompt-ids") == 0)
+      sk::fail("generate: give --prompt TEXT or --prompt-ids IDS");
     if (!g.greedy &&
         gen->count("--temperature") + gen->count("--top-k") + gen->count("--top-p") == 0)
       g.greedy = true;  // no sampling option given: greedy, the reproducible default

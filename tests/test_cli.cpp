@@ -70,8 +70,9 @@ TEST_CASE("generate --json reproduces HF's greedy tokens, with and without the c
   auto ref = servekit::test::load_reference(kTinyA);
   const auto& c = ref.cases.at(2);
   for (std::string flags : {"", " --no-cache"}) {
-    auto r = run("generate --model " + kTinyA + " --vocab " + kVocab + " --prompt-ids " + join(c.prompt_ids) +
-                 " --max-new-tokens " + std::to_string(c.greedy_ids.size()) + " --json --top-logprobs 3" + flags);
+    auto r = run("generate --model " + kTinyA + " --vocab " + kVocab + " --prompt-ids " +
+                 join(c.prompt_ids) + " --max-new-tokens " + std::to_string(c.greedy_ids.size()) +
+                 " --json --top-logprobs 3" + flags);
     INFO(r.out);
     REQUIRE(r.code == 0);
     auto j = json::parse(r.out);
@@ -94,12 +95,13 @@ TEST_CASE("generate: clear errors for bad models and prompts") {
   SECTION("an unsupported shape lists the supported ones") {
     const fs::path dir = fs::temp_directory_path() / "servekit_cli_odd_model";
     fs::create_directories(dir);
-    std::ofstream(dir / "config.json") << R"({"model_type": "gpt2", "n_layer": 5, "n_head": 2, "n_embd": 32,
+    std::ofstream(dir / "config.json")
+        << R"({"model_type": "gpt2", "n_layer": 5, "n_head": 2, "n_embd": 32,
       "vocab_size": 100, "n_positions": 64, "activation_function": "gelu_new"})";
     auto r = run("generate --model " + dir.string() + " --vocab " + kVocab + " --prompt hi");
     CHECK(r.code == 2);
-    CHECK_THAT(r.out, Contains("unsupported model shape: n_layer 5") && Contains("gpt2-xl (n_layer 48") &&
-                          Contains("tiny-a"));
+    CHECK_THAT(r.out, Contains("unsupported model shape: n_layer 5") &&
+                          Contains("gpt2-xl (n_layer 48") && Contains("tiny-a"));
   }
   SECTION("a prompt id outside the model's vocabulary") {
     auto r = run("generate --model " + kTinyA + " --vocab " + kVocab + " --prompt-ids 1,600");

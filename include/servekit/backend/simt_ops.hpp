@@ -46,7 +46,7 @@ struct SimtOps {
   // W: (K, N) dense weights, a weights::Matrix (emulator) or weights::DeviceMatrix (device
   // storage); both name the array `data`. fp32 on CUDA cores, fp16/bf16 on tensor cores.
   template <Epilogue E, class Mat>
-    requires requires(const Mat& w) { w.data.data(); }
+  requires requires(const Mat& w) { w.data.data(); }
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M) {
     using T = std::remove_cvref_t<decltype(*W.data.data())>;
     if constexpr (std::is_same_v<T, float>) {

@@ -41,8 +41,7 @@ template <class... Ds>
 
 // Calls f(std::type_identity<D>{}) with the compiled D matching c; the result of f is returned.
 template <class F, class... Ds>
-decltype(auto) dispatch_dims(const model::Gpt2HfConfig& c, F&& f,
-                             DimsList<Ds...>) {
+decltype(auto) dispatch_dims(const model::Gpt2HfConfig& c, F&& f, DimsList<Ds...>) {
   using R = decltype(f(std::type_identity<dims::Gpt2Small>{}));
   if constexpr (std::is_void_v<R>) {
     bool done = ((dims_match<Ds>(c) ? (f(std::type_identity<Ds>{}), true) : false) || ...);
