@@ -103,7 +103,7 @@ int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
   const double decode_ms = r.total_ms - r.ttft_ms;
   const double tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / (decode_ms / 1e3) : 0.0;
   if (!a.as_json) {
-    std::cout << "\n";
+    std::cout << std::endl;  // flushed before the stats line on stderr
     std::fprintf(
         stderr, "[%s] %zu prompt + %zu new tokens, finish: %s, TTFT %.1f ms, %.2f tok/s after it\n",
         Model::name().c_str(), prompt.size(), r.tokens.size(), r.finish_reason.c_str(), r.ttft_ms,
