@@ -1,38 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// bf16 weights: half the bytes of fp32 with fp32's range, rounded to nearest even at load. The
-// linear kernel widens each row block to fp32 as it streams.
-#include <cstddef>
-#include <cstdint>
-#include <string_view>
-#include <vector>
-
+// bf16 weights: half the bytes of fp32 with fp32's range, 8 significant bits.
 #include "servekit/core/dtype.hpp"
-#include "servekit/core/error.hpp"
 #include "servekit/weights/matrix.hpp"
+#include "servekit/weights/matrix16.hpp"
 
 namespace servekit::weights {
 
 template <>
-struct Matrix<BF16> {
-  std::vector<bf16_t> data;  // (K, N)
-  int rows = 0;              // K: input features
-  int cols = 0;              // N: output features
-
-  static Matrix from_f32(std::vector<float> w, int K, int N, std::string_view name = "") {
-    if (w.size() != static_cast<std::size_t>(K) * N)
-      fail("weights ", name, ": ", w.size(), " values for a (", K, ", ", N, ") matrix");
-    Matrix m;
-    m.rows = K, m.cols = N;
-    m.data.resize(w.size());
-    for (std::size_t i = 0; i < w.size(); i++) m.data[i] = float_to_bf16(w[i]);
-    return m;
-  }
-  std::size_t bytes() const { return data.size() * sizeof(bf16_t); }
-  std::size_t state_bytes() const { return 0; }
-  float dequant(int k, int n) const {
-    return bf16_to_float(data[static_cast<std::size_t>(k) * cols + n]);
-  }
-};
+struct Matrix<BF16> : Matrix16<Matrix<BF16>, bf16_t, float_to_bf16, bf16_to_float> {};
 
 }  // namespace servekit::weights
