@@ -35,26 +35,15 @@ inline float widen_half(half_t h) {
   return std::bit_cast<float>(r | sign);
 }
 
-// o[0..cols) (op)= acc + b[n0..]: the epilogue of one row of a block.
-template <Epilogue E>
-inline void store_row(float* o, const float* acc, const float* b, int n0, int cols) {
-  for (int c = 0; c < cols; c++) {
-    const float v = acc[c] + (b ? b[n0 + c] : 0.f);
-    if constexpr (E == Epilogue::Store) o[c] = v;
-    if constexpr (E == Epilogue::Gelu) o[c] = gelu_tanh(v);
-    if constexpr (E == Epilogue::Residual) o[c] += v;
-  }
-}
-
 // out = epilogue(x @ W + b) where widen(k, n0, cols, w) writes W[k, n0 .. n0+cols) as fp32.
 template <Epilogue E, class Widen>
 void blocked_linear(float* out, const float* x, const float* b, int M, int K, int N,
                     const Widen& widen) {
   if (M < 8) {  // decode: stream bands of whole W rows, widening one row at a time
     banded_rows<E>(out, b, M, K, N, 1, [&](int k0, int k1, float* acc) {
-      std::vector<float> w(N);
+      float* w = thread_scratch<2>(N);  // one widened row of W
       for (int k = k0; k < k1; k++) {
-        widen(k, 0, N, w.data());
+        widen(k, 0, N, w);
         for (int r = 0; r < M; r++) {
           const float xv = x[static_cast<int64_t>(r) * K + k];
           float* a = acc + static_cast<int64_t>(r) * N;
@@ -83,7 +72,8 @@ void blocked_linear(float* out, const float* x, const float* b, int M, int K, in
         }
       }
       for (int r = 0; r < rows; r++)
-        store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b, n0, cols);
+        store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b ? b + n0 : nullptr,
+                     cols);
     }
   }
 }
@@ -142,18 +132,18 @@ void linear(float* out,                                         // (M, N)
     // sums get the same scale and min as the rest.
     const int align = GK < K ? GK : 1;
     banded_rows<E>(out, b, M, K, N, align, [&](int k0, int k1, float* acc) {
-      std::vector<float> part(static_cast<std::size_t>(M) * N);  // sum x q over a segment
+      float* part = thread_scratch<2>(static_cast<std::size_t>(M) * N);  // sum x q, a segment
       float xsum[8];
       for (int g0 = k0; g0 < k1;) {
         const int g1 = std::min(k1, (g0 / GK + 1) * GK);  // the band's part of one group
-        std::fill(part.begin(), part.end(), 0.f);
+        std::fill(part, part + static_cast<std::size_t>(M) * N, 0.f);
         for (int r = 0; r < M; r++) xsum[r] = 0.f;
         for (int k = g0; k < g1; k++) {
           const uint8_t* qr = q + static_cast<int64_t>(k) * N;
           for (int r = 0; r < M; r++) {
             const float xv = x[static_cast<int64_t>(r) * K + k];
             xsum[r] += xv;
-            float* p = part.data() + static_cast<int64_t>(r) * N;
+            float* p = part + static_cast<int64_t>(r) * N;
 #pragma omp simd
             for (int c = 0; c < N; c++) p[c] += xv * static_cast<float>(qr[c]);
           }
@@ -163,7 +153,7 @@ void linear(float* out,                                         // (M, N)
         const float* zp = W.zero.data() + s0;
         for (int r = 0; r < M; r++) {
           float* a = acc + static_cast<int64_t>(r) * N;
-          const float* p = part.data() + static_cast<int64_t>(r) * N;
+          const float* p = part + static_cast<int64_t>(r) * N;
           if constexpr (G::per_column) {
             for (int c = 0; c < N; c++) a[c] += sc[c] * p[c] + zp[c] * xsum[r];
           } else {
@@ -208,7 +198,8 @@ void linear(float* out,                                         // (M, N)
           }
       }
       for (int r = 0; r < rows; r++)
-        detail::store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b, n0, cols);
+        store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b ? b + n0 : nullptr,
+                     cols);
     }
   }
 }

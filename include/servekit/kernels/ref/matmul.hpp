@@ -29,6 +29,16 @@ inline void store_row(float* o, const float* acc, const float* b, int cols) {
   }
 }
 
+// Per-thread scratch that outlives a call: a decode step runs ~50 linears, whose partial sums
+// should not be heap-allocated each time. Tag keeps the users of one thread apart (a caller's
+// buffer stays live while its parallel region uses the workers' ones).
+template <int Tag>
+float* thread_scratch(std::size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
 // The decode shape (a few rows of x): bandwidth-bound on W. Each thread streams a contiguous
 // band of W's rows, [k0, k1) with k0 a multiple of `align` (a format's group), one sequential
 // read and the prefetcher's best case, and band(k0, k1, acc) adds that band's contribution to
@@ -39,12 +49,12 @@ void banded_rows(float* out, const float* b, int M, int K, int N, int align, con
   const int T = omp_get_max_threads();
   const int units = K / align;  // bands are whole multiples of align
   const int n_bands = std::max(1, std::min({T, units, std::max(1, K / 64)}));
-  std::vector<float> part(static_cast<std::size_t>(n_bands) * M * N);  // (bands, M, N)
+  float* part = thread_scratch<0>(static_cast<std::size_t>(n_bands) * M * N);  // (bands, M, N)
 #pragma omp parallel for schedule(static) num_threads(n_bands)
   for (int i = 0; i < n_bands; i++) {
     const int k0 = static_cast<int>(static_cast<int64_t>(units) * i / n_bands) * align;
     const int k1 = static_cast<int>(static_cast<int64_t>(units) * (i + 1) / n_bands) * align;
-    float* acc = part.data() + static_cast<std::size_t>(i) * M * N;
+    float* acc = part + static_cast<std::size_t>(i) * M * N;
     std::fill(acc, acc + static_cast<std::size_t>(M) * N, 0.f);
     band(k0, k1, acc);
   }
@@ -56,7 +66,7 @@ void banded_rows(float* out, const float* b, int M, int K, int N, int align, con
     for (int r = 0; r < M; r++) {
       for (int c = 0; c < cols; c++) sum[c] = 0.f;
       for (int i = 0; i < n_bands; i++) {
-        const float* a = part.data() + (static_cast<std::size_t>(i) * M + r) * N + n0;
+        const float* a = part + (static_cast<std::size_t>(i) * M + r) * N + n0;
         for (int c = 0; c < cols; c++) sum[c] += a[c];
       }
       store_row<E>(out + static_cast<int64_t>(r) * N + n0, sum, b ? b + n0 : nullptr, cols);
@@ -115,22 +125,22 @@ void matmul(float* out,      // (M, N)
     const int n_panels = (N + NB - 1) / NB;
 #pragma omp parallel
     {
-      std::vector<float> acc(static_cast<std::size_t>(M) * NB);  // (M, NB) this panel's sums
+      float* acc = thread_scratch<1>(static_cast<std::size_t>(M) * NB);  // (M, NB) panel sums
 #pragma omp for schedule(dynamic, 1)
       for (int p = 0; p < n_panels; p++) {
         const int n0 = p * NB, ncols = std::min(NB, N - n0);
-        std::fill(acc.begin(), acc.end(), 0.f);
+        std::fill(acc, acc + static_cast<std::size_t>(M) * NB, 0.f);
         for (int k0 = 0; k0 < K; k0 += KB) {
           const int k1 = std::min(K, k0 + KB);
           for (int m0 = 0; m0 < M; m0 += MR)
             for (int c0 = 0; c0 < ncols; c0 += NR)
-              matmul_tile<MR, NR>(acc.data() + static_cast<std::size_t>(m0) * NB + c0, NB,
+              matmul_tile<MR, NR>(acc + static_cast<std::size_t>(m0) * NB + c0, NB,
                                   x + static_cast<int64_t>(m0) * K, K, W + n0 + c0, N, k0, k1,
                                   std::min(MR, M - m0), std::min(NR, ncols - c0));
         }
         for (int r = 0; r < M; r++)
           store_row<E>(out + static_cast<int64_t>(r) * N + n0,
-                       acc.data() + static_cast<std::size_t>(r) * NB, b ? b + n0 : nullptr, ncols);
+                       acc + static_cast<std::size_t>(r) * NB, b ? b + n0 : nullptr, ncols);
       }
     }
     return;
