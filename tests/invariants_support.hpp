@@ -42,11 +42,6 @@ struct Inv {
   using HostModel = Gpt2<Config<D, W, K, lora::None, backend::Host>>;
 };
 
-template <class D>
-std::filesystem::path fixture_dir() {
-  return std::filesystem::path(SERVEKIT_FIXTURES) / std::string(D::name);
-}
-
 // One sequence's run: the logits at every prompt position, then the logits each greedy token
 // was taken from (the last prompt position, then one row per decode step) and the tokens.
 struct SeqTrace {

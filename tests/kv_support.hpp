@@ -9,6 +9,8 @@
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/sampling.hpp"
 
+#include "support/reference.hpp"
+
 namespace servekit::test {
 
 template <class D, class K, class W = weights::F32>
@@ -17,11 +19,6 @@ struct Combo {
   using Kv = K;
   using Model = Gpt2<Config<D, W, K>>;
 };
-
-template <class D>
-std::filesystem::path fixture_dir() {
-  return std::filesystem::path(SERVEKIT_FIXTURES) / std::string(D::name);
-}
 
 inline std::span<const float> row(const std::vector<float>& m, int r, int V) {
   return std::span(m).subspan(static_cast<std::size_t>(r) * V, V);

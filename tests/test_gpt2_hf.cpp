@@ -15,10 +15,7 @@ using sk::model::SeqStep;
 namespace {
 constexpr float kTol = 1e-4f;  // fp32 compute on both sides; only summation order differs
 
-template <class D>
-std::filesystem::path fixture_dir() {
-  return std::filesystem::path(SERVEKIT_FIXTURES) / std::string(D::name);
-}
+using servekit::test::fixture_dir;
 
 }  // namespace
 

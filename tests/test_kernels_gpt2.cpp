@@ -21,10 +21,7 @@ using sk::model::SeqStep;
 namespace {
 constexpr float kTol = 1e-4f;  // fp32 weights and compute; only summation order differs
 
-template <class D>
-std::filesystem::path fixture_dir() {
-  return std::filesystem::path(SERVEKIT_FIXTURES) / std::string(D::name);
-}
+using servekit::test::fixture_dir;
 
 template <class D, class W = sk::weights::F32, class K = sk::kv::Contiguous>
 using Emulated = sk::Config<D, W, K, sk::lora::None, sk::backend::Emulated>;

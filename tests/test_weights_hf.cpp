@@ -30,10 +30,7 @@ struct Case {
   using Fmt = F;
 };
 
-template <class D>
-std::filesystem::path fixture_dir() {
-  return std::filesystem::path(SERVEKIT_FIXTURES) / std::string(D::name);
-}
+using servekit::test::fixture_dir;
 
 std::span<const float> row(const std::vector<float>& m, int r, int V) {
   return std::span(m).subspan(static_cast<std::size_t>(r) * V, V);

@@ -18,6 +18,20 @@ inline std::span<const float> logit_row(const std::vector<float>& m, int r, int 
   return std::span(m).subspan(static_cast<std::size_t>(r) * V, V);
 }
 
+// The batch's prompts as one ragged prefill step, prompt i in slot i.
+struct RaggedStep {
+  std::vector<int32_t> tokens;
+  std::vector<model::SeqStep> seqs;
+};
+inline RaggedStep ragged_prefill(const RefBatch& b) {
+  RaggedStep r;
+  for (std::size_t i = 0; i < b.prompt_ids.size(); i++) {
+    r.seqs.push_back({static_cast<int32_t>(i), 0, static_cast<int32_t>(b.prompt_ids[i].size())});
+    r.tokens.insert(r.tokens.end(), b.prompt_ids[i].begin(), b.prompt_ids[i].end());
+  }
+  return r;
+}
+
 // One case in cache slot `slot` (empty on entry).
 template <class Model>
 void check_hf_case(Model& model, typename Model::Cache& cache, int slot, const RefCase& c,
@@ -52,12 +66,7 @@ void check_hf_batch(Model& model, typename Model::Cache& cache, const RefBatch& 
   using model::SeqStep;
   constexpr int V = Model::Dims::vocab;
   const int B = static_cast<int>(b.prompt_ids.size());
-  std::vector<int32_t> tokens;
-  std::vector<SeqStep> seqs;
-  for (int i = 0; i < B; i++) {
-    seqs.push_back({i, 0, static_cast<int32_t>(b.prompt_ids[i].size())});
-    tokens.insert(tokens.end(), b.prompt_ids[i].begin(), b.prompt_ids[i].end());
-  }
+  auto [tokens, seqs] = ragged_prefill(b);
   std::vector<float> logits;
   model.forward(cache, {tokens, seqs, Logits::All}, logits);
   int r = 0;
@@ -87,6 +96,34 @@ void check_hf_batch(Model& model, typename Model::Cache& cache, const RefBatch& 
           std::span(b.step_logits).subspan((static_cast<std::size_t>(i) * b.n_steps + step) * V, V);
       CHECK(max_abs_diff(logit_row(logits, i, V), want) <= tol);
       CHECK(serve::argmax(logit_row(logits, i, V)) == b.greedy_ids[i][step + 1]);
+    }
+  }
+}
+
+// Two models run side by side over every HF case: the prompt (every position's logits), then
+// the decode steps fed HF's greedy tokens; step(a_logits, b_logits) is called after each.
+template <class A, class B, class Step>
+void side_by_side(A& a, B& b, const Reference& ref, const Step& step) {
+  using model::Logits;
+  using model::SeqStep;
+  for (const auto& c : ref.cases) {
+    INFO("case " << c.name);
+    const int T = static_cast<int>(c.prompt_ids.size());
+    auto ac = a.make_cache(1);
+    auto bc = b.make_cache(1);
+    std::vector<float> al, bl;
+    SeqStep s{0, 0, T};
+    a.forward(ac, {c.prompt_ids, std::span(&s, 1), Logits::All}, al);
+    b.forward(bc, {c.prompt_ids, std::span(&s, 1), Logits::All}, bl);
+    REQUIRE(al.size() == bl.size());
+    step(al, bl);
+    for (int i = 0; i < ref.n_steps; i++) {
+      INFO("decode step " << i);
+      int32_t next = c.greedy_ids[i];
+      SeqStep d{0, T + i, 1};
+      a.forward(ac, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, al);
+      b.forward(bc, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, bl);
+      step(al, bl);
     }
   }
 }

@@ -16,6 +16,12 @@
 
 namespace servekit::test {
 
+// tests/fixtures/<dims name>: the HF checkpoint and reference of a test model.
+template <class D>
+std::filesystem::path fixture_dir() {
+  return std::filesystem::path(SERVEKIT_FIXTURES) / std::string(D::name);
+}
+
 struct RefCase {
   std::string name;
   std::vector<int32_t> prompt_ids;
