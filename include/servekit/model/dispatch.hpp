@@ -39,10 +39,11 @@ template <class... Ds>
        ", vocab ", c.vocab_size, ", n_positions ", c.n_positions, ". Supported shapes:", list);
 }
 
-// Calls f(std::type_identity<D>{}) with the compiled D matching c; the result of f is returned.
-template <class F, class... Ds>
-decltype(auto) dispatch_dims(const model::Gpt2HfConfig& c, F&& f, DimsList<Ds...>) {
-  using R = decltype(f(std::type_identity<dims::Gpt2Small>{}));
+// Calls f(std::type_identity<D>{}) with the compiled D matching c; the result of f is returned
+// by value (R, never a reference into this frame's optional).
+template <class F, class... Ds, class R = decltype(std::declval<F&>()(std::type_identity<dims::Gpt2Small>{}))>
+R dispatch_dims(const model::Gpt2HfConfig& c, F&& f, DimsList<Ds...>) {
+  static_assert(!std::is_reference_v<R>, "dispatch_dims: f must return a value, not a reference");
   if constexpr (std::is_void_v<R>) {
     bool done = ((dims_match<Ds>(c) ? (f(std::type_identity<Ds>{}), true) : false) || ...);
     if (!done) fail_unsupported<Ds...>(c);
@@ -55,7 +56,7 @@ decltype(auto) dispatch_dims(const model::Gpt2HfConfig& c, F&& f, DimsList<Ds...
 }
 
 template <class F>
-decltype(auto) dispatch_dims(const model::Gpt2HfConfig& c, F&& f) {
+auto dispatch_dims(const model::Gpt2HfConfig& c, F&& f) {
   return dispatch_dims(c, std::forward<F>(f), CompiledDims{});
 }
 
