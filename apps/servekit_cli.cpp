@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // servekit: the command line. `tokenize` turns JSON lines of text into ids; `generate` runs a
-// GPT-2 checkpoint (HF layout) or, without one, a seeded random GPT-2 124M.
+// GPT-2 checkpoint (HF layout) or, without one, a seeded random GPT-2 124M; `batch` runs a file
+// of requests through the serving engine.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +13,8 @@
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/generate.hpp"
 #include "servekit/text/tokenizer.hpp"
+#include "batch.hpp"
+#include "cli_common.hpp"
 
 namespace fs = std::filesystem;
 namespace sk = servekit;
@@ -19,18 +22,8 @@ using json = nlohmann::json;
 
 namespace {
 
-// The vocabulary: --vocab, else the model folder (HF ships vocab.json + merges.txt beside the
-// weights), else $SERVEKIT_VOCAB, else the GPT-2 vocabulary next to the source tree.
-fs::path find_vocab(const std::string& vocab, const std::string& model) {
-  if (!vocab.empty()) return vocab;
-  if (!model.empty() && fs::exists(fs::path(model) / "vocab.json")) return model;
-  if (const char* env = std::getenv("SERVEKIT_VOCAB")) return env;
-  return SERVEKIT_DEFAULT_VOCAB;
-}
-
-std::string dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+using sk::cli::dump;
+using sk::cli::find_vocab;
 
 int run_tokenize(const std::string& vocab) {
   auto tok = sk::text::Gpt2Tokenizer::from_dir(find_vocab(vocab, ""));
@@ -80,8 +73,7 @@ int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
           ") of ", D::name,
           a.prompt_ids.empty() ? " (the tokenizer's vocabulary is larger than the model's)" : "");
   sk::serve::GenerateOptions opt;
-  opt.sampling.greedy = a.greedy;
-  opt.sampling.temperature = a.temperature;
+  opt.sampling.temperature = a.greedy ? 0.f : a.temperature;
   opt.sampling.top_k = a.top_k;
   opt.sampling.top_p = a.top_p;
   opt.sampling.seed = a.seed;
@@ -100,13 +92,13 @@ int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
     };
   }
   auto r = sk::serve::generate(model, tok, prompt, opt, stream);
-  const double decode_ms = r.total_ms - r.ttft_ms;
+  const double decode_ms = r.metrics.e2e_ms - r.metrics.ttft_ms;
   const double tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / (decode_ms / 1e3) : 0.0;
   if (!a.as_json) {
     std::cout << std::endl;  // flushed before the stats line on stderr
     std::fprintf(
         stderr, "[%s] %zu prompt + %zu new tokens, finish: %s, TTFT %.1f ms, %.2f tok/s after it\n",
-        Model::name().c_str(), prompt.size(), r.tokens.size(), r.finish_reason.c_str(), r.ttft_ms,
+        Model::name().c_str(), prompt.size(), r.tokens.size(), r.finish_reason.c_str(), r.metrics.ttft_ms,
         tps);
     return 0;
   }
@@ -120,8 +112,8 @@ int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
   j["finish_reason"] = r.finish_reason;
   json ms = json::array();
   for (auto& t : r.tokens) ms.push_back(t.ms);
-  j["timings"] = {{"ttft_ms", r.ttft_ms},
-                  {"total_ms", r.total_ms},
+  j["timings"] = {{"ttft_ms", r.metrics.ttft_ms},
+                  {"total_ms", r.metrics.e2e_ms},
                   {"decode_tokens_per_s", tps},
                   {"token_ms", ms},
                   {"kv_cache", !a.no_cache}};
@@ -169,7 +161,8 @@ int main(int argc, char** argv) {
   gen->add_option("--max-new-tokens", g.max_new_tokens, "tokens to generate")
       ->check(CLI::NonNegativeNumber);
   auto* greedy = gen->add_flag("--greedy", g.greedy, "greedy decoding (argmax)");
-  auto* temp = gen->add_option("--temperature", g.temperature, "sampling temperature (> 0)");
+  auto* temp =
+      gen->add_option("--temperature", g.temperature, "sampling temperature (0: greedy, as in HF)");
   auto* topk = gen->add_option("--top-k", g.top_k, "keep the k most likely tokens (0: off)");
   auto* topp = gen->add_option("--top-p", g.top_p, "nucleus sampling mass (1: off)");
   greedy->excludes(temp)->excludes(topk)->excludes(topp);
@@ -182,9 +175,42 @@ int main(int argc, char** argv) {
                   "with --json: log-probabilities of the K best alternatives")
       ->check(CLI::NonNegativeNumber);
 
+  sk::cli::BatchArgs b;
+  auto* batch = app.add_subcommand(
+      "batch", "run a file of requests (JSON lines) through the serving engine");
+  batch->add_option("--model", b.model,
+                    "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
+  batch->add_option("--vocab", b.vocab,
+                    "tokenizer folder (default: the model folder, else the GPT-2 vocabulary)");
+  batch
+      ->add_option("--input", b.input,
+                   "JSON lines: {\"prompt\": ..., \"max_new_tokens\": ..., \"temperature\": ...}")
+      ->required();
+  batch->add_option("--output", b.output, "result JSON lines (default: stdout)");
+  batch->add_option("--scheduler", b.scheduler, "continuous | static | sequential")
+      ->check(CLI::IsMember({"continuous", "static", "sequential"}));
+  batch->add_option("--max-batch", b.max_batch, "sequences running at once")
+      ->check(CLI::Range(1, 4096));
+  batch->add_option("--max-batched-tokens", b.max_batched_tokens,
+                    "new tokens per step (continuous; longer prompts are chunked)")
+      ->check(CLI::Range(1, 1 << 20));
+  batch->add_option("--seed", b.seed, "seed of the random model (without --model)");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*tokenize) return run_tokenize(tok_vocab);
+    if (*batch) {
+      auto tok = sk::text::Gpt2Tokenizer::from_dir(find_vocab(b.vocab, b.model));
+      if (b.model.empty()) {
+        std::fprintf(stderr,
+                     "servekit: no --model given: using a seeded random GPT-2 124M; its text is "
+                     "meaningless.\n");
+        return sk::cli::run_batch<sk::dims::Gpt2Small>(b, tok);
+      }
+      auto cfg = sk::model::read_gpt2_config(fs::path(b.model) / "config.json");
+      return sk::dispatch_dims(
+          cfg, [&]<class D>(std::type_identity<D>) { return sk::cli::run_batch<D>(b, tok); });
+    }
     if (gen->count("--prompt") + gen->count("--prompt-ids") == 0)
       sk::fail("generate: give --prompt TEXT or --prompt-ids IDS");
     if (!g.greedy &&

@@ -119,3 +119,68 @@ TEST_CASE("generate: clear errors for bad models and prompts") {
     CHECK_THAT(r.out, Contains("--prompt"));
   }
 }
+
+TEST_CASE("generate exits 0 every time it succeeds") {
+  // The exit status once came from a dangling reference (model/dispatch.hpp) and was random:
+  // 0 most runs, anything on others. Many runs, text and JSON output, each must say 0.
+  for (int i = 0; i < 25; i++) {
+    auto r = run("generate --model " + kTinyA + " --vocab " + kVocab + " --prompt-ids 5,6,7" +
+                 " --max-new-tokens 3" + (i % 2 ? " --json" : "") + " --seed " + std::to_string(i));
+    INFO("run " << i << ": " << r.out);
+    REQUIRE(r.code == 0);
+  }
+}
+
+TEST_CASE("batch: a file of requests through each scheduler, a bad line reported by number") {
+  auto ref = servekit::test::load_reference(kTinyA);
+  const fs::path in = fs::temp_directory_path() / "servekit_cli_batch.jsonl";
+  const fs::path out = fs::temp_directory_path() / "servekit_cli_batch_out.jsonl";
+  {
+    std::ofstream f(in);
+    for (std::size_t i = 0; i < 4; i++) {
+      const auto& c = ref.cases.at(i);
+      f << json{{"prompt_ids", c.prompt_ids}, {"max_new_tokens", c.greedy_ids.size()}}.dump()
+        << "\n";
+      if (i == 1) f << "{\"prompt_ids\": [1, 2], \"max_new_tokens\": \"ten\"}\n";
+      if (i == 2) f << "{not json\n\n";
+    }
+    f << json{{"prompt_ids", {3, 4}}, {"max_new_tokens", 4}, {"tempreature", 1}}.dump() << "\n";
+    f << json{{"prompt_ids", {3, 4}}, {"max_new_tokens", 5}, {"temperature", 0.7},
+              {"seed", 9}, {"top_k", 20}}
+             .dump()
+      << "\n";
+  }
+  for (std::string sched : {"continuous", "static", "sequential"}) {
+    INFO(sched);
+    auto r = run("batch --model " + kTinyA + " --vocab " + kVocab + " --input " + in.string() +
+                 " --output " + out.string() + " --scheduler " + sched + " --max-batch 3");
+    INFO(r.out);
+    CHECK(r.code == 1);  // three bad lines
+    CHECK_THAT(r.out, Contains("8 requests (3 malformed)"));
+    std::ifstream f(out);
+    std::vector<json> got;
+    std::string line;
+    while (std::getline(f, line)) got.push_back(json::parse(line));
+    REQUIRE(got.size() == 8);
+    int ok = 0;
+    for (std::size_t i = 0, c = 0; i < got.size(); i++) {
+      const auto& j = got[i];
+      if (j["finish_reason"] == "error") continue;
+      if (c < 4) {
+        CHECK(j["generated_ids"].get<std::vector<int32_t>>() == ref.cases.at(c).greedy_ids);
+        c++;
+      }
+      ok++;
+    }
+    CHECK(ok == 5);
+    CHECK(got[2]["line"] == 3);
+    CHECK_THAT(got[2]["error"].get<std::string>(),
+               Contains("line 3") && Contains("max_new_tokens") && Contains("wrong type"));
+    CHECK_THAT(got[4]["error"].get<std::string>(), Contains("line 5: not valid JSON"));
+    CHECK_THAT(got[6]["error"].get<std::string>(), Contains("unknown field \"tempreature\""));
+    CHECK(got[7]["generated_ids"].size() == 5);
+  }
+  auto r = run("batch --model " + kTinyA + " --vocab " + kVocab + " --input /nonexistent.jsonl");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Contains("/nonexistent.jsonl"));
+}

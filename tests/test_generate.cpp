@@ -2,6 +2,8 @@
 // Generation: HF's greedy continuations with and without the cache, stop rules, streaming,
 // seeded sampling.
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
 #include <map>
 
 #include "servekit/model/gpt2.hpp"
@@ -94,7 +96,7 @@ TEST_CASE("sampling is seeded and honours top-k and top-p") {
   std::vector<int32_t> prompt{46, 206, 75};
   sk::serve::GenerateOptions opt;
   opt.stop.max_new_tokens = 16;
-  opt.sampling = {.greedy = false, .temperature = 1.5f, .top_k = 0, .top_p = 1.f, .seed = 42};
+  opt.sampling = {.temperature = 1.5f, .top_k = 0, .top_p = 1.f, .seed = 42};
   auto a = sk::serve::generate(model, tokenizer(), prompt, opt);
   auto b = sk::serve::generate(model, tokenizer(), prompt, opt);
   CHECK(a.ids() == b.ids());
@@ -115,17 +117,16 @@ TEST_CASE("sampling is seeded and honours top-k and top-p") {
 TEST_CASE("the sampler's frequencies follow the filtered distribution") {
   // logits for p = (0.5, 0.3, 0.15, 0.05)
   std::vector<float> logits{std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
-  sk::serve::Sampler top2(
-      {.greedy = false, .temperature = 1.f, .top_k = 2, .top_p = 1.f, .seed = 1});
+  sk::serve::Sampler sampler;
+  const sk::serve::SamplingParams top2{.temperature = 1.f, .top_k = 2, .top_p = 1.f, .seed = 1};
   std::map<int, int> n;
-  for (int i = 0; i < 20000; i++) n[top2(logits)]++;
+  for (int i = 0; i < 20000; i++) n[sampler(logits, top2, i)]++;
   CHECK(n[2] + n[3] == 0);
   CHECK(n[0] / 20000.0 == Approx(0.5 / 0.8).margin(0.02));
 
-  sk::serve::Sampler nucleus(
-      {.greedy = false, .temperature = 1.f, .top_k = 0, .top_p = 0.9f, .seed = 2});
+  const sk::serve::SamplingParams nucleus{.temperature = 1.f, .top_k = 0, .top_p = 0.9f, .seed = 2};
   n.clear();
-  for (int i = 0; i < 20000; i++) n[nucleus(logits)]++;
+  for (int i = 0; i < 20000; i++) n[sampler(logits, nucleus, i)]++;
   CHECK(n[3] == 0);  // 0.5 + 0.3 + 0.15 reaches 0.9 without the last token
   CHECK(n[2] / 20000.0 == Approx(0.15 / 0.95).margin(0.02));
 }
@@ -148,4 +149,36 @@ TEST_CASE("top logprobs are sorted, normalised and start with the greedy token")
     }
     CHECK(mass <= 1.0 + 1e-5);
   }
+}
+
+TEST_CASE("the sampler never picks outside the top of a finite distribution") {
+  sk::serve::Sampler sampler;
+  // Token 2 is by far the likeliest; NaNs must not pull the draw to the last candidate.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> logits{0.f, nan, 20.f, -1.f, nan};
+  for (float t : {1e-38f, 1e-6f, 0.7f})
+    for (int i = 0; i < 200; i++) {
+      const sk::serve::SamplingParams p{.temperature = t, .top_k = 0, .top_p = 0.9f, .seed = 5};
+      INFO("temperature " << t << " draw " << i);
+      REQUIRE(sampler(logits, p, i) == 2);
+    }
+  CHECK(sk::serve::argmax(logits) == 2);
+  // No number to draw from: an error, never a silent token 0.
+  std::vector<float> none{nan, -INFINITY, nan};
+  CHECK_THROWS_WITH(sampler(none, {.temperature = 1.f}, 0),
+                    Catch::Contains("every one of the 3 logits is NaN or -inf"));
+  CHECK_THROWS_WITH(sk::serve::argmax(none), Catch::Contains("NaN or -inf"));
+  // +inf takes all the mass.
+  std::vector<float> inf{1.f, INFINITY, 3.f};
+  CHECK(sampler(inf, {.temperature = 1.f}, 0) == 1);
+}
+
+TEST_CASE("a request's n-th draw is keyed by (seed, n), not by how many draws came before") {
+  sk::serve::Sampler a, b;
+  std::vector<float> logits(50);
+  for (int i = 0; i < 50; i++) logits[i] = std::sin(i * 0.7f);
+  const sk::serve::SamplingParams p{.temperature = 1.f, .seed = 123};
+  std::vector<int32_t> seq;
+  for (int n = 0; n < 20; n++) seq.push_back(a(logits, p, n));
+  for (int n = 19; n >= 0; n--) CHECK(b(logits, p, n) == seq[n]);
 }

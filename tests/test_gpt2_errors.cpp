@@ -73,8 +73,7 @@ TEST_CASE("generate rejects an empty or over-long prompt and bad sampling parame
   REQUIRE_THROWS_WITH(sk::serve::generate(model, tok, over, opt),
                       Contains("129 tokens") && Contains("n_positions = 128"));
   std::vector<int32_t> p{1, 2};
-  opt.sampling.greedy = false;
-  opt.sampling.temperature = 0;
+  opt.sampling.temperature = -1;
   REQUIRE_THROWS_WITH(sk::serve::generate(model, tok, p, opt), Contains("temperature"));
   opt.sampling.temperature = 1;
   opt.sampling.top_p = 1.5f;

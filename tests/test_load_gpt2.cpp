@@ -272,6 +272,20 @@ TEST_CASE("checkpoint problems name the tensor and file", "[load_gpt2][bad]") {
                                               "'transformer.wte.weight' at [3, 5]") &&
                                      Contains("ties"));
   }
+  SECTION("a NaN or inf weight is refused with the tensor's name and index") {
+    for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+      Gpt2Tensors t = src;
+      t.layers[1].fc_w[2 * 32 + 7] = bad;  // (C, 4C) = (8, 32): element [2, 7]
+      auto w = testing::gpt2_writer(t, {});
+      REQUIRE_THROWS_WITH(load(w), Contains("model.safetensors") &&
+                                       Contains("'transformer.h.1.mlp.c_fc.weight'") &&
+                                       Contains("non-finite") && Contains("[2, 7]"));
+    }
+    Gpt2Tensors t = src;
+    t.ln_f_b[5] = std::nanf("");
+    REQUIRE_THROWS_WITH(load(testing::gpt2_writer(t, {})),
+                        Contains("'transformer.ln_f.bias'") && Contains("at [5]"));
+  }
   SECTION("lm_head of the wrong shape") {
     auto w = testing::gpt2_writer(src, {});
     const std::vector<float> head(12 * 8, 0.0f);

@@ -5,6 +5,7 @@
 #include "servekit/model/dims.hpp"
 #include "servekit/model/dispatch.hpp"
 #include "servekit/model/gpt2.hpp"
+#include "servekit/serve/engine.hpp"
 #include "servekit/serve/generate.hpp"
 #include "servekit/serve/sampling.hpp"
 #include "servekit/text/tokenizer.hpp"

@@ -8,6 +8,7 @@
 // The causal-mask buffers "attn.bias" / "attn.masked_bias" that older versions saved are not
 // weights and are skipped; any other tensor servekit does not know is an error, because a
 // silently ignored weight means a silently different model.
+#include <cmath>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
@@ -182,6 +183,16 @@ inline Gpt2Tensors load_gpt2_checked(const std::filesystem::path& dir, const Gpt
            hf_prefix, "' prefix)");
     check_shape(*e, w.shape);
     *w.dst = io::read_as_f32(*e);
+    // One NaN or inf weight makes every logit NaN downstream: refuse it here, by name.
+    const std::vector<float>& v = *w.dst;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i])) {
+        const std::size_t cols = e->shape.size() == 2 ? std::size_t(e->shape[1]) : v.size();
+        fail(e->file, ": tensor '", e->name, "' holds a non-finite value (", v[i], ") at ",
+             e->shape.size() == 2 ? servekit::detail::cat("[", i / cols, ", ", i % cols, "]")
+                                  : servekit::detail::cat("[", i, "]"),
+             "; servekit refuses NaN and inf weights");
+      }
   }
 
   // GPT-2 ties the output projection to the token embedding; servekit stores it once.

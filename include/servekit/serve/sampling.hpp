@@ -1,103 +1,136 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Next-token selection: greedy, or sampling with HF's warper order (temperature, then top-k,
-// then top-p). Seeded, so a run can be reproduced; not bit-compatible with torch's RNG.
+// Next-token selection on the host: greedy, or sampling with HF's warper order (temperature,
+// then top-k, then top-p). The random number of a request's n-th generated token is
+// sample_uniform(seed, n) (core/philox.hpp), the same draw the device kernel makes, so a seeded
+// request gets the same tokens whatever else shares its steps and after a preemption. Not
+// bit-compatible with torch's RNG.
+//
+// NaN logits are never chosen (they count as -inf, as in the device kernel); a row with no
+// finite logit is an error, never a silent pick. Probabilities are exp((l - max) / T) in
+// double, so a tiny temperature leaves the argmax with all the mass instead of inf - inf.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
-#include <random>
 #include <span>
 #include <vector>
 
 #include "servekit/core/error.hpp"
+#include "servekit/core/philox.hpp"
 
 namespace servekit::serve {
 
 struct SamplingParams {
-  bool greedy = true;
-  float temperature = 1.f;  // > 0
+  float temperature = 0.f;  // 0: greedy (argmax), as in vLLM; else > 0
   int top_k = 0;            // 0: off
   float top_p = 1.f;        // (0, 1]; 1: off
-  uint64_t seed = 0;
+  uint64_t seed = 0;        // the request's random stream
 
+  bool greedy() const { return temperature == 0.f; }
   void validate() const {
-    if (greedy) return;
-    if (!(temperature > 0.f)) fail("sampling: temperature must be > 0, got ", temperature);
-    if (top_k < 0) fail("sampling: top_k must be >= 0, got ", top_k);
+    if (!(temperature >= 0.f) || std::isinf(temperature))
+      fail("sampling: temperature must be >= 0 and finite (0: greedy), got ", temperature);
+    if (top_k < 0) fail("sampling: top_k must be >= 0 (0: off), got ", top_k);
     if (!(top_p > 0.f && top_p <= 1.f)) fail("sampling: top_p must be in (0, 1], got ", top_p);
   }
 };
 
-inline int32_t argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+// The largest finite-or-inf logit, ties to the lowest index; NaNs skipped. -1 if none is a
+// number above -inf.
+inline int32_t argmax_or_none(std::span<const float> logits) {
+  int32_t best = -1;
+  for (std::size_t i = 0; i < logits.size(); i++) {
+    const float v = logits[i];
+    if (v != v || v == -INFINITY) continue;
+    if (best < 0 || v > logits[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
 }
 
-// log_softmax(logits)[i] for every i.
+inline int32_t argmax(std::span<const float> logits) {
+  const int32_t i = argmax_or_none(logits);
+  if (i < 0) fail("sampling: every one of the ", logits.size(), " logits is NaN or -inf");
+  return i;
+}
+
+// log_softmax(logits)[i] for every i (NaN stays NaN).
 inline void log_softmax(std::span<const float> logits, std::vector<float>& out) {
-  const float m = *std::max_element(logits.begin(), logits.end());
+  const float m = logits[argmax(logits)];
   double sum = 0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v - m));
+  for (float v : logits)
+    if (v == v) sum += std::exp(static_cast<double>(v) - m);
   const float lse = m + static_cast<float>(std::log(sum));
   out.resize(logits.size());
   for (std::size_t i = 0; i < logits.size(); i++) out[i] = logits[i] - lse;
 }
 
+// log_softmax(logits)[id] alone: one pass, no (V) buffer.
+inline float logprob_of(std::span<const float> logits, int32_t id) {
+  const float m = logits[argmax(logits)];
+  double sum = 0;
+  for (float v : logits)
+    if (v == v) sum += std::exp(static_cast<double>(v) - m);
+  return logits[id] - m - static_cast<float>(std::log(sum));
+}
+
+// Holds only scratch: one Sampler serves every request of an engine.
 class Sampler {
  public:
-  explicit Sampler(SamplingParams p) : p_(p), rng_(p.seed) { p_.validate(); }
-
-  int32_t operator()(std::span<const float> logits) {
-    if (p_.greedy) return argmax(logits);
+  // The token for draw number `index` of the stream p.seed.
+  int32_t operator()(std::span<const float> logits, const SamplingParams& p, uint64_t index) {
+    const int32_t best = argmax(logits);
+    if (p.greedy() || logits[best] == INFINITY) return best;  // +inf takes all the mass
     const int V = static_cast<int>(logits.size());
-    // Candidates sorted by logit, best first; top-k and top-p only ever cut this list's tail.
-    idx_.resize(V);
-    std::iota(idx_.begin(), idx_.end(), 0);
-    int keep = V;
-    if (p_.top_k > 0 && p_.top_k < V) {
-      std::partial_sort(idx_.begin(), idx_.begin() + p_.top_k, idx_.end(),
-                        [&](int a, int b) { return logits[a] > logits[b]; });
+    // Candidates (numbers above -inf) sorted by logit, best first, ties by index; top-k and
+    // top-p only ever cut this list's tail.
+    idx_.clear();
+    for (int i = 0; i < V; i++)
+      if (logits[i] == logits[i] && logits[i] != -INFINITY) idx_.push_back(i);
+    auto better = [&](int a, int b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    const int n = static_cast<int>(idx_.size());
+    int keep = n;
+    if (p.top_k > 0 && p.top_k < n) {
+      std::partial_sort(idx_.begin(), idx_.begin() + p.top_k, idx_.end(), better);
       // Ties with the k-th value survive, as in HF's TopKLogitsWarper.
-      const float kth = logits[idx_[p_.top_k - 1]];
-      keep = p_.top_k;
-      std::sort(idx_.begin() + keep, idx_.end(),
-                [&](int a, int b) { return logits[a] > logits[b]; });
-      while (keep < V && logits[idx_[keep]] == kth) keep++;
+      const float kth = logits[idx_[p.top_k - 1]];
+      keep = p.top_k;
+      std::sort(idx_.begin() + keep, idx_.end(), better);
+      while (keep < n && logits[idx_[keep]] == kth) keep++;
     } else {
-      std::sort(idx_.begin(), idx_.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+      std::sort(idx_.begin(), idx_.end(), better);
     }
     prob_.resize(keep);
-    const float m = logits[idx_[0]] / p_.temperature;
+    const double m = logits[best];
     double sum = 0;
-    for (int i = 0; i < keep; i++) sum += prob_[i] = std::exp(logits[idx_[i]] / p_.temperature - m);
-    for (int i = 0; i < keep; i++) prob_[i] = static_cast<float>(prob_[i] / sum);
-    if (p_.top_p < 1.f) {
+    for (int i = 0; i < keep; i++)
+      sum += prob_[i] = std::exp((static_cast<double>(logits[idx_[i]]) - m) / p.temperature);
+    if (p.top_p < 1.f) {
       // Keep the smallest prefix whose mass reaches top_p (at least one token).
       double cum = 0;
-      int n = 0;
-      while (n < keep) {
-        cum += prob_[n++];
-        if (cum >= p_.top_p) break;
+      int k = 0;
+      while (k < keep) {
+        cum += prob_[k++];
+        if (cum >= p.top_p * sum) break;
       }
-      keep = n;
-      double s = 0;
-      for (int i = 0; i < keep; i++) s += prob_[i];
-      for (int i = 0; i < keep; i++) prob_[i] = static_cast<float>(prob_[i] / s);
+      keep = k;
+      sum = cum;
     }
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    double r = u(rng_), cum = 0;
+    // sum >= 1: the best candidate has weight exp(0) = 1, so the draw is always defined.
+    const double r = static_cast<double>(sample_uniform(p.seed, index)) * sum;
+    double cum = 0;
     for (int i = 0; i < keep; i++) {
       cum += prob_[i];
       if (r < cum) return idx_[i];
     }
-    return idx_[keep - 1];
+    return idx_[keep - 1];  // rounding at the very top of the range: the last kept token
   }
 
  private:
-  SamplingParams p_;
-  std::mt19937_64 rng_;
   std::vector<int> idx_;
-  std::vector<float> prob_;
+  std::vector<double> prob_;
 };
 
 }  // namespace servekit::serve

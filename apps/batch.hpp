@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// `servekit batch`: a file of requests (JSON lines) through the serving engine, one result line
+// per request in input order. A malformed line gets an error result naming its line number;
+// the other requests still run.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_common.hpp"
+#include "servekit/core/error.hpp"
+#include "servekit/model/config.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/serve/engine.hpp"
+
+namespace servekit::cli {
+
+struct BatchArgs {
+  std::string model, vocab, input, output, scheduler = "continuous";
+  int max_batch = 8, max_batched_tokens = 512;
+  uint64_t seed = 0;  // the random model's
+};
+
+// One input line -> a request. Fields: prompt (text) or prompt_ids, max_new_tokens,
+// temperature (0: greedy, the default), top_k, top_p, seed, stop (string or list), ignore_eos.
+inline serve::Request parse_request(const json& j, int lineno) {
+  auto where = [&](const char* f) { return detail::cat("line ", lineno, ": field \"", f, "\""); };
+  if (!j.is_object()) fail("line ", lineno, ": expected a JSON object, got ", j.type_name());
+  static const char* known[] = {"prompt", "prompt_ids", "max_new_tokens", "temperature", "top_k",
+                                "top_p",  "seed",       "stop",           "ignore_eos"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (std::find_if(std::begin(known), std::end(known),
+                     [&](const char* k) { return it.key() == k; }) == std::end(known))
+      fail("line ", lineno, ": unknown field \"", it.key(),
+           "\" (known: prompt, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop, "
+           "ignore_eos)");
+  serve::Request r;
+  auto get = [&](const char* f, auto& out) {
+    if (!j.contains(f)) return;
+    try {
+      j.at(f).get_to(out);
+    } catch (const json::exception&) {
+      fail(where(f), " has the wrong type (", j.at(f).type_name(), ")");
+    }
+  };
+  get("prompt", r.prompt);
+  get("prompt_ids", r.prompt_ids);
+  if (!j.contains("prompt") && !j.contains("prompt_ids"))
+    fail("line ", lineno, ": give \"prompt\" (text) or \"prompt_ids\"");
+  get("max_new_tokens", r.stop.max_new_tokens);
+  get("temperature", r.sampling.temperature);
+  get("top_k", r.sampling.top_k);
+  get("top_p", r.sampling.top_p);
+  get("seed", r.sampling.seed);
+  if (j.contains("stop")) {
+    if (j["stop"].is_string())
+      r.stop.stop_strings = {j["stop"].get<std::string>()};
+    else
+      get("stop", r.stop.stop_strings);
+  }
+  bool ignore_eos = false;
+  get("ignore_eos", ignore_eos);
+  r.stop.stop_at_eos = !ignore_eos;
+  return r;
+}
+
+inline json result_json(const serve::Result& r, int lineno) {
+  json j;
+  j["line"] = lineno;
+  j["finish_reason"] = r.finish_reason;
+  if (r.finish_reason == serve::finish::error) {
+    j["error"] = r.error;
+    return j;
+  }
+  j["text"] = r.text;
+  j["prompt_tokens"] = r.metrics.prompt_tokens;
+  j["generated_ids"] = r.ids();
+  const auto& m = r.metrics;
+  j["metrics"] = {{"queue_ms", m.queue_ms}, {"ttft_ms", m.ttft_ms},
+                  {"tpot_ms", m.tpot_ms},   {"e2e_ms", m.e2e_ms},
+                  {"generated_tokens", m.generated_tokens}, {"preemptions", m.preemptions}};
+  return j;
+}
+
+template <class Model, class Sched>
+int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs& a) {
+  std::ifstream in(a.input);
+  if (!in) fail("batch: cannot open --input ", a.input);
+  std::vector<serve::Request> reqs;
+  std::vector<std::string> line_error;  // per request: parse error, or empty
+  std::vector<int> line_no;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    lineno++;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    serve::Request r;
+    std::string err;
+    try {
+      r = parse_request(json::parse(line), lineno);
+    } catch (const json::exception& e) {
+      err = detail::cat("line ", lineno, ": not valid JSON: ", e.what());
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    if (err.empty()) {
+      reqs.push_back(std::move(r));
+    } else {
+      reqs.emplace_back();  // a placeholder: it gets an error result, never runs
+    }
+    line_error.push_back(err);
+    line_no.push_back(lineno);
+  }
+  const int n = static_cast<int>(reqs.size());
+  serve::EngineOptions opt{.max_batch = a.max_batch, .max_batched_tokens = a.max_batched_tokens};
+  serve::Engine<Model, Sched> engine(model, tok, opt);
+  std::vector<serve::Request> runnable;
+  std::vector<int> at;  // runnable index -> request index
+  for (int i = 0; i < n; i++)
+    if (line_error[i].empty()) runnable.push_back(std::move(reqs[i])), at.push_back(i);
+  std::fprintf(stderr, "batch: %d requests (%zu malformed) through %s, max batch %d\n", n,
+               n - runnable.size(), decltype(engine)::name().c_str(), a.max_batch);
+  auto results = engine.run_all(std::move(runnable), [&](int done, int total) {
+    const int w = 40, fill = total ? done * w / total : w;
+    std::fprintf(stderr, "\r[%s%s] %d/%d", std::string(fill, '#').c_str(),
+                 std::string(w - fill, '.').c_str(), done, total);
+  });
+  std::fprintf(stderr, "\n");
+  std::vector<serve::Result> all(n);
+  for (std::size_t k = 0; k < results.size(); k++) all[at[k]] = std::move(results[k]);
+  std::ofstream file;
+  if (!a.output.empty() && a.output != "-") {
+    file.open(a.output);
+    if (!file) fail("batch: cannot write --output ", a.output);
+  }
+  std::ostream& out = file.is_open() ? file : std::cout;
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    if (!line_error[i].empty()) {
+      all[i].finish_reason = std::string(serve::finish::error);
+      all[i].error = line_error[i];
+    } else if (all[i].finish_reason == serve::finish::error) {
+      all[i].error = detail::cat("line ", line_no[i], ": ", all[i].error);
+    }
+    bad += all[i].finish_reason == serve::finish::error;
+    out << dump(result_json(all[i], line_no[i])) << '\n';
+  }
+  const auto s = engine.stats();
+  std::fprintf(stderr,
+               "batch: %ld steps, %ld prompt + %ld generated tokens, %.1f generated tok/s, "
+               "%ld preemptions, %d errors\n",
+               s.steps, s.prompt_tokens, s.generated_tokens, s.tokens_per_s(), s.preemptions, bad);
+  return bad ? 1 : 0;
+}
+
+// The one place where --scheduler becomes a type.
+template <class D>
+int run_batch(const BatchArgs& a, const text::Gpt2Tokenizer& tok) {
+  using Model = Gpt2<Config<D>>;
+  auto model = a.model.empty() ? Model::random(a.seed) : Model::load(a.model);
+  if (a.scheduler == "continuous")
+    return run_batch_with<Model, serve::sched::Continuous>(model, tok, a);
+  if (a.scheduler == "static") return run_batch_with<Model, serve::sched::Static>(model, tok, a);
+  if (a.scheduler == "sequential")
+    return run_batch_with<Model, serve::sched::Sequential<>>(model, tok, a);
+  fail("batch: unknown --scheduler ", a.scheduler, " (continuous, static or sequential)");
+}
+
+}  // namespace servekit::cli

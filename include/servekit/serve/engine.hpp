@@ -1,0 +1,415 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Engine<Model, Scheduler>: many requests sharing each forward pass.
+//
+// One engine thread owns the model and the KV cache. submit() (from any thread) checks and
+// tokenizes the request on the caller's thread, then hands it over through a queue; the
+// engine loop takes what arrived, lets the scheduler plan the step (which sequences, how many
+// new tokens each, who is admitted or preempted), runs it as one ragged model::Batch, and
+// feeds each finished row's logits to its RequestState, which samples, applies the stop rules
+// and streams. A request ends exactly once: its future gets its Result, after its slot and
+// cache blocks are back in the pool.
+//
+//   serve::Engine<Gpt2<Cfg>, serve::sched::Continuous> engine(model, tok, {.max_batch = 16});
+//   auto h = engine.submit({.prompt = "Hello", .stop = {.max_new_tokens = 32}});
+//   serve::Result r = h.get();
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "servekit/core/error.hpp"
+#include "servekit/lora/policy.hpp"
+#include "servekit/model/batch.hpp"
+#include "servekit/serve/request.hpp"
+#include "servekit/serve/request_state.hpp"
+#include "servekit/serve/sched/continuous.hpp"
+#include "servekit/serve/sched/core.hpp"
+#include "servekit/serve/sched/sequential.hpp"
+#include "servekit/serve/sched/static_batch.hpp"
+#include "servekit/text/tokenizer.hpp"
+
+namespace servekit::serve {
+
+struct RequestHandle {
+  uint64_t id = 0;
+  std::shared_future<Result> result;
+  Result get() const { return result.get(); }
+};
+
+// A snapshot of the engine's counters.
+struct EngineStats {
+  long waiting = 0, running = 0;
+  long steps = 0, finished = 0, preemptions = 0, chunked_prefills = 0;
+  long prompt_tokens = 0, generated_tokens = 0, padded_tokens = 0;
+  int cache_blocks = 0, cache_blocks_free = 0;  // paged; 0 on a contiguous cache
+  int slots = 0, slots_free = 0;
+  double busy_s = 0;  // time spent in steps
+  double tokens_per_s() const { return busy_s > 0 ? generated_tokens / busy_s : 0.0; }
+};
+
+template <class Model, Scheduler Sched = sched::Continuous>
+class Engine {
+ public:
+  using Cache = typename Model::Cache;
+  static constexpr int P = Model::Dims::n_positions, V = Model::Dims::vocab;
+
+  // The model and tokenizer must outlive the engine.
+  Engine(Model& model, const text::Gpt2Tokenizer& tok, EngineOptions opt = {}, Sched sched = {})
+      : model_(model),
+        tok_(tok),
+        opt_(check(opt)),
+        cache_(make_cache(model, opt_)),
+        core_(cache_, opt_, P),
+        sched_(std::move(sched)) {
+    if (opt_.pad_id < 0) opt_.pad_id = std::max(0, tok.eos_id());
+    if (opt_.pad_id >= V) opt_.pad_id = 0;
+    publish_stats();
+    thread_ = std::thread([this] { loop(); });
+  }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  // Stops the loop; requests still waiting or running end as "cancelled".
+  ~Engine() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  static std::string name() { return std::string(Sched::name) + "/" + Model::name(); }
+  const EngineOptions& options() const { return opt_; }
+
+  // Checks and tokenizes r on the caller's thread and queues it. Throws servekit::Error for a
+  // request that can never run (empty or over-long prompt, token id out of range, bad sampling
+  // or stop values, an adapter without LoRA); nothing else is disturbed.
+  RequestHandle submit(Request r) {
+    auto seq = std::make_unique<Seq>();
+    std::vector<int32_t> prompt = r.prompt_ids.empty() ? tok_.encode(r.prompt) : r.prompt_ids;
+    validate(r, prompt);
+    const uint64_t id = next_id_.fetch_add(1) + 1;
+    seq->st = std::make_unique<RequestState>(id, std::move(r), std::move(prompt), tok_, P);
+    RequestHandle h{id, seq->done.get_future().share()};
+    {
+      std::lock_guard lk(mu_);
+      if (stop_) fail("engine: submit after shutdown");
+      pending_.insert(id);
+      inbox_.push_back(std::move(seq));
+    }
+    cv_.notify_all();
+    return h;
+  }
+
+  // Cancels a waiting or running request; its result says "cancelled" and keeps the tokens
+  // generated so far. False if the id is unknown or already finished.
+  bool cancel(uint64_t id) {
+    {
+      std::lock_guard lk(mu_);
+      if (!pending_.contains(id)) return false;
+      cancels_.push_back(id);
+    }
+    cv_.notify_all();
+    return true;
+  }
+
+  // Blocking: one request through the engine.
+  Result generate(Request r) { return submit(std::move(r)).get(); }
+
+  // Offline batch use: every request, results in the order given. A request that cannot run
+  // gets finish_reason "error" and its message; the others run. progress(done, total) is
+  // called from the caller's thread as results come in.
+  std::vector<Result> run_all(std::vector<Request> reqs,
+                              const std::function<void(int, int)>& progress = {}) {
+    const int n = static_cast<int>(reqs.size());
+    std::vector<Result> out(n);
+    std::vector<std::shared_future<Result>> fut(n);
+    for (int i = 0; i < n; i++) {
+      try {
+        fut[i] = submit(std::move(reqs[i])).result;
+      } catch (const std::exception& e) {
+        out[i].finish_reason = std::string(finish::error);
+        out[i].error = e.what();
+      }
+    }
+    int done = 0, shown = -1;
+    while (true) {
+      done = 0;
+      for (int i = 0; i < n; i++)
+        done += !fut[i].valid() ||
+                fut[i].wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      if (progress && done != shown) progress(done, n), shown = done;
+      if (done == n) break;
+      for (int i = 0; i < n; i++)
+        if (fut[i].valid() &&
+            fut[i].wait_for(std::chrono::milliseconds(50)) != std::future_status::ready)
+          break;
+    }
+    for (int i = 0; i < n; i++)
+      if (fut[i].valid()) out[i] = fut[i].get();
+    return out;
+  }
+
+  EngineStats stats() const {
+    std::lock_guard lk(stats_mu_);
+    return stats_;
+  }
+
+  // Blocks until nothing is waiting or running (all submitted requests have ended).
+  void wait_idle() {
+    std::unique_lock lk(mu_);
+    idle_cv_.wait(lk, [&] { return pending_.empty(); });
+  }
+
+ private:
+  static EngineOptions check(EngineOptions o) {
+    if (o.max_batch < 1) fail("engine: max_batch must be >= 1, got ", o.max_batch);
+    if (o.max_batched_tokens < 1)
+      fail("engine: max_batched_tokens must be >= 1, got ", o.max_batched_tokens);
+    if (!(o.watermark >= 0 && o.watermark < 1))
+      fail("engine: watermark must be in [0, 1), got ", o.watermark);
+    if (o.kv_blocks < 0) fail("engine: kv_blocks must be >= 0, got ", o.kv_blocks);
+    return o;
+  }
+  static Cache make_cache(const Model& m, const EngineOptions& o) {
+    if constexpr (Core<Cache>::paged) {
+      if (o.kv_blocks > 0) return m.make_cache(o.max_batch, P, o.kv_blocks);
+    }
+    return m.make_cache(o.max_batch, P);
+  }
+
+  void validate(const Request& r, const std::vector<int32_t>& prompt) const {
+    if (prompt.empty())
+      fail("request: the prompt is empty", r.prompt_ids.empty() ? " (no text)" : "");
+    if (static_cast<int>(prompt.size()) > P)
+      fail("request: the prompt has ", prompt.size(), " tokens, more than n_positions = ", P,
+           " of ", Model::Dims::name);
+    for (std::size_t i = 0; i < prompt.size(); i++)
+      if (prompt[i] < 0 || prompt[i] >= V)
+        fail("request: prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ",
+             V, ")");
+    if (r.stop.max_new_tokens < 0)
+      fail("request: max_new_tokens must be >= 0, got ", r.stop.max_new_tokens);
+    if (r.stop.eos_id >= V) fail("request: eos_id ", r.stop.eos_id, " is outside [0, ", V, ")");
+    if (r.top_logprobs < 0 || r.top_logprobs > V)
+      fail("request: top_logprobs must be in [0, ", V, "], got ", r.top_logprobs);
+    r.sampling.validate();
+    if (r.adapter && std::is_same_v<typename Model::Config::Lora, lora::None>)
+      fail("request: adapter '", *r.adapter, "' asked for, but this engine serves no LoRA "
+           "adapters (lora::None)");
+    if constexpr (Core<Cache>::paged) {
+      constexpr int B = Cache::B;
+      const int rows = std::min<long>(P, prompt.size() + std::max(0, r.stop.max_new_tokens - 1));
+      if ((rows + B - 1) / B > cache_.n_blocks())
+        fail("request: needs up to ", rows, " cache rows (", (rows + B - 1) / B,
+             " blocks), more than the whole pool of ", cache_.n_blocks(), " blocks of ", B);
+    }
+  }
+
+  void loop() {
+    while (true) {
+      std::vector<std::unique_ptr<Seq>> arrived;
+      std::vector<uint64_t> cancels;
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] {
+          return stop_ || !inbox_.empty() || !cancels_.empty() || !core_.waiting.empty() ||
+                 !core_.running.empty();
+        });
+        if (stop_) break;
+        arrived.swap(inbox_);
+        cancels.swap(cancels_);
+      }
+      for (auto& s : arrived) {
+        Seq* p = s.get();
+        live_.emplace(p->st->id(), std::move(s));
+        if (p->st->finished())  // max_new_tokens = 0: nothing to run
+          retire(p);
+        else
+          core_.waiting.push_back(p);
+      }
+      for (uint64_t id : cancels) cancel_now(id);
+      step();
+      publish_stats();
+    }
+    // Shutdown: whatever is left ends as cancelled.
+    std::vector<Seq*> left(core_.running.begin(), core_.running.end());
+    left.insert(left.end(), core_.waiting.begin(), core_.waiting.end());
+    for (auto& s : inbox_) {
+      Seq* p = s.get();
+      live_.emplace(p->st->id(), std::move(s));
+      left.push_back(p);
+    }
+    for (Seq* s : left) {
+      s->st->finish(finish::cancelled);
+      retire(s);
+    }
+  }
+
+  void cancel_now(uint64_t id) {
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    Seq* s = it->second.get();
+    s->st->finish(finish::cancelled);
+    retire(s);
+  }
+
+  // Runs one planned step. Returns false when there was nothing to run.
+  bool step() {
+    plan_.clear();
+    sched_.plan(core_, plan_);
+    if (!core_.retiring.empty()) {
+      for (Seq* s : std::exchange(core_.retiring, {})) retire(s);
+      if (plan_.empty()) sched_.plan(core_, plan_);  // a static batch ended: start the next
+    }
+    if (plan_.empty()) {
+      // Nothing can run although requests wait: every one fits an empty cache (checked at
+      // submit), so this is a scheduler bug; fail the oldest rather than hang.
+      if (core_.running.empty() && !core_.waiting.empty()) {
+        Seq* s = core_.waiting.front();
+        s->st->finish(finish::error, "engine: the scheduler could not place this request");
+        retire(s);
+      }
+      return false;
+    }
+    const auto t0 = Clock::now();
+    tokens_.clear();
+    seqs_.clear();
+    for (const Work& w : plan_) {
+      Seq& s = *w.seq;
+      if (w.pad > 0) {
+        seqs_.push_back({s.slot, 0, w.pad, 0});
+        tokens_.insert(tokens_.end(), w.pad, opt_.pad_id);
+        core_.counters.padded_tokens += w.pad;
+      }
+      seqs_.push_back({s.slot, s.n_cached, w.n_new, s.row_offset});
+      if (s.ghost) {
+        tokens_.push_back(opt_.pad_id);
+        core_.counters.padded_tokens++;
+      } else {
+        const auto& t = s.st->tokens();
+        tokens_.insert(tokens_.end(), t.begin() + s.n_cached, t.begin() + s.n_cached + w.n_new);
+        if (s.n_cached < s.st->prompt_len())
+          core_.counters.prompt_tokens += std::min(w.n_new, s.st->prompt_len() - s.n_cached);
+      }
+    }
+    try {
+      model_.forward(cache_, {tokens_, seqs_, model::Logits::Last}, logits_);
+    } catch (const std::exception& e) {
+      // The step's rows may be half-written: every sequence in it ends with the error, the
+      // others go on.
+      for (const Work& w : plan_) {
+        w.seq->st->finish(finish::error, e.what());
+        retire(w.seq);
+      }
+      return true;
+    }
+    core_.counters.steps++;
+    int row = 0;
+    for (const Work& w : plan_) {
+      if (w.pad > 0) row++;
+      Seq* s = w.seq;
+      const std::span<const float> logits(logits_.data() + static_cast<std::size_t>(row++) * V, V);
+      s->n_cached += w.n_new;
+      if (s->ghost || s->uncached() > 0) continue;  // a pad row, or a prompt chunk
+      const int before = s->st->generated();
+      bool done;
+      try {
+        done = s->st->on_logits(logits, sampler_);
+      } catch (const std::exception& e) {
+        s->st->finish(finish::error, e.what());
+        done = true;
+      }
+      core_.counters.generated_tokens += s->st->generated() - before;
+      if (done) {
+        if constexpr (Sched::template keep_finished<Cache>) {
+          if (s->st->finish_reason() != finish::cancelled &&
+              s->st->finish_reason() != finish::error) {
+            s->ghost = true;  // rides to the end of its static batch
+            continue;
+          }
+        }
+        retire(s);
+      }
+    }
+    busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    return true;
+  }
+
+  // Takes s out of the engine: slot and blocks back to the pool, then its result delivered.
+  void retire(Seq* s) {
+    core_.release(s);
+    auto& run = core_.running;
+    run.erase(std::remove(run.begin(), run.end(), s), run.end());
+    auto& wait = core_.waiting;
+    wait.erase(std::remove(wait.begin(), wait.end(), s), wait.end());
+    const uint64_t id = s->st->id();
+    auto node = live_.extract(id);
+    s->st->delivered();
+    core_.counters.finished++;
+    publish_stats();
+    s->done.set_value(s->st->take_result());
+    {
+      std::lock_guard lk(mu_);
+      pending_.erase(id);
+    }
+    idle_cv_.notify_all();
+  }
+
+  void publish_stats() {
+    EngineStats s;
+    s.waiting = static_cast<long>(core_.waiting.size());
+    s.running = static_cast<long>(core_.running.size());
+    const Counters& c = core_.counters;
+    s.steps = c.steps, s.finished = c.finished, s.preemptions = c.preemptions;
+    s.chunked_prefills = c.chunked_prefills, s.prompt_tokens = c.prompt_tokens;
+    s.generated_tokens = c.generated_tokens, s.padded_tokens = c.padded_tokens;
+    if constexpr (Core<Cache>::paged) {
+      s.cache_blocks = cache_.n_blocks();
+      s.cache_blocks_free = cache_.free_blocks();
+    }
+    s.slots = cache_.slots(), s.slots_free = cache_.free_slots();
+    s.busy_s = busy_s_;
+    std::lock_guard lk(stats_mu_);
+    stats_ = s;
+  }
+
+  Model& model_;
+  const text::Gpt2Tokenizer& tok_;
+  EngineOptions opt_;
+  Cache cache_;
+  Core<Cache> core_;
+  Sched sched_;
+  Sampler sampler_;
+  // Engine-thread state.
+  std::unordered_map<uint64_t, std::unique_ptr<Seq>> live_;
+  std::vector<Work> plan_;
+  std::vector<int32_t> tokens_;
+  std::vector<model::SeqStep> seqs_;
+  std::vector<float> logits_;
+  double busy_s_ = 0;
+  // Shared with submitting threads, under mu_.
+  std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::vector<std::unique_ptr<Seq>> inbox_;
+  std::vector<uint64_t> cancels_;
+  std::unordered_set<uint64_t> pending_;  // submitted and not yet ended
+  bool stop_ = false;
+  std::atomic<uint64_t> next_id_{0};
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace servekit::serve

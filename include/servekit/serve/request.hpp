@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// A request as a user submits it, and its result: the vocabulary every scheduler, the
+// sequential generate() and the command line share.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "servekit/serve/sampling.hpp"
+
+namespace servekit::serve {
+
+struct StopParams {
+  int max_new_tokens = 16;
+  bool stop_at_eos = true;
+  int32_t eos_id = -1;  // -1: the tokenizer's <|endoftext|>
+  // Generation ends when the text contains one of these; like vLLM, the stop string itself
+  // is not part of the returned text.
+  std::vector<std::string> stop_strings;
+};
+
+struct TokenLogprob {
+  int32_t id;
+  float logprob;  // log-softmax of the model's raw logits
+};
+
+struct GeneratedToken {
+  int32_t id;
+  float logprob;
+  std::vector<TokenLogprob> top;  // best first, top_logprobs entries
+  double ms;                      // since the previous token (the first: since submission)
+};
+
+// Called on the engine thread with each piece of text as soon as it is safe to show (complete
+// UTF-8 characters, never a prefix of a stop string). Keep it cheap; return false to cancel.
+using StreamCallback = std::function<bool(std::string_view piece, const GeneratedToken& token)>;
+
+struct Request {
+  std::string prompt;               // text, tokenized at submit...
+  std::vector<int32_t> prompt_ids;  // ...unless ids are given (then they win)
+  SamplingParams sampling;
+  StopParams stop;
+  std::optional<std::string> adapter;  // LoRA adapter id; none: the base model
+  int top_logprobs = 0;                // also report this many best alternatives per token
+  StreamCallback on_piece;
+};
+
+// Why a request ended, as vLLM and OpenAI spell it ("error" carries Result::error).
+namespace finish {
+inline constexpr std::string_view length = "length", eos = "eos", stop = "stop",
+                                  context = "context", cancelled = "cancelled", error = "error";
+}
+
+struct Metrics {
+  double queue_ms = 0;  // submission -> first scheduled
+  double ttft_ms = 0;   // submission -> first token
+  double tpot_ms = 0;   // mean gap between tokens after the first
+  double e2e_ms = 0;    // submission -> finished
+  std::vector<double> gaps_ms;  // each inter-token gap (generated_tokens - 1 of them)
+  int prompt_tokens = 0, generated_tokens = 0;
+  int preemptions = 0;  // times its cache was taken back and its tokens recomputed
+};
+
+struct Result {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt_ids;
+  std::vector<GeneratedToken> tokens;
+  std::string text;           // the generated text only
+  std::string finish_reason;  // one of serve::finish
+  std::string error;          // finish_reason "error": what went wrong
+  Metrics metrics;
+
+  std::vector<int32_t> ids() const {
+    std::vector<int32_t> v;
+    v.reserve(tokens.size());
+    for (const auto& t : tokens) v.push_back(t.id);
+    return v;
+  }
+};
+
+}  // namespace servekit::serve

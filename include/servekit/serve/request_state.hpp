@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// RequestState: everything one request carries while it is generated, whichever scheduler runs
+// it: its tokens (prompt + generated), the streaming detokenizer, the stop rules, its place in
+// its random stream, its timings and, at the end, its Result. The sequential generate() and
+// every engine scheduler feed it logits rows and ask it whether the request is finished, so
+// there is one implementation of the stop rules.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "servekit/core/error.hpp"
+#include "servekit/serve/request.hpp"
+#include "servekit/serve/sampling.hpp"
+#include "servekit/text/stream_decoder.hpp"
+#include "servekit/text/tokenizer.hpp"
+
+namespace servekit::serve {
+
+using Clock = std::chrono::steady_clock;
+
+inline double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+class RequestState {
+ public:
+  // prompt: the request's token ids (checked by the caller against the model); n_positions:
+  // the model's context, past which generation ends with finish "context".
+  RequestState(uint64_t id, Request req, std::vector<int32_t> prompt,
+               const text::Gpt2Tokenizer& tok, int n_positions,
+               Clock::time_point submitted = Clock::now())
+      : req_(std::move(req)), detok_(tok), n_positions_(n_positions), submitted_(submitted) {
+    req_.sampling.validate();
+    if (req_.stop.max_new_tokens < 0)
+      fail("request: max_new_tokens must be >= 0, got ", req_.stop.max_new_tokens);
+    eos_ = req_.stop.eos_id >= 0 ? req_.stop.eos_id : tok.eos_id();
+    for (const auto& s : req_.stop.stop_strings) longest_stop_ = std::max(longest_stop_, s.size());
+    res_.id = id;
+    res_.prompt_ids = prompt;
+    res_.metrics.prompt_tokens = static_cast<int>(prompt.size());
+    tokens_ = std::move(prompt);
+    last_ = submitted_;
+    if (req_.stop.max_new_tokens == 0) finish(finish::length);
+  }
+
+  uint64_t id() const { return res_.id; }
+  const Request& request() const { return req_; }
+  // Prompt + generated tokens: what the model must have seen before the next draw.
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int prompt_len() const { return res_.metrics.prompt_tokens; }
+  int generated() const { return static_cast<int>(res_.tokens.size()); }
+  bool finished() const { return !res_.finish_reason.empty(); }
+  const std::string& finish_reason() const { return res_.finish_reason; }
+  // Cache rows the request can ever need: the context limit or its last fed token.
+  int max_rows() const {
+    return std::min(n_positions_, prompt_len() + std::max(0, req_.stop.max_new_tokens - 1));
+  }
+
+  // The scheduler ran it for the first time (queue time ends) or took its cache back.
+  void scheduled(Clock::time_point t = Clock::now()) {
+    if (!scheduled_) res_.metrics.queue_ms = ms_between(submitted_, t), scheduled_ = true;
+  }
+  void preempted() { res_.metrics.preemptions++; }
+
+  // The logits row after the last of tokens(): draws the next token with `sampler`, applies the
+  // stop rules, streams. Returns true when the request has finished.
+  bool on_logits(std::span<const float> logits, Sampler& sampler,
+                 Clock::time_point now = Clock::now()) {
+    if (finished()) fail("request ", id(), ": logits after it finished");
+    GeneratedToken g{};
+    g.id = sampler(logits, req_.sampling, static_cast<uint64_t>(generated()));
+    g.logprob = req_.top_logprobs > 0 ? top_logprobs(logits, g) : logprob_of(logits, g.id);
+    g.ms = ms_between(last_, now);
+    if (res_.tokens.empty())
+      res_.metrics.ttft_ms = ms_between(submitted_, now);
+    else
+      res_.metrics.gaps_ms.push_back(g.ms);
+    last_ = now;
+    res_.tokens.push_back(std::move(g));
+    tokens_.push_back(res_.tokens.back().id);
+    return on_token(res_.tokens.back());
+  }
+
+  // Ends the request now (cancelled, error, ...): what was generated stays in the result.
+  void finish(std::string_view reason, std::string error = {}) {
+    if (finished()) return;
+    res_.finish_reason = std::string(reason);
+    res_.error = std::move(error);
+    if (reason != finish::stop && reason != finish::error) {
+      res_.text += detok_.flush();
+      if (reason != finish::cancelled && !res_.tokens.empty()) emit(res_.text.size());
+    }
+    const auto now = Clock::now();
+    auto& m = res_.metrics;
+    m.generated_tokens = generated();
+    m.e2e_ms = ms_between(submitted_, now);
+    if (m.gaps_ms.size() > 0)
+      m.tpot_ms = std::accumulate(m.gaps_ms.begin(), m.gaps_ms.end(), 0.0) / m.gaps_ms.size();
+  }
+
+  // The result leaves the engine now (a static batch holds it until the batch ends).
+  void delivered(Clock::time_point now = Clock::now()) {
+    res_.metrics.e2e_ms = ms_between(submitted_, now);
+  }
+
+  Result take_result() { return std::move(res_); }
+  const Result& result() const { return res_; }
+
+ private:
+  bool on_token(const GeneratedToken& g) {
+    if (req_.stop.stop_at_eos && g.id == eos_) {
+      finish(finish::eos);
+      return true;
+    }
+    res_.text += detok_.push(g.id);
+    // A stop string may straddle tokens: search only the tail that could hold a new match.
+    const std::size_t from =
+        res_.text.size() > longest_stop_ + 64 ? res_.text.size() - longest_stop_ - 64 : 0;
+    std::optional<std::size_t> cut;
+    for (const auto& s : req_.stop.stop_strings) {
+      if (s.empty()) continue;
+      auto p = res_.text.find(s, from);
+      if (p != std::string::npos && (!cut || p < *cut)) cut = p;
+    }
+    if (cut) {
+      res_.text.resize(std::max(*cut, shown_));
+      emit(res_.text.size());
+      finish(finish::stop);
+      return true;
+    }
+    // Hold back a tail that could still become a stop string.
+    std::size_t safe = res_.text.size();
+    for (const auto& s : req_.stop.stop_strings)
+      for (std::size_t k = std::min(s.size() - 1, res_.text.size()); k > 0; k--)
+        if (res_.text.compare(res_.text.size() - k, k, s, 0, k) == 0) {
+          safe = std::min(safe, res_.text.size() - k);
+          break;
+        }
+    if (!emit(safe)) {
+      finish(finish::cancelled);
+      return true;
+    }
+    if (generated() >= req_.stop.max_new_tokens) {
+      finish(finish::length);
+      return true;
+    }
+    // The next token would be fed at position tokens_.size() - 1: past the context.
+    if (static_cast<int>(tokens_.size()) > n_positions_) {
+      finish(finish::context);
+      return true;
+    }
+    return false;
+  }
+
+  // Hands res_.text[shown_, upto) to the stream callback; false if it asked to cancel.
+  bool emit(std::size_t upto) {
+    if (!req_.on_piece || upto <= shown_ || res_.tokens.empty()) return true;
+    const bool go =
+        req_.on_piece(std::string_view(res_.text).substr(shown_, upto - shown_), res_.tokens.back());
+    shown_ = upto;
+    return go;
+  }
+
+  float top_logprobs(std::span<const float> logits, GeneratedToken& g) {
+    log_softmax(logits, logp_);
+    const int V = static_cast<int>(logits.size()), k = std::min(req_.top_logprobs, V);
+    std::vector<int32_t> idx(V);
+    std::iota(idx.begin(), idx.end(), 0);
+    // NaN sorts last: a NaN log-probability is never reported as a likely alternative.
+    auto key = [&](int32_t i) { return logp_[i] == logp_[i] ? logp_[i] : -INFINITY; };
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return key(a) > key(b) || (key(a) == key(b) && a < b);
+    });
+    for (int i = 0; i < k; i++) g.top.push_back({idx[i], logp_[idx[i]]});
+    return logp_[g.id];
+  }
+
+  Request req_;
+  Result res_;
+  std::vector<int32_t> tokens_;  // prompt + generated
+  text::StreamDecoder detok_;
+  int32_t eos_ = -1;
+  int n_positions_;
+  std::size_t longest_stop_ = 0, shown_ = 0;  // shown_: bytes of text already streamed
+  Clock::time_point submitted_, last_;
+  bool scheduled_ = false;
+  std::vector<float> logp_;  // only with top_logprobs
+};
+
+}  // namespace servekit::serve

@@ -1,0 +1,23 @@
+# SPDX-License-Identifier: Apache-2.0
+# The serving engine (serve/engine.hpp): schedulers against generate() alone, threads and
+# cancellation, bad requests; on the host backend and, smaller, under emulation.
+servekit_test(test_engine LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine.cpp)
+
+if(TARGET servekit_simt)
+  servekit_test(test_engine_emulated LABELS emulated
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine_emulated.cpp LIBS servekit_simt)
+endif()
+
+# The threaded engine test under ThreadSanitizer: 8 submitting threads, cancellations and the
+# engine loop. OpenMP runs one thread there, since TSan cannot see libgomp's barriers.
+add_executable(test_engine_tsan ${CMAKE_CURRENT_LIST_DIR}/test_engine.cpp
+  $<TARGET_OBJECTS:servekit_catch_main>)
+target_link_libraries(test_engine_tsan PRIVATE servekit::servekit servekit_warnings Catch2::Catch2)
+target_compile_definitions(test_engine_tsan PRIVATE
+  SERVEKIT_FIXTURES="${SERVEKIT_FIXTURES}" SERVEKIT_SHARED_DATA="${SERVEKIT_SHARED_DATA}")
+target_compile_options(test_engine_tsan PRIVATE -fsanitize=thread -g -O1)
+target_link_options(test_engine_tsan PRIVATE -fsanitize=thread)
+# Only the threaded case: everything else is single-threaded above the engine.
+add_test(NAME test_engine_tsan COMMAND test_engine_tsan "[threads]")
+set_tests_properties(test_engine_tsan PROPERTIES LABELS host
+  ENVIRONMENT "OMP_NUM_THREADS=1;TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1")

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The engine's invariant, shared by test_engine (host) and test_engine_emulated: with greedy
+// decoding (and with seeded sampling) every scheduler gives every request exactly the tokens
+// that serve::generate gives it alone.
+//
+// Logits are not bitwise batch-invariant yet (a row's matmul sums in another order when the
+// step has 8+ rows), so two greedy runs may part where the alone run's top-2 logits are within
+// kNearTie: then the comparison of that request stops there, and the part is counted. Any
+// other difference fails.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include "servekit/model/gpt2.hpp"
+#include "servekit/serve/engine.hpp"
+#include "servekit/serve/generate.hpp"
+
+namespace servekit::test::engine {
+
+constexpr float kNearTie = 1e-3f;
+
+inline const text::Gpt2Tokenizer& tokenizer() {
+  static auto tok =
+      text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_SHARED_DATA) / "gpt2");
+  return tok;
+}
+
+struct Mix {
+  int n = 40, min_prompt = 1, max_prompt = 300, min_new = 1, max_new = 200;
+  bool sample = false;
+};
+
+// Random prompts of ids below V (the GPT-2 vocabulary's ids decode, so text streams too).
+inline std::vector<serve::Request> make_requests(const Mix& m, int V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<serve::Request> rs(m.n);
+  for (auto& r : rs) {
+    r.prompt_ids.resize(uni(m.min_prompt, m.max_prompt));
+    for (auto& t : r.prompt_ids) t = uni(0, V - 1);
+    r.stop.max_new_tokens = uni(m.min_new, m.max_new);
+    r.stop.stop_at_eos = false;
+    if (m.sample) r.sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = rng()};
+  }
+  return rs;
+}
+
+// The same requests run one by one through generate(), with top-2 logprobs to see near-ties.
+template <class Model>
+std::vector<serve::Result> alone(Model& model, const std::vector<serve::Request>& rs) {
+  std::vector<serve::Result> out;
+  for (const auto& r : rs) {
+    serve::GenerateOptions o{.sampling = r.sampling, .stop = r.stop, .top_logprobs = 2};
+    out.push_back(serve::generate(model, tokenizer(), r.prompt_ids, o));
+  }
+  return out;
+}
+
+// Checks got == want token for token; returns 1 if they part at a near-tie (allowed), else 0.
+inline int check_same(const serve::Result& want, const serve::Result& got, std::size_t i) {
+  INFO("request " << i << ": prompt " << want.prompt_ids.size() << " tokens");
+  CHECK(got.finish_reason == want.finish_reason);
+  const auto a = want.ids(), b = got.ids();
+  std::size_t k = 0;
+  while (k < a.size() && k < b.size() && a[k] == b[k]) k++;
+  if (k == a.size() && k == b.size()) return 0;
+  INFO("token " << k << " of " << a.size() << " / " << b.size());
+  REQUIRE(k < a.size());
+  REQUIRE(k < b.size());
+  const auto& top = want.tokens[k].top;
+  REQUIRE(top.size() == 2);
+  // A part is allowed only at a greedy near-tie; a sampled token must always agree.
+  CHECK(want.tokens[k].logprob == top[0].logprob);
+  CHECK(top[0].logprob - top[1].logprob < kNearTie);
+  return 1;
+}
+
+template <class Model, class Sched>
+serve::EngineStats run_and_compare(Model& model, const std::vector<serve::Request>& rs,
+                                   const std::vector<serve::Result>& want,
+                                   serve::EngineOptions opt) {
+  serve::Engine<Model, Sched> engine(model, tokenizer(), opt);
+  auto got = engine.run_all(rs);
+  REQUIRE(got.size() == want.size());
+  int parted = 0;
+  for (std::size_t i = 0; i < rs.size(); i++) {
+    REQUIRE(got[i].error == "");
+    parted += check_same(want[i], got[i], i);
+  }
+  // Near-ties are rare: more than a few means a real difference hiding behind the tolerance.
+  CHECK(parted <= 2);
+  engine.wait_idle();
+  auto s = engine.stats();
+  CHECK(s.finished == static_cast<long>(rs.size()));
+  CHECK(s.slots_free == s.slots);
+  CHECK(s.cache_blocks_free == s.cache_blocks);
+  return s;
+}
+
+}  // namespace servekit::test::engine

@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: Apache-2.0
+// The serving engine on the host backend: every scheduler gives every request the tokens it
+// gets alone (greedy and seeded sampling), with preemption and chunked prefill forced; static
+// batching's step count; 8 threads submitting and cancelling; bad requests.
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "engine_support.hpp"
+
+namespace sk = servekit;
+namespace serve = servekit::serve;
+namespace sched = servekit::serve::sched;
+using namespace servekit::test::engine;
+using Catch::Contains;
+
+// A random tiny GPT-2 with room for 300-token prompts + 200 new tokens.
+using D = sk::dims::Tiny<2, 4, 64, 512, 512>;
+using Contig = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous>>;
+using Paged = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>>>;
+
+template <class Model>
+Model& model() {
+  static Model m = Model::random(11);
+  return m;
+}
+
+TEMPLATE_TEST_CASE("every scheduler gives each request its tokens alone (greedy)", "[engine]",
+                   Contig, Paged) {
+  auto& m = model<TestType>();
+  auto rs = make_requests({}, D::vocab, 1);
+  auto want = alone(m, rs);
+  serve::EngineOptions opt{.max_batch = 8, .max_batched_tokens = 256};
+  SECTION("sequential") { run_and_compare<TestType, sched::Sequential<>>(m, rs, want, opt); }
+  SECTION("static") {
+    auto s = run_and_compare<TestType, sched::Static>(m, rs, want, opt);
+    if constexpr (std::is_same_v<TestType, Contig>) CHECK(s.padded_tokens > 0);
+  }
+  SECTION("continuous") {
+    auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt);
+    CHECK(s.chunked_prefills > 0);  // 300-token prompts do not fit a 256-token step
+  }
+  if constexpr (std::is_same_v<TestType, Paged>) {
+    SECTION("continuous, a pool too small for the batch: preemption by recompute") {
+      opt.kv_blocks = 40;  // 640 rows for 8 sequences of up to 500
+      opt.max_batched_tokens = 64;
+      auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt);
+      CHECK(s.preemptions > 0);
+      CHECK(s.chunked_prefills > 0);
+    }
+  }
+}
+
+TEST_CASE("without the cache the sequential scheduler recomputes and agrees", "[engine]") {
+  auto& m = model<Contig>();
+  auto rs = make_requests({.n = 6, .max_prompt = 40, .max_new = 20}, D::vocab, 2);
+  auto want = alone(m, rs);
+  run_and_compare<Contig, sched::Sequential<sched::NoCache>>(m, rs, want, {.max_batch = 1});
+}
+
+TEMPLATE_TEST_CASE("seeded sampling draws the same tokens whatever shares the steps", "[engine]",
+                   Contig, Paged) {
+  auto& m = model<TestType>();
+  auto rs = make_requests({.n = 24, .max_prompt = 120, .max_new = 80, .sample = true}, D::vocab, 3);
+  auto want = alone(m, rs);
+  serve::EngineOptions opt{.max_batch = 8, .max_batched_tokens = 96};
+  if constexpr (std::is_same_v<TestType, Paged>) opt.kv_blocks = 32;  // the least: one 512-row sequence
+  auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt);
+  if constexpr (std::is_same_v<TestType, Paged>) CHECK(s.preemptions > 0);
+  // And the stream is the seed's: another seed gives other tokens.
+  auto other = rs;
+  for (auto& r : other) r.sampling.seed ^= 0x9e3779b97f4a7c15ull;
+  serve::Engine<TestType, sched::Continuous> engine(m, tokenizer(), opt);
+  auto got = engine.run_all(other);
+  int same = 0;
+  for (std::size_t i = 0; i < rs.size(); i++) same += got[i].ids() == want[i].ids();
+  CHECK(same < 4);
+}
+
+TEST_CASE("static batching runs each batch until its longest request ends", "[engine]") {
+  // The course's workload: 32 requests in batches of 8, every 8th wants 100 tokens, the
+  // others 10. Static: 4 batches x 100 steps. Continuous refills freed slots at once.
+  auto& m = model<Contig>();
+  auto rs = make_requests({.n = 32, .min_prompt = 8, .max_prompt = 24}, D::vocab, 4);
+  for (int i = 0; i < 32; i++) rs[i].stop.max_new_tokens = i % 8 == 0 ? 100 : 10;
+  serve::EngineOptions opt{.max_batch = 8};
+  long static_steps, cont_steps;
+  {
+    serve::Engine<Contig, sched::Static> e(m, tokenizer(), opt);
+    auto r = e.run_all(rs);
+    for (auto& x : r) CHECK(x.finish_reason == "length");
+    static_steps = e.stats().steps;
+  }
+  {
+    serve::Engine<Contig, sched::Continuous> e(m, tokenizer(), opt);
+    e.run_all(rs);
+    cont_steps = e.stats().steps;
+  }
+  CHECK(static_steps == 400);
+  CHECK(cont_steps < 160);
+}
+
+TEST_CASE("streamed pieces add up to the text; stop strings end a request in a batch",
+          "[engine]") {
+  auto& m = model<Paged>();
+  auto rs = make_requests({.n = 8, .max_prompt = 30, .min_new = 30, .max_new = 40}, D::vocab, 5);
+  auto want = alone(m, rs);
+  serve::Engine<Paged, sched::Continuous> engine(m, tokenizer(), {.max_batch = 4});
+  std::vector<std::string> streamed(rs.size());
+  for (std::size_t i = 0; i < rs.size(); i++) {
+    rs[i].on_piece = [&streamed, i](std::string_view p, const serve::GeneratedToken&) {
+      streamed[i] += p;
+      return true;
+    };
+    if (i % 2) {
+      const std::string& t = want[i].text;
+      REQUIRE(t.size() > 8);
+      rs[i].stop.stop_strings = {t.substr(t.size() / 2, 3)};
+    }
+  }
+  auto got = engine.run_all(rs);
+  for (std::size_t i = 0; i < rs.size(); i++) {
+    INFO("request " << i);
+    CHECK(streamed[i] == got[i].text);
+    if (i % 2) {
+      CHECK(got[i].finish_reason == "stop");
+      CHECK(got[i].text == want[i].text.substr(0, want[i].text.find(rs[i].stop.stop_strings[0])));
+    } else {
+      CHECK(got[i].text == want[i].text);
+    }
+    CHECK(got[i].metrics.ttft_ms > 0);
+    CHECK(got[i].metrics.e2e_ms >= got[i].metrics.ttft_ms);
+    CHECK(got[i].metrics.gaps_ms.size() + 1 == got[i].tokens.size());
+  }
+}
+
+TEST_CASE("8 threads submit 400 requests and cancel some: each ends once, no block leaks",
+          "[engine][threads]") {
+  auto& m = model<Paged>();
+  serve::EngineOptions opt{.max_batch = 8, .max_batched_tokens = 64, .kv_blocks = 48};
+  serve::Engine<Paged, sched::Continuous> engine(m, tokenizer(), opt);
+  const auto start = engine.stats();
+  std::atomic<int> cancelled_asked{0};
+  std::vector<std::vector<serve::RequestHandle>> handles(8);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 8; t++)
+    ts.emplace_back([&, t] {
+      auto rs = make_requests({.n = 50, .max_prompt = 60, .max_new = 40}, D::vocab, 100 + t);
+      std::mt19937 rng(t);
+      for (auto& r : rs) {
+        auto h = engine.submit(std::move(r));
+        handles[t].push_back(h);
+        if (rng() % 4 == 0) {
+          if (rng() % 2) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+          engine.cancel(h.id);
+          cancelled_asked++;
+        }
+      }
+    });
+  for (auto& t : ts) t.join();
+  std::set<uint64_t> ids;
+  int cancelled = 0;
+  for (auto& hs : handles)
+    for (auto& h : hs) {
+      auto r = h.get();
+      CHECK(r.id == h.id);
+      CHECK(ids.insert(r.id).second);
+      CHECK((r.finish_reason == "length" || r.finish_reason == "cancelled"));
+      CHECK(r.error == "");
+      if (r.finish_reason == "length") CHECK(r.tokens.size() == static_cast<std::size_t>(
+                                                 r.metrics.generated_tokens));
+      cancelled += r.finish_reason == "cancelled";
+    }
+  CHECK(ids.size() == 400);
+  CHECK(cancelled > 0);
+  CHECK(cancelled <= cancelled_asked);
+  engine.wait_idle();
+  auto s = engine.stats();
+  CHECK(s.finished == 400);
+  CHECK(s.cache_blocks_free == start.cache_blocks_free);
+  CHECK(s.slots_free == start.slots_free);
+  CHECK(!engine.cancel(*ids.begin()));  // already ended
+}
+
+TEST_CASE("bad requests get clear errors and do not disturb running ones", "[engine]") {
+  auto& m = model<Paged>();
+  auto rs = make_requests({.n = 3, .min_prompt = 20, .max_prompt = 40, .min_new = 60, .max_new = 80},
+                          D::vocab, 6);
+  auto want = alone(m, rs);
+  serve::Engine<Paged, sched::Continuous> engine(m, tokenizer(), {.max_batch = 4, .kv_blocks = 64});
+  std::vector<serve::RequestHandle> hs;
+  for (auto& r : rs) hs.push_back(engine.submit(r));
+  auto bad = [&](auto edit, const char* msg) {
+    serve::Request r = rs[0];
+    edit(r);
+    REQUIRE_THROWS_WITH(engine.submit(r), Contains(msg));
+  };
+  bad([](serve::Request& r) { r.prompt_ids.clear(); }, "prompt is empty");
+  bad([](serve::Request& r) { r.prompt_ids.assign(D::n_positions + 1, 1); },
+      "513 tokens, more than n_positions = 512");
+  bad([](serve::Request& r) { r.prompt_ids[3] = D::vocab; }, "prompt token 3 has id 512");
+  bad([](serve::Request& r) { r.prompt_ids[0] = -1; }, "outside the vocabulary");
+  bad([](serve::Request& r) { r.stop.max_new_tokens = -1; }, "max_new_tokens must be >= 0");
+  bad([](serve::Request& r) { r.sampling.temperature = -0.5f; }, "temperature");
+  bad([](serve::Request& r) { r.sampling.temperature = INFINITY; }, "temperature");
+  bad([](serve::Request& r) { r.sampling.top_p = 0.f; }, "top_p");
+  bad([](serve::Request& r) { r.sampling.top_k = -2; }, "top_k");
+  bad([](serve::Request& r) { r.adapter = "sql-lora"; }, "adapter 'sql-lora'");
+  bad([](serve::Request& r) { r.top_logprobs = D::vocab + 1; }, "top_logprobs");
+  // A callback that throws ends its own request with the error, nothing else.
+  serve::Request thrower = rs[1];
+  thrower.on_piece = [](std::string_view, const serve::GeneratedToken&) -> bool {
+    throw std::runtime_error("client went away");
+  };
+  auto th = engine.submit(thrower);
+  // max_new_tokens = 0: ends at once with no tokens.
+  serve::Request none = rs[2];
+  none.stop.max_new_tokens = 0;
+  auto nr = engine.generate(none);
+  CHECK(nr.finish_reason == "length");
+  CHECK(nr.tokens.empty());
+  CHECK(th.get().finish_reason == "error");
+  CHECK_THAT(th.get().error, Contains("client went away"));
+  for (std::size_t i = 0; i < rs.size(); i++) check_same(want[i], hs[i].get(), i);
+}
