@@ -21,7 +21,7 @@ TEMPLATE_TEST_CASE("emulated: continuous and static batching == alone", "[engine
   for (bool sample : {false, true}) {
     INFO((sample ? "seeded sampling" : "greedy"));
     auto rs = make_requests(
-        {.n = 10, .max_prompt = 40, .min_new = 4, .max_new = 24, .sample = sample}, D::vocab, 7);
+        {.n = 10, .max_prompt = 60, .min_new = 20, .max_new = 40, .sample = sample}, D::vocab, 7);
     auto want = alone(m, rs);
     serve::EngineOptions opt{.max_batch = 4, .max_batched_tokens = 24};
     if constexpr (std::is_same_v<TestType, Paged>) opt.kv_blocks = 16;  // the least: one 128-row sequence
