@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "servekit/core/error.hpp"
+#include "servekit/core/regular_file.hpp"
 
 namespace servekit::io {
 
@@ -42,6 +43,7 @@ class MappedFile {
   static MappedFile open(const std::filesystem::path& path) {
     MappedFile m;
     m.path_ = path;
+    require_regular_file(path);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail(path.string(), ": cannot open: ", std::strerror(errno));
     struct stat st {};

@@ -21,6 +21,7 @@
 
 #include "servekit/core/dtype.hpp"
 #include "servekit/core/error.hpp"
+#include "servekit/core/json_brief.hpp"
 #include "servekit/io/mmap_file.hpp"
 
 namespace servekit::io {
@@ -103,7 +104,7 @@ class SafetensorsFile {
     try {
       const char* text = reinterpret_cast<const char*>(all.data() + 8);
       header = nlohmann::json::parse(text, text + n);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       fail(p, ": header is not valid JSON: ", e.what());
     }
     if (!header.is_object()) fail(p, ": header is a JSON ", header.type_name(), ", not an object");
@@ -165,7 +166,7 @@ class SafetensorsFile {
 
     auto dt = j.find("dtype");
     if (dt == j.end()) fail(where(), ": missing field 'dtype'");
-    if (!dt->is_string()) fail(where(), ": field 'dtype' is ", dt->dump(), ", not a string");
+    if (!dt->is_string()) fail(where(), ": field 'dtype' is ", json_brief(*dt), ", not a string");
     const std::string dts = dt->get<std::string>();
     const auto parsed = dtype_from_name(dts);
     if (!parsed) fail(where(), ": unknown dtype '", dts, "'");
@@ -173,32 +174,32 @@ class SafetensorsFile {
 
     auto sh = j.find("shape");
     if (sh == j.end()) fail(where(), ": missing field 'shape'");
-    if (!sh->is_array()) fail(where(), ": field 'shape' is ", sh->dump(), ", not an array");
+    if (!sh->is_array()) fail(where(), ": field 'shape' is ", json_brief(*sh), ", not an array");
     uint64_t numel = 1;
     for (const auto& d : *sh) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0)
-        fail(where(), ": field 'shape' ", sh->dump(), " holds ", d.dump(),
+        fail(where(), ": field 'shape' ", json_brief(*sh), " holds ", json_brief(d),
              ", not a non-negative integer");
       e.shape.push_back(d.get<int64_t>());
       if (__builtin_mul_overflow(numel, uint64_t(e.shape.back()), &numel))
-        fail(where(), ": shape ", sh->dump(), " overflows 64 bits");
+        fail(where(), ": shape ", json_brief(*sh), " overflows 64 bits");
     }
 
     auto of = j.find("data_offsets");
     if (of == j.end()) fail(where(), ": missing field 'data_offsets'");
     if (!of->is_array() || of->size() != 2 || !(*of)[0].is_number_unsigned() ||
         !(*of)[1].is_number_unsigned())
-      fail(where(), ": field 'data_offsets' is ", of->dump(),
+      fail(where(), ": field 'data_offsets' is ", json_brief(*of),
            ", not [begin, end] with non-negative integers");
     const uint64_t begin = (*of)[0].get<uint64_t>(), end = (*of)[1].get<uint64_t>();
-    if (begin > end) fail(where(), ": data_offsets ", of->dump(), " has begin > end");
+    if (begin > end) fail(where(), ": data_offsets ", json_brief(*of), " has begin > end");
     if (end > data.size())
-      fail(where(), ": data_offsets ", of->dump(), " end past the data region (", data.size(),
+      fail(where(), ": data_offsets ", json_brief(*of), " end past the data region (", data.size(),
            " bytes)");
     uint64_t nbytes = 0;
     if (__builtin_mul_overflow(numel, uint64_t(size(e.dtype)), &nbytes) || nbytes != end - begin)
       fail(where(), ": shape ", shape_str(e.shape), " of ", e.dtype, " needs ", nbytes,
-           " bytes but data_offsets ", of->dump(), " span ", end - begin);
+           " bytes but data_offsets ", json_brief(*of), " span ", end - begin);
     e.bytes = data.subspan(begin, end - begin);
     return e;
   }

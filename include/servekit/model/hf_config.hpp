@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "servekit/core/error.hpp"
+#include "servekit/core/regular_file.hpp"
+#include "servekit/core/json_brief.hpp"
 #include "servekit/model/dims.hpp"
 
 namespace servekit::model {
@@ -26,7 +28,7 @@ inline int config_int(const nlohmann::json& j, const char* field, const std::str
   auto it = j.find(field);
   if (it == j.end()) fail(file, ": missing required field '", field, "'");
   if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (1 << 30))
-    fail(file, ": field '", field, "' is ", it->dump(), ", not a positive integer");
+    fail(file, ": field '", field, "' is ", json_brief(*it), ", not a positive integer");
   return int(it->get<int64_t>());
 }
 
@@ -35,9 +37,9 @@ inline void config_flag(const nlohmann::json& j, const char* field, bool support
                         const std::string& file) {
   auto it = j.find(field);
   if (it == j.end() || it->is_null()) return;
-  if (!it->is_boolean()) fail(file, ": field '", field, "' is ", it->dump(), ", not a boolean");
+  if (!it->is_boolean()) fail(file, ": field '", field, "' is ", json_brief(*it), ", not a boolean");
   if (it->get<bool>() != supported)
-    fail(file, ": field '", field, "' is ", it->dump(), "; servekit supports only ",
+    fail(file, ": field '", field, "' is ", json_brief(*it), "; servekit supports only ",
          supported ? "true" : "false");
 }
 
@@ -45,18 +47,19 @@ inline void config_flag(const nlohmann::json& j, const char* field, bool support
 
 inline Gpt2HfConfig read_gpt2_config(const std::filesystem::path& config_json) {
   const std::string file = config_json.string();
+  require_regular_file(config_json);
   std::ifstream in(config_json);
   if (!in) fail(file, ": cannot open config");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     fail(file, ": not valid JSON: ", e.what());
   }
   if (!j.is_object()) fail(file, ": config is a JSON ", j.type_name(), ", not an object");
 
   if (auto mt = j.find("model_type"); mt != j.end() && *mt != "gpt2")
-    fail(file, ": field 'model_type' is ", mt->dump(), ", not \"gpt2\"");
+    fail(file, ": field 'model_type' is ", json_brief(*mt), ", not \"gpt2\"");
 
   Gpt2HfConfig c;
   c.n_layer = detail::config_int(j, "n_layer", file);
@@ -69,20 +72,20 @@ inline Gpt2HfConfig read_gpt2_config(const std::filesystem::path& config_json) {
 
   if (auto eps = j.find("layer_norm_epsilon"); eps != j.end()) {
     if (!eps->is_number() || eps->get<double>() <= 0)
-      fail(file, ": field 'layer_norm_epsilon' is ", eps->dump(), ", not a positive number");
+      fail(file, ": field 'layer_norm_epsilon' is ", json_brief(*eps), ", not a positive number");
     c.layer_norm_epsilon = eps->get<float>();
   }
   // Both names denote the tanh approximation of GELU that GPT-2 was trained with.
   if (auto act = j.find("activation_function"); act != j.end()) {
     if (!act->is_string() || (*act != "gelu_new" && *act != "gelu_pytorch_tanh"))
-      fail(file, ": field 'activation_function' is ", act->dump(),
+      fail(file, ": field 'activation_function' is ", json_brief(*act),
            "; servekit supports \"gelu_new\" and \"gelu_pytorch_tanh\"");
     c.activation_function = act->get<std::string>();
   }
   // n_inner null (the default) means 4 * n_embd, the width servekit's MLP is built for.
   if (auto inner = j.find("n_inner"); inner != j.end() && !inner->is_null()) {
     if (!inner->is_number_integer() || inner->get<int64_t>() != 4 * int64_t(c.n_embd))
-      fail(file, ": field 'n_inner' is ", inner->dump(), "; servekit supports only null or 4 * ",
+      fail(file, ": field 'n_inner' is ", json_brief(*inner), "; servekit supports only null or 4 * ",
            "n_embd = ", 4 * c.n_embd);
   }
   detail::config_flag(j, "scale_attn_weights", true, file);

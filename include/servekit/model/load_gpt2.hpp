@@ -23,6 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include "servekit/core/error.hpp"
+#include "servekit/core/regular_file.hpp"
+#include "servekit/core/json_brief.hpp"
 #include "servekit/io/safetensors.hpp"
 #include "servekit/model/dims.hpp"
 #include "servekit/model/gpt2_tensors.hpp"
@@ -71,12 +73,13 @@ class CheckpointTensors {
  private:
   void open_shards(const std::filesystem::path& dir, const std::filesystem::path& index) {
     const std::string p = index.string();
+    require_regular_file(index);
     std::ifstream in(index);
     if (!in) fail(p, ": cannot open");
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       fail(p, ": not valid JSON: ", e.what());
     }
     auto wm = j.is_object() ? j.find("weight_map") : j.end();
@@ -85,7 +88,7 @@ class CheckpointTensors {
     std::vector<std::pair<std::string, std::string>> listed;  // (tensor, shard file)
     for (auto it = wm->begin(); it != wm->end(); ++it) {
       if (!it.value().is_string())
-        fail(p, ": weight_map entry '", it.key(), "' is ", it.value().dump(), ", not a file name");
+        fail(p, ": weight_map entry '", it.key(), "' is ", json_brief(it.value()), ", not a file name");
       const std::string shard = it.value().get<std::string>();
       if (shard.find('/') != std::string::npos || shard == "..")
         fail(p, ": weight_map entry '", it.key(), "' names '", shard, "', not a file in ",

@@ -25,6 +25,8 @@
 #include <unicode/utf8.h>
 
 #include "servekit/core/error.hpp"
+#include "servekit/core/regular_file.hpp"
+#include "servekit/core/json_brief.hpp"
 #include "servekit/text/bpe.hpp"
 #include "servekit/text/byte_unicode.hpp"
 #include "servekit/text/pretokenize.hpp"
@@ -34,6 +36,7 @@ namespace servekit::text {
 namespace detail {
 
 inline std::string read_file(const std::filesystem::path& path, const char* what) {
+  require_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(what, " ", path.string(), ": cannot open file");
   std::ostringstream ss;
@@ -201,7 +204,7 @@ class Gpt2Tokenizer {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       fail("tokenizer vocab ", path.string(), ": malformed JSON: ", e.what());
     }
     if (!j.is_object() || j.empty())
@@ -213,7 +216,7 @@ class Gpt2Tokenizer {
     for (auto it = j.begin(); it != j.end(); ++it) {
       if (!it.value().is_number_integer())
         fail("tokenizer vocab ", path.string(), ": token \"", it.key(), "\" has a non-integer id ",
-             it.value().dump());
+             json_brief(it.value()));
       const int64_t id = it.value().get<int64_t>();
       if (id < 0 || id >= n)
         fail("tokenizer vocab ", path.string(), ": token \"", it.key(), "\" has id ", id,

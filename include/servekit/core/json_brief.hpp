@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// A JSON value as an error message shows it: scalars as written (long strings cut), a small
+// flat array in full, any other container by its size. Never recursive: a value nested 100k
+// levels deep (a malformed or hostile file) cannot overflow the stack while we describe it.
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace servekit {
+
+inline std::string json_brief(const nlohmann::json& j) {
+  using json = nlohmann::json;
+  auto scalar = [](const json& v) {
+    std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+    return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+  };
+  if (j.is_array()) {
+    bool flat = j.size() <= 8;
+    for (const auto& v : j) flat = flat && v.is_primitive();
+    if (!flat) return "an array of " + std::to_string(j.size()) + " values";
+    std::string s = "[";
+    for (std::size_t i = 0; i < j.size(); i++) s += (i ? "," : "") + scalar(j[i]);
+    return s + "]";
+  }
+  if (j.is_object()) return "an object of " + std::to_string(j.size()) + " keys";
+  return scalar(j);
+}
+
+}  // namespace servekit
