@@ -220,7 +220,8 @@ int main(int argc, char** argv) {
   app.add_option("--out", a.out, "folder for CSVs and PNGs");
   app.add_option("--vocab", a.vocab, "tokenizer folder");
   app.add_option("--poisson-requests", a.poisson_requests, "requests per Poisson run");
-  app.add_option("--rates", a.rates, "Poisson arrival rates (requests/s)");
+  app.add_option("--rates", a.rates, "Poisson arrival rates (requests/s), comma-separated")
+      ->delimiter(',');
   app.add_option("--max-sweep", a.max_sweep, "largest batch of the sweep");
   CLI11_PARSE(app, argc, argv);
   try {
