@@ -184,3 +184,22 @@ TEST_CASE("batch: a file of requests through each scheduler, a bad line reported
   CHECK(r.code == 2);
   CHECK_THAT(r.out, Contains("/nonexistent.jsonl"));
 }
+
+TEST_CASE("the model folder's own tokenizer files win, and an incomplete pair is an error") {
+  const fs::path dir = fs::temp_directory_path() / "servekit_cli_model_tok";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::create_symlink(fs::absolute(fs::path(kTinyA) / f), dir / f);
+  std::ofstream(dir / "merges.txt") << "#version: 0.2\n";  // no vocab.json beside it
+  auto r = run("generate --model " + dir.string() + " --prompt-ids 1,2 --max-new-tokens 2");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Contains(dir.string()) && Contains("found merges.txt"));
+  // OpenAI's file names in the folder are used too.
+  fs::remove(dir / "merges.txt");
+  for (const char* f : {"encoder.json", "vocab.bpe"})
+    fs::create_symlink(fs::path(kVocab) / f, dir / f);
+  r = run("generate --model " + dir.string() + " --prompt-ids 1,2 --max-new-tokens 2 --json");
+  INFO(r.out);
+  CHECK(r.code == 0);
+}
