@@ -80,9 +80,12 @@ inline json result_json(const serve::Result& r, int lineno) {
   j["prompt_tokens"] = r.metrics.prompt_tokens;
   j["generated_ids"] = r.ids();
   const auto& m = r.metrics;
-  j["metrics"] = {{"queue_ms", m.queue_ms}, {"ttft_ms", m.ttft_ms},
-                  {"tpot_ms", m.tpot_ms},   {"e2e_ms", m.e2e_ms},
-                  {"generated_tokens", m.generated_tokens}, {"preemptions", m.preemptions}};
+  j["metrics"] = {{"queue_ms", m.queue_ms},
+                  {"ttft_ms", m.ttft_ms},
+                  {"tpot_ms", m.tpot_ms},
+                  {"e2e_ms", m.e2e_ms},
+                  {"generated_tokens", m.generated_tokens},
+                  {"preemptions", m.preemptions}};
   return j;
 }
 

@@ -12,7 +12,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 // The vocabulary: --vocab, else the model folder (HF ships vocab.json + merges.txt beside the
-// weights, OpenAI's layout encoder.json + vocab.bpe), else $SERVEKIT_VOCAB, else the GPT-2 vocabulary next to the source tree.
+// weights, OpenAI's layout encoder.json + vocab.bpe), else $SERVEKIT_VOCAB, else the GPT-2
+// vocabulary next to the source tree.
 inline fs::path find_vocab(const std::string& vocab, const std::string& model) {
   if (!vocab.empty()) return vocab;
   // Any tokenizer file in the model folder means the folder's own tokenizer: an incomplete

@@ -98,8 +98,8 @@ int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
     std::cout << std::endl;  // flushed before the stats line on stderr
     std::fprintf(
         stderr, "[%s] %zu prompt + %zu new tokens, finish: %s, TTFT %.1f ms, %.2f tok/s after it\n",
-        Model::name().c_str(), prompt.size(), r.tokens.size(), r.finish_reason.c_str(), r.metrics.ttft_ms,
-        tps);
+        Model::name().c_str(), prompt.size(), r.tokens.size(), r.finish_reason.c_str(),
+        r.metrics.ttft_ms, tps);
     return 0;
   }
   json j;
@@ -176,10 +176,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
 
   sk::cli::BatchArgs b;
-  auto* batch = app.add_subcommand(
-      "batch", "run a file of requests (JSON lines) through the serving engine");
-  batch->add_option("--model", b.model,
-                    "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
+  auto* batch =
+      app.add_subcommand("batch", "run a file of requests (JSON lines) through the serving engine");
+  batch->add_option(
+      "--model", b.model,
+      "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
   batch->add_option("--vocab", b.vocab,
                     "tokenizer folder (default: the model folder, else the GPT-2 vocabulary)");
   batch
@@ -191,8 +192,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"continuous", "static", "sequential"}));
   batch->add_option("--max-batch", b.max_batch, "sequences running at once")
       ->check(CLI::Range(1, 4096));
-  batch->add_option("--max-batched-tokens", b.max_batched_tokens,
-                    "new tokens per step (continuous; longer prompts are chunked)")
+  batch
+      ->add_option("--max-batched-tokens", b.max_batched_tokens,
+                   "new tokens per step (continuous; longer prompts are chunked)")
       ->check(CLI::Range(1, 1 << 20));
   batch->add_option("--seed", b.seed, "seed of the random model (without --model)");
 

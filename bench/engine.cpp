@@ -34,7 +34,8 @@ using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>>>;
 using ContigModel = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous>>;
 
 struct Args {
-  std::string vocab = SERVEKIT_DEFAULT_VOCAB, out = "out/bench_engine", parts = "course,poisson,sweep";
+  std::string vocab = SERVEKIT_DEFAULT_VOCAB, out = "out/bench_engine",
+              parts = "course,poisson,sweep";
   int poisson_requests = 24, max_sweep = 64;
   std::vector<double> rates = {0.5, 1, 2, 4};
 };
@@ -74,7 +75,8 @@ std::pair<double, serve::EngineStats> timed(Model& m, const sk::text::Gpt2Tokeni
 }
 
 void course(ContigModel& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
-  std::printf("\n== course workload: 32 requests, batch 8, every 8th wants 100 tokens, others 10\n");
+  std::printf(
+      "\n== course workload: 32 requests, batch 8, every 8th wants 100 tokens, others 10\n");
   std::mt19937_64 rng(1);
   std::vector<serve::Request> rs(32);
   long wanted = 0;
@@ -86,7 +88,8 @@ void course(ContigModel& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
   serve::EngineOptions opt{.max_batch = 8};
   auto [ts, ss] = timed<serve::sched::Static>(m, tok, rs, opt);
   auto [tc, sc] = timed<serve::sched::Continuous>(m, tok, rs, opt);
-  std::printf("%-11s %8s %10s %7s %14s\n", "scheduler", "time s", "tokens/s", "steps", "step bound");
+  std::printf("%-11s %8s %10s %7s %14s\n", "scheduler", "time s", "tokens/s", "steps",
+              "step bound");
   std::printf("%-11s %8.2f %10.1f %7ld %14d\n", "static", ts, wanted / ts, ss.steps, 400);
   std::printf("%-11s %8.2f %10.1f %7ld %14ld\n", "continuous", tc, wanted / tc, sc.steps,
               (wanted + 7) / 8);
@@ -97,18 +100,22 @@ void course(ContigModel& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
     << ss.steps << "\ncontinuous," << tc << ',' << wanted / tc << ',' << sc.steps << '\n';
   f.close();
   plot(fs::path(a.out) / "course.gp",
-       "set terminal pngcairo size 700,450\nset output '" + (fs::path(a.out) / "course.png").string() +
+       "set terminal pngcairo size 700,450\nset output '" +
+           (fs::path(a.out) / "course.png").string() +
            "'\nset datafile separator ','\nset style fill solid 0.8\nset boxwidth 0.5\nset grid y\n"
-           "set title 'Course workload (" + ContigModel::name() + ", host)'\nset ylabel 'tokens/s'\n"
-           "set yrange [0:*]\nplot '" + (fs::path(a.out) / "course.csv").string() +
+           "set title 'Course workload (" +
+           ContigModel::name() +
+           ", host)'\nset ylabel 'tokens/s'\n"
+           "set yrange [0:*]\nplot '" +
+           (fs::path(a.out) / "course.csv").string() +
            "' every ::1 using 0:3:xtic(1) with boxes lc rgb '#1f77b4' notitle\n");
 }
 
 void poisson(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
   std::printf("\n== open-loop Poisson arrivals: %d requests, prompts 16..256, 16..64 new tokens\n",
               a.poisson_requests);
-  std::printf("%-22s %6s %9s %9s %9s %9s %10s %8s\n", "scheduler", "rate/s", "TTFT p50",
-              "TTFT p99", "TPOT p50", "TPOT p99", "tokens/s", "preempt");
+  std::printf("%-22s %6s %9s %9s %9s %9s %10s %8s\n", "scheduler", "rate/s", "TTFT p50", "TTFT p99",
+              "TPOT p50", "TPOT p99", "tokens/s", "preempt");
   std::ofstream f(fs::path(a.out) / "poisson.csv");
   f << "scheduler,rate,ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,tokens_per_s\n";
   struct Variant {
@@ -130,7 +137,8 @@ void poisson(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
         at.push_back(t);
         t += gap(rng);
       }
-      serve::EngineOptions opt{.max_batch = 8, .max_batched_tokens = v.chunked ? 128 : 2048,
+      serve::EngineOptions opt{.max_batch = 8,
+                               .max_batched_tokens = v.chunked ? 128 : 2048,
                                .chunked_prefill = v.chunked};
       auto run = [&]<class Sched>() {
         serve::Engine<Model, Sched> e(m, tok, opt);
@@ -172,12 +180,15 @@ void poisson(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
        "set terminal pngcairo size 1000,450\nset output '" +
            (fs::path(a.out) / "poisson.png").string() +
            "'\nset datafile separator ','\nset multiplot layout 1,2 title 'Poisson arrivals (" +
-           Model::name() + ", host)'\nset grid\nset logscale y\nset xlabel 'arrival rate (req/s)'\n"
+           Model::name() +
+           ", host)'\nset grid\nset logscale y\nset xlabel 'arrival rate (req/s)'\n"
            "set ylabel 'TTFT p50 (ms)'\nset key top left\n"
-           "plot for [s in 'static continuous continuous+chunked'] '" + csv +
+           "plot for [s in 'static continuous continuous+chunked'] '" +
+           csv +
            "' using 2:(strcol(1) eq s ? $3 : 1/0) with linespoints title s\n"
            "set ylabel 'TPOT p50 (ms)'\n"
-           "plot for [s in 'static continuous continuous+chunked'] '" + csv +
+           "plot for [s in 'static continuous continuous+chunked'] '" +
+           csv +
            "' using 2:(strcol(1) eq s ? $5 : 1/0) with linespoints title s\nunset multiplot\n");
 }
 
@@ -203,9 +214,11 @@ void sweep(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
   }
   f.close();
   plot(fs::path(a.out) / "sweep.gp",
-       "set terminal pngcairo size 900,450\nset output '" + (fs::path(a.out) / "sweep.png").string() +
+       "set terminal pngcairo size 900,450\nset output '" +
+           (fs::path(a.out) / "sweep.png").string() +
            "'\nset datafile separator ','\nset grid\nset logscale x 2\nset key top left\n"
-           "set title 'Throughput and latency vs batch size (" + Model::name() +
+           "set title 'Throughput and latency vs batch size (" +
+           Model::name() +
            ", host)'\nset xlabel 'batch size'\nset ylabel 'tokens/s' tc rgb 'red'\n"
            "set y2label 'mean latency (s)' tc rgb 'blue'\nset ytics nomirror\nset y2tics\nplot '" +
            (fs::path(a.out) / "sweep.csv").string() +

@@ -21,7 +21,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+std::string nested(int depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
 
 void write_safetensors(const fs::path& p, const std::string& header) {
   std::ofstream f(p, std::ios::binary);
@@ -47,9 +49,9 @@ TEST_CASE("deeply nested JSON in any printed field is an error, not a stack over
                         Contains("model.safetensors") && Contains(field));
   }
   std::ofstream(tmp / "config.json") << R"({"model_type": "gpt2", "n_layer": )" << deep << "}";
-  REQUIRE_THROWS_WITH(sk::model::read_gpt2_config(tmp / "config.json"),
-                      Contains("config.json") && Contains("'n_layer'") &&
-                          Contains("an array of 1 values"));
+  REQUIRE_THROWS_WITH(
+      sk::model::read_gpt2_config(tmp / "config.json"),
+      Contains("config.json") && Contains("'n_layer'") && Contains("an array of 1 values"));
   std::ofstream(tmp / "vocab.json") << R"({"a": )" << deep << "}";
   std::ofstream(tmp / "merges.txt") << "#version: 0.2\n";
   REQUIRE_THROWS_WITH(sk::text::Gpt2Tokenizer::from_dir(tmp.path()),

@@ -145,8 +145,11 @@ TEST_CASE("batch: a file of requests through each scheduler, a bad line reported
       if (i == 2) f << "{not json\n\n";
     }
     f << json{{"prompt_ids", {3, 4}}, {"max_new_tokens", 4}, {"tempreature", 1}}.dump() << "\n";
-    f << json{{"prompt_ids", {3, 4}}, {"max_new_tokens", 5}, {"temperature", 0.7},
-              {"seed", 9}, {"top_k", 20}}
+    f << json{{"prompt_ids", {3, 4}},
+              {"max_new_tokens", 5},
+              {"temperature", 0.7},
+              {"seed", 9},
+              {"top_k", 20}}
              .dump()
       << "\n";
   }

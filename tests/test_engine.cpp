@@ -31,7 +31,9 @@ TEMPLATE_TEST_CASE("every scheduler gives each request its tokens alone (greedy)
   auto rs = make_requests({}, D::vocab, 1);
   auto want = alone(m, rs);
   serve::EngineOptions opt{.max_batch = 8, .max_batched_tokens = 256};
-  SECTION("sequential") { run_and_compare<TestType, sched::Sequential<>>(m, rs, want, opt); }
+  SECTION("sequential") {
+    run_and_compare<TestType, sched::Sequential<>>(m, rs, want, opt);
+  }
   SECTION("static") {
     auto s = run_and_compare<TestType, sched::Static>(m, rs, want, opt);
     if constexpr (std::is_same_v<TestType, Contig>) CHECK(s.padded_tokens > 0);
@@ -64,7 +66,8 @@ TEMPLATE_TEST_CASE("seeded sampling draws the same tokens whatever shares the st
   auto rs = make_requests({.n = 24, .max_prompt = 120, .max_new = 80, .sample = true}, D::vocab, 3);
   auto want = alone(m, rs);
   serve::EngineOptions opt{.max_batch = 8, .max_batched_tokens = 96};
-  if constexpr (std::is_same_v<TestType, Paged>) opt.kv_blocks = 32;  // the least: one 512-row sequence
+  if constexpr (std::is_same_v<TestType, Paged>)
+    opt.kv_blocks = 32;  // the least: one 512-row sequence
   auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt);
   if constexpr (std::is_same_v<TestType, Paged>) CHECK(s.preemptions > 0);
   // And the stream is the seed's: another seed gives other tokens.
@@ -100,8 +103,7 @@ TEST_CASE("static batching runs each batch until its longest request ends", "[en
   CHECK(cont_steps < 160);
 }
 
-TEST_CASE("streamed pieces add up to the text; stop strings end a request in a batch",
-          "[engine]") {
+TEST_CASE("streamed pieces add up to the text; stop strings end a request in a batch", "[engine]") {
   auto& m = model<Paged>();
   auto rs = make_requests({.n = 8, .max_prompt = 30, .min_new = 30, .max_new = 40}, D::vocab, 5);
   auto want = alone(m, rs);
@@ -167,8 +169,8 @@ TEST_CASE("8 threads submit 400 requests and cancel some: each ends once, no blo
       CHECK(ids.insert(r.id).second);
       CHECK((r.finish_reason == "length" || r.finish_reason == "cancelled"));
       CHECK(r.error == "");
-      if (r.finish_reason == "length") CHECK(r.tokens.size() == static_cast<std::size_t>(
-                                                 r.metrics.generated_tokens));
+      if (r.finish_reason == "length")
+        CHECK(r.tokens.size() == static_cast<std::size_t>(r.metrics.generated_tokens));
       cancelled += r.finish_reason == "cancelled";
     }
   CHECK(ids.size() == 400);
@@ -184,8 +186,8 @@ TEST_CASE("8 threads submit 400 requests and cancel some: each ends once, no blo
 
 TEST_CASE("bad requests get clear errors and do not disturb running ones", "[engine]") {
   auto& m = model<Paged>();
-  auto rs = make_requests({.n = 3, .min_prompt = 20, .max_prompt = 40, .min_new = 60, .max_new = 80},
-                          D::vocab, 6);
+  auto rs = make_requests(
+      {.n = 3, .min_prompt = 20, .max_prompt = 40, .min_new = 60, .max_new = 80}, D::vocab, 6);
   auto want = alone(m, rs);
   serve::Engine<Paged, sched::Continuous> engine(m, tokenizer(), {.max_batch = 4, .kv_blocks = 64});
   std::vector<serve::RequestHandle> hs;

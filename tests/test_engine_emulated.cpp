@@ -24,7 +24,8 @@ TEMPLATE_TEST_CASE("emulated: continuous and static batching == alone", "[engine
         {.n = 10, .max_prompt = 60, .min_new = 20, .max_new = 40, .sample = sample}, D::vocab, 7);
     auto want = alone(m, rs);
     serve::EngineOptions opt{.max_batch = 4, .max_batched_tokens = 24};
-    if constexpr (std::is_same_v<TestType, Paged>) opt.kv_blocks = 16;  // the least: one 128-row sequence
+    if constexpr (std::is_same_v<TestType, Paged>)
+      opt.kv_blocks = 16;  // the least: one 128-row sequence
     auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt);
     CHECK(s.chunked_prefills > 0);
     if constexpr (std::is_same_v<TestType, Paged>) CHECK(s.preemptions > 0);

@@ -119,10 +119,12 @@ int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok, Model& model) {
       "set terminal pngcairo size 900,500\nset output '" + png.string() +
           "'\nset datafile separator ','\nset key top left\nset grid\nset style data histogram\n"
           "set style histogram clustered gap 1\nset style fill solid 0.8\n"
-          "set title 'End-to-end latency per request (" + Model::name() +
-          ")'\nset xlabel 'request (every " + std::to_string(a.batch) + "th wants " +
-          std::to_string(a.long_tokens) + " tokens)'\nset ylabel 'seconds'\nset xtics 4\n"
-          "plot '" + csv.string() +
+          "set title 'End-to-end latency per request (" +
+          Model::name() + ")'\nset xlabel 'request (every " + std::to_string(a.batch) +
+          "th wants " + std::to_string(a.long_tokens) +
+          " tokens)'\nset ylabel 'seconds'\nset xtics 4\n"
+          "plot '" +
+          csv.string() +
           "' every ::1 using 3 lc rgb '#d62728' title 'static', '' every ::1 using 4 lc rgb "
           "'#1f77b4' title 'continuous'\n");
   std::printf("wrote %s and %s\n", csv.c_str(), png.c_str());
@@ -156,8 +158,8 @@ int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok, Model& model) {
   std::printf("\n");
   for (int i = 0; i < 3; i++) {
     const auto& m = rs[i].metrics;
-    const double tps = m.e2e_ms > m.ttft_ms ? (m.generated_tokens - 1) / ((m.e2e_ms - m.ttft_ms) / 1e3)
-                                            : 0.0;
+    const double tps =
+        m.e2e_ms > m.ttft_ms ? (m.generated_tokens - 1) / ((m.e2e_ms - m.ttft_ms) / 1e3) : 0.0;
     std::printf("  %s request %d%s: %d tokens, TTFT %.1f ms, %.1f tokens/s after it\n",
                 color ? colours[i] : "", i, color ? "\033[0m" : "", m.generated_tokens, m.ttft_ms,
                 tps);

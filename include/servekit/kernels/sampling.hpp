@@ -59,9 +59,9 @@ inline void argmax(const ArgmaxParams& p, simt::stream_handle stream = nullptr) 
   simt::launch(simt::kernel<argmax_kernel<>>, dim3(p.M), dim3(argmax_cfg::kThreads), 0, stream, p);
 }
 
-using servekit::U32x4;
 using servekit::philox4x32_10;
 using servekit::sample_uniform;
+using servekit::U32x4;
 
 // ---------------------------------------------------------------------------------------------
 

@@ -41,7 +41,8 @@ template <class... Ds>
 
 // Calls f(std::type_identity<D>{}) with the compiled D matching c; the result of f is returned
 // by value (R, never a reference into this frame's optional).
-template <class F, class... Ds, class R = decltype(std::declval<F&>()(std::type_identity<dims::Gpt2Small>{}))>
+template <class F, class... Ds,
+          class R = decltype(std::declval<F&>()(std::type_identity<dims::Gpt2Small>{}))>
 R dispatch_dims(const model::Gpt2HfConfig& c, F&& f, DimsList<Ds...>) {
   static_assert(!std::is_reference_v<R>, "dispatch_dims: f must return a value, not a reference");
   if constexpr (std::is_void_v<R>) {

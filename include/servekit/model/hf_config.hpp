@@ -37,7 +37,8 @@ inline void config_flag(const nlohmann::json& j, const char* field, bool support
                         const std::string& file) {
   auto it = j.find(field);
   if (it == j.end() || it->is_null()) return;
-  if (!it->is_boolean()) fail(file, ": field '", field, "' is ", json_brief(*it), ", not a boolean");
+  if (!it->is_boolean())
+    fail(file, ": field '", field, "' is ", json_brief(*it), ", not a boolean");
   if (it->get<bool>() != supported)
     fail(file, ": field '", field, "' is ", json_brief(*it), "; servekit supports only ",
          supported ? "true" : "false");
@@ -85,8 +86,8 @@ inline Gpt2HfConfig read_gpt2_config(const std::filesystem::path& config_json) {
   // n_inner null (the default) means 4 * n_embd, the width servekit's MLP is built for.
   if (auto inner = j.find("n_inner"); inner != j.end() && !inner->is_null()) {
     if (!inner->is_number_integer() || inner->get<int64_t>() != 4 * int64_t(c.n_embd))
-      fail(file, ": field 'n_inner' is ", json_brief(*inner), "; servekit supports only null or 4 * ",
-           "n_embd = ", 4 * c.n_embd);
+      fail(file, ": field 'n_inner' is ", json_brief(*inner),
+           "; servekit supports only null or 4 * ", "n_embd = ", 4 * c.n_embd);
   }
   detail::config_flag(j, "scale_attn_weights", true, file);
   detail::config_flag(j, "scale_attn_by_inverse_layer_idx", false, file);

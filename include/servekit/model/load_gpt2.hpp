@@ -88,7 +88,8 @@ class CheckpointTensors {
     std::vector<std::pair<std::string, std::string>> listed;  // (tensor, shard file)
     for (auto it = wm->begin(); it != wm->end(); ++it) {
       if (!it.value().is_string())
-        fail(p, ": weight_map entry '", it.key(), "' is ", json_brief(it.value()), ", not a file name");
+        fail(p, ": weight_map entry '", it.key(), "' is ", json_brief(it.value()),
+             ", not a file name");
       const std::string shard = it.value().get<std::string>();
       if (shard.find('/') != std::string::npos || shard == "..")
         fail(p, ": weight_map entry '", it.key(), "' names '", shard, "', not a file in ",

@@ -197,8 +197,8 @@ class Engine {
            " of ", Model::Dims::name);
     for (std::size_t i = 0; i < prompt.size(); i++)
       if (prompt[i] < 0 || prompt[i] >= V)
-        fail("request: prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ",
-             V, ")");
+        fail("request: prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ", V,
+             ")");
     if (r.stop.max_new_tokens < 0)
       fail("request: max_new_tokens must be >= 0, got ", r.stop.max_new_tokens);
     if (r.stop.eos_id >= V) fail("request: eos_id ", r.stop.eos_id, " is outside [0, ", V, ")");
@@ -206,7 +206,8 @@ class Engine {
       fail("request: top_logprobs must be in [0, ", V, "], got ", r.top_logprobs);
     r.sampling.validate();
     if (r.adapter && std::is_same_v<typename Model::Config::Lora, lora::None>)
-      fail("request: adapter '", *r.adapter, "' asked for, but this engine serves no LoRA "
+      fail("request: adapter '", *r.adapter,
+           "' asked for, but this engine serves no LoRA "
            "adapters (lora::None)");
     if constexpr (Core<Cache>::paged) {
       constexpr int B = Cache::B;

@@ -55,10 +55,10 @@ inline constexpr std::string_view length = "length", eos = "eos", stop = "stop",
 }
 
 struct Metrics {
-  double queue_ms = 0;  // submission -> first scheduled
-  double ttft_ms = 0;   // submission -> first token
-  double tpot_ms = 0;   // mean gap between tokens after the first
-  double e2e_ms = 0;    // submission -> finished
+  double queue_ms = 0;          // submission -> first scheduled
+  double ttft_ms = 0;           // submission -> first token
+  double tpot_ms = 0;           // mean gap between tokens after the first
+  double e2e_ms = 0;            // submission -> finished
   std::vector<double> gaps_ms;  // each inter-token gap (generated_tokens - 1 of them)
   int prompt_tokens = 0, generated_tokens = 0;
   int preemptions = 0;  // times its cache was taken back and its tokens recomputed

@@ -162,8 +162,8 @@ class RequestState {
   // Hands res_.text[shown_, upto) to the stream callback; false if it asked to cancel.
   bool emit(std::size_t upto) {
     if (!req_.on_piece || upto <= shown_ || res_.tokens.empty()) return true;
-    const bool go =
-        req_.on_piece(std::string_view(res_.text).substr(shown_, upto - shown_), res_.tokens.back());
+    const bool go = req_.on_piece(std::string_view(res_.text).substr(shown_, upto - shown_),
+                                  res_.tokens.back());
     shown_ = upto;
     return go;
   }

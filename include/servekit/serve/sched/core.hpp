@@ -19,12 +19,12 @@
 namespace servekit::serve {
 
 struct EngineOptions {
-  int max_batch = 8;              // running sequences at most (= cache slots)
-  int max_batched_tokens = 512;   // continuous: new tokens per step at most
-  bool chunked_prefill = true;    // continuous: split a prompt over steps to fit that budget
-  int kv_blocks = 0;              // paged: blocks in the pool; 0: max_batch full-length sequences
-  double watermark = 0.01;        // paged: share of blocks admission leaves free for decodes
-  int32_t pad_id = -1;            // static batches' left padding; -1: the tokenizer's EOS
+  int max_batch = 8;             // running sequences at most (= cache slots)
+  int max_batched_tokens = 512;  // continuous: new tokens per step at most
+  bool chunked_prefill = true;   // continuous: split a prompt over steps to fit that budget
+  int kv_blocks = 0;             // paged: blocks in the pool; 0: max_batch full-length sequences
+  double watermark = 0.01;       // paged: share of blocks admission leaves free for decodes
+  int32_t pad_id = -1;           // static batches' left padding; -1: the tokenizer's EOS
 };
 
 // A request the engine holds, waiting or running.
@@ -133,6 +133,8 @@ class Core {
 };
 
 template <class S>
-concept Scheduler = requires { { S::name } -> std::convertible_to<std::string_view>; };
+concept Scheduler = requires {
+  { S::name } -> std::convertible_to<std::string_view>;
+};
 
 }  // namespace servekit::serve
