@@ -7,8 +7,8 @@
 // engine loop takes what arrived, lets the scheduler plan the step (which sequences, how many
 // new tokens each, who is admitted or preempted), runs it as one ragged model::Batch, and
 // feeds each finished row's logits to its RequestState, which samples, applies the stop rules
-// and streams. A request ends exactly once: its future gets its Result, after its slot and
-// cache blocks are back in the pool.
+// and streams. A request ends exactly once: its handle gets its Result, after its slot and
+// cache blocks are back in the pool and the engine thread has let go of it.
 //
 //   serve::Engine<Gpt2<Cfg>, serve::sched::Continuous> engine(model, tok, {.max_batch = 16});
 //   auto h = engine.submit({.prompt = "Hello", .stop = {.max_new_tokens = 32}});
@@ -19,7 +19,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,10 +40,12 @@
 
 namespace servekit::serve {
 
+// What submit() gives back. Copies share one result.
 struct RequestHandle {
   uint64_t id = 0;
-  std::shared_future<Result> result;
-  Result get() const { return result.get(); }
+  std::shared_ptr<const Completion> done;
+  Result get() const { return done->wait(); }  // blocks until the request has ended
+  bool ready() const { return done->ready(); }
 };
 
 // A snapshot of the engine's counters.
@@ -96,20 +97,9 @@ class Engine {
   // request that can never run (empty or over-long prompt, token id out of range, bad sampling
   // or stop values, an adapter without LoRA); nothing else is disturbed.
   RequestHandle submit(Request r) {
-    auto seq = std::make_unique<Seq>();
-    std::vector<int32_t> prompt = r.prompt_ids.empty() ? tok_.encode(r.prompt) : r.prompt_ids;
-    validate(r, prompt);
-    const uint64_t id = next_id_.fetch_add(1) + 1;
-    seq->st = std::make_unique<RequestState>(id, std::move(r), std::move(prompt), tok_, P);
-    RequestHandle h{id, seq->done.get_future().share()};
-    {
-      std::lock_guard lk(mu_);
-      if (stop_) fail("engine: submit after shutdown");
-      pending_.insert(id);
-      inbox_.push_back(std::move(seq));
-    }
-    cv_.notify_all();
-    return h;
+    std::vector<std::unique_ptr<Seq>> one;
+    one.push_back(prepare(std::move(r)));
+    return enqueue(one).front();
   }
 
   // Cancels a waiting or running request; its result says "cancelled" and keeps the tokens
@@ -134,30 +124,42 @@ class Engine {
                               const std::function<void(int, int)>& progress = {}) {
     const int n = static_cast<int>(reqs.size());
     std::vector<Result> out(n);
-    std::vector<std::shared_future<Result>> fut(n);
+    // All arrive in one hand-over, as an offline batch does: a static batch never starts
+    // before its requests are all queued.
+    std::vector<std::unique_ptr<Seq>> seqs;
+    std::vector<int> index;
     for (int i = 0; i < n; i++) {
       try {
-        fut[i] = submit(std::move(reqs[i])).result;
+        seqs.push_back(prepare(std::move(reqs[i])));
+        index.push_back(i);
       } catch (const std::exception& e) {
         out[i].finish_reason = std::string(finish::error);
         out[i].error = e.what();
       }
     }
-    int done = 0, shown = -1;
+    std::vector<RequestHandle> hs(n);
+    auto queued = enqueue(seqs);
+    for (std::size_t k = 0; k < index.size(); k++) hs[index[k]] = queued[k];
+    // Woken by each request that ends (ended_cv_), never by a timer.
+    auto ended = [&] {
+      int k = 0;
+      for (const auto& h : hs) k += !h.done || !pending_.contains(h.id);
+      return k;
+    };
+    int shown = -1;
     while (true) {
-      done = 0;
-      for (int i = 0; i < n; i++)
-        done += !fut[i].valid() ||
-                fut[i].wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-      if (progress && done != shown) progress(done, n), shown = done;
+      int done;
+      {
+        std::unique_lock lk(mu_);
+        ended_cv_.wait(lk, [&] { return ended() != shown; });
+        done = ended();
+      }
+      if (progress) progress(done, n);
+      shown = done;
       if (done == n) break;
-      for (int i = 0; i < n; i++)
-        if (fut[i].valid() &&
-            fut[i].wait_for(std::chrono::milliseconds(50)) != std::future_status::ready)
-          break;
     }
     for (int i = 0; i < n; i++)
-      if (fut[i].valid()) out[i] = fut[i].get();
+      if (hs[i].done) out[i] = hs[i].get();
     return out;
   }
 
@@ -169,10 +171,36 @@ class Engine {
   // Blocks until nothing is waiting or running (all submitted requests have ended).
   void wait_idle() {
     std::unique_lock lk(mu_);
-    idle_cv_.wait(lk, [&] { return pending_.empty(); });
+    ended_cv_.wait(lk, [&] { return pending_.empty(); });
   }
 
  private:
+  // Checks and tokenizes r (caller's thread).
+  std::unique_ptr<Seq> prepare(Request r) {
+    auto seq = std::make_unique<Seq>();
+    std::vector<int32_t> prompt = r.prompt_ids.empty() ? tok_.encode(r.prompt) : r.prompt_ids;
+    validate(r, prompt);
+    const uint64_t id = next_id_.fetch_add(1) + 1;
+    seq->st = std::make_unique<RequestState>(id, std::move(r), std::move(prompt), tok_, P);
+    return seq;
+  }
+
+  // Hands prepared requests to the engine thread in one go.
+  std::vector<RequestHandle> enqueue(std::vector<std::unique_ptr<Seq>>& seqs) {
+    std::vector<RequestHandle> hs;
+    for (const auto& s : seqs) hs.push_back({s->st->id(), s->done});
+    {
+      std::lock_guard lk(mu_);
+      if (stop_) fail("engine: submit after shutdown");
+      for (auto& s : seqs) {
+        pending_.insert(s->st->id());
+        inbox_.push_back(std::move(s));
+      }
+    }
+    cv_.notify_all();
+    return hs;
+  }
+
   static EngineOptions check(EngineOptions o) {
     if (o.max_batch < 1) fail("engine: max_batch must be >= 1, got ", o.max_batch);
     if (o.max_batched_tokens < 1)
@@ -356,16 +384,19 @@ class Engine {
     auto& wait = core_.waiting;
     wait.erase(std::remove(wait.begin(), wait.end(), s), wait.end());
     const uint64_t id = s->st->id();
-    auto node = live_.extract(id);
     s->st->delivered();
     core_.counters.finished++;
     publish_stats();
-    s->done.set_value(s->st->take_result());
+    std::shared_ptr<Completion> done = std::move(s->done);
+    Result r = s->st->take_result();
+    live_.erase(id);  // s is gone: nothing of the request is touched after this
+    done->set(std::move(r));
+    done.reset();
     {
       std::lock_guard lk(mu_);
       pending_.erase(id);
     }
-    idle_cv_.notify_all();
+    ended_cv_.notify_all();
   }
 
   void publish_stats() {
@@ -402,7 +433,7 @@ class Engine {
   double busy_s_ = 0;
   // Shared with submitting threads, under mu_.
   std::mutex mu_;
-  std::condition_variable cv_, idle_cv_;
+  std::condition_variable cv_, ended_cv_;  // work arrived; a request ended
   std::vector<std::unique_ptr<Seq>> inbox_;
   std::vector<uint64_t> cancels_;
   std::unordered_set<uint64_t> pending_;  // submitted and not yet ended

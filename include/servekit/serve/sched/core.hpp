@@ -8,12 +8,12 @@
 #include <climits>
 #include <cstdint>
 #include <deque>
-#include <future>
 #include <memory>
 #include <string_view>
 #include <vector>
 
 #include "servekit/kv/policy.hpp"
+#include "servekit/serve/completion.hpp"
 #include "servekit/serve/request_state.hpp"
 
 namespace servekit::serve {
@@ -30,7 +30,7 @@ struct EngineOptions {
 // A request the engine holds, waiting or running.
 struct Seq {
   std::unique_ptr<RequestState> st;
-  std::promise<Result> done;
+  std::shared_ptr<Completion> done = std::make_shared<Completion>();
   int slot = -1;        // cache slot while running
   int n_cached = 0;     // tokens of st->tokens() whose keys and values are in the slot
   int row_offset = 0;   // left padding: cache rows before position 0 (static, contiguous)
