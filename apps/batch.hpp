@@ -14,7 +14,9 @@
 #include "cli_common.hpp"
 #include "servekit/core/error.hpp"
 #include "servekit/model/config.hpp"
+#include "servekit/lora/adapter.hpp"
 #include "servekit/model/gpt2.hpp"
+#include "servekit/model/random_gpt2.hpp"
 #include "servekit/serve/engine.hpp"
 
 namespace servekit::cli {
@@ -22,22 +24,24 @@ namespace servekit::cli {
 struct BatchArgs {
   std::string model, vocab, input, output, scheduler = "continuous";
   int max_batch = 8, max_batched_tokens = 512;
-  uint64_t seed = 0;  // the random model's
+  uint64_t seed = 0;                  // the random model's
+  std::vector<std::string> adapters;  // PEFT folders; a line's "adapter" names one by folder name
 };
 
 // One input line -> a request. Fields: prompt (text) or prompt_ids, max_new_tokens,
-// temperature (0: greedy, the default), top_k, top_p, seed, stop (string or list), ignore_eos.
+// temperature (0: greedy, the default), top_k, top_p, seed, stop (string or list), ignore_eos,
+// adapter (the folder name of one of --adapter's adapters).
 inline serve::Request parse_request(const json& j, int lineno) {
   auto where = [&](const char* f) { return detail::cat("line ", lineno, ": field \"", f, "\""); };
   if (!j.is_object()) fail("line ", lineno, ": expected a JSON object, got ", j.type_name());
   static const char* known[] = {"prompt", "prompt_ids", "max_new_tokens", "temperature", "top_k",
-                                "top_p",  "seed",       "stop",           "ignore_eos"};
+                                "top_p",  "seed",       "stop",           "ignore_eos",  "adapter"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known),
                      [&](const char* k) { return it.key() == k; }) == std::end(known))
       fail("line ", lineno, ": unknown field \"", it.key(),
            "\" (known: prompt, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop, "
-           "ignore_eos)");
+           "ignore_eos, adapter)");
   serve::Request r;
   auto get = [&](const char* f, auto& out) {
     if (!j.contains(f)) return;
@@ -56,6 +60,11 @@ inline serve::Request parse_request(const json& j, int lineno) {
   get("top_k", r.sampling.top_k);
   get("top_p", r.sampling.top_p);
   get("seed", r.sampling.seed);
+  if (j.contains("adapter")) {
+    std::string name;
+    get("adapter", name);
+    r.adapter = name;
+  }
   if (j.contains("stop")) {
     if (j["stop"].is_string())
       r.stop.stop_strings = {j["stop"].get<std::string>()};
@@ -160,17 +169,30 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
   return bad ? 1 : 0;
 }
 
-// The one place where --scheduler becomes a type.
+// The one place where --scheduler (and whether adapters are served) becomes a type.
 template <class D>
 int run_batch(const BatchArgs& a, const text::Gpt2Tokenizer& tok) {
-  using Model = Gpt2<Config<D>>;
-  auto model = a.model.empty() ? Model::random(a.seed) : Model::load(a.model);
-  if (a.scheduler == "continuous")
-    return run_batch_with<Model, serve::sched::Continuous>(model, tok, a);
-  if (a.scheduler == "static") return run_batch_with<Model, serve::sched::Static>(model, tok, a);
-  if (a.scheduler == "sequential")
-    return run_batch_with<Model, serve::sched::Sequential<>>(model, tok, a);
-  fail("batch: unknown --scheduler ", a.scheduler, " (continuous, static or sequential)");
+  auto with_scheduler = [&]<class Model>(Model& model) {
+    if (a.scheduler == "continuous")
+      return run_batch_with<Model, serve::sched::Continuous>(model, tok, a);
+    if (a.scheduler == "static") return run_batch_with<Model, serve::sched::Static>(model, tok, a);
+    if (a.scheduler == "sequential")
+      return run_batch_with<Model, serve::sched::Sequential<>>(model, tok, a);
+    fail("batch: unknown --scheduler ", a.scheduler, " (continuous, static or sequential)");
+  };
+  auto tensors = a.model.empty() ? model::random_gpt2<D>(a.seed) : model::load_gpt2<D>(a.model);
+  if (a.adapters.empty()) {
+    Gpt2<Config<D>> model(std::move(tensors));
+    return with_scheduler(model);
+  }
+  // Every row carries its own adapter: lora::Gathered (BGMV).
+  Gpt2<Config<D, weights::F32, kv::Contiguous, lora::Gathered>> model(std::move(tensors));
+  for (const auto& dir : a.adapters) {
+    const int slot = model.add_adapter(lora::load_adapter<D>(dir));
+    std::fprintf(stderr, "batch: adapter '%s' from %s (r = %d)\n",
+                 model.adapter(slot)->name.c_str(), dir.c_str(), model.adapter(slot)->rank);
+  }
+  return with_scheduler(model);
 }
 
 }  // namespace servekit::cli

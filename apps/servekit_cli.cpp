@@ -10,6 +10,8 @@
 #include <string>
 
 #include "servekit/model/dispatch.hpp"
+#include "servekit/lora/adapter.hpp"
+#include "servekit/lora/merge.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/generate.hpp"
 #include "servekit/text/tokenizer.hpp"
@@ -51,7 +53,8 @@ int run_tokenize(const std::string& vocab) {
 }
 
 struct GenerateArgs {
-  std::string model, vocab, prompt;
+  std::string model, vocab, prompt, adapter;
+  bool merge = false;
   std::vector<int32_t> prompt_ids;
   int max_new_tokens = 32, top_k = 0, top_logprobs = 0;
   bool greedy = false, no_cache = false, as_json = false, ignore_eos = false;
@@ -61,9 +64,40 @@ struct GenerateArgs {
 };
 
 template <class D>
+sk::model::Gpt2Tensors base_tensors(const GenerateArgs& a) {
+  return a.model.empty() ? sk::model::random_gpt2<D>(a.seed) : sk::model::load_gpt2<D>(a.model);
+}
+
+template <class Model>
+int generate_with(Model& model, const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok,
+                  int32_t adapter);
+
+// The model the options ask for: the base weights, an adapter merged into them (--merge), or
+// the base weights with the adapter beside them, applied at run time (lora::Gathered).
+template <class D>
 int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
   using Model = sk::Gpt2<sk::Config<D>>;
-  auto model = a.model.empty() ? Model::random(a.seed) : Model::load(a.model);
+  if (a.adapter.empty()) {
+    auto model = a.model.empty() ? Model::random(a.seed) : Model::load(a.model);
+    return generate_with(model, a, tok, -1);
+  }
+  auto adapter = sk::lora::load_adapter<D>(a.adapter);
+  auto t = base_tensors<D>(a);
+  if (a.merge) {
+    sk::lora::merge(t, adapter);
+    Model model(std::move(t));
+    return generate_with(model, a, tok, -1);
+  }
+  sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, sk::lora::Gathered>> model(
+      std::move(t));
+  const int slot = model.add_adapter(std::move(adapter));
+  return generate_with(model, a, tok, slot);
+}
+
+template <class Model>
+int generate_with(Model& model, const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok,
+                  int32_t adapter) {
+  using D = typename Model::Dims;
   auto prompt = a.prompt_ids.empty() ? tok.encode(a.prompt) : a.prompt_ids;
   if (prompt.empty()) sk::fail("the prompt is empty: give --prompt TEXT or --prompt-ids");
   for (std::size_t i = 0; i < prompt.size(); i++)
@@ -82,6 +116,7 @@ int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
   opt.stop.stop_strings = a.stop;
   opt.use_cache = !a.no_cache;
   opt.top_logprobs = a.top_logprobs;
+  opt.adapter = adapter;
 
   sk::serve::StreamCallback stream;
   if (!a.as_json) {
@@ -105,6 +140,7 @@ int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
   json j;
   j["model"] = a.model.empty() ? "random-gpt2-124M" : a.model;
   j["config"] = Model::name();
+  if (!a.adapter.empty()) j["adapter"] = {{"path", a.adapter}, {"merged", a.merge}};
   j["prompt"] = a.prompt;
   j["prompt_ids"] = r.prompt_ids;
   j["generated_ids"] = r.ids();
@@ -168,6 +204,11 @@ int main(int argc, char** argv) {
   greedy->excludes(temp)->excludes(topk)->excludes(topp);
   gen->add_option("--seed", g.seed, "seed for sampling and for the random model");
   gen->add_option("--stop", g.stop, "stop string (repeatable)");
+  gen->add_option("--adapter", g.adapter,
+                  "PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors)");
+  gen->add_flag("--merge", g.merge,
+                "merge the adapter into the weights at load (default: apply it at run time)")
+      ->needs(gen->get_option("--adapter"));
   gen->add_flag("--ignore-eos", g.ignore_eos, "keep generating after <|endoftext|>");
   gen->add_flag("--no-cache", g.no_cache, "recompute the whole sequence every step (no KV cache)");
   gen->add_flag("--json", g.as_json, "print one JSON object: ids, text, timings");
@@ -196,6 +237,9 @@ int main(int argc, char** argv) {
       ->add_option("--max-batched-tokens", b.max_batched_tokens,
                    "new tokens per step (continuous; longer prompts are chunked)")
       ->check(CLI::Range(1, 1 << 20));
+  batch->add_option("--adapter", b.adapters,
+                    "PEFT LoRA adapter folder (repeatable); a line's \"adapter\" names one by its "
+                    "folder name");
   batch->add_option("--seed", b.seed, "seed of the random model (without --model)");
 
   CLI11_PARSE(app, argc, argv);

@@ -6,3 +6,4 @@ if(TARGET servekit_simt)
   servekit_test(test_lora_emulated LABELS emulated
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora_emulated.cpp LIBS servekit_simt)
 endif()
+servekit_test(test_lora_unmerged LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora_unmerged.cpp)

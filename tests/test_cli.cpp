@@ -86,6 +86,66 @@ TEST_CASE("generate --json reproduces HF's greedy tokens, with and without the c
   }
 }
 
+TEST_CASE("generate --adapter reproduces HF + PEFT's greedy tokens, merged or not") {
+  const std::string dir = kTinyA + "/lora/r16";
+  auto ref = servekit::test::load_reference(dir);
+  const auto& c = ref.cases.at(3);
+  for (std::string flags : {"", " --merge"}) {
+    INFO("flags: " << flags);
+    auto r = run("generate --model " + kTinyA + " --vocab " + kVocab + " --adapter " + dir +
+                 " --prompt-ids " + join(c.prompt_ids) + " --max-new-tokens " +
+                 std::to_string(c.greedy_ids.size()) + " --ignore-eos --json" + flags);
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    auto j = json::parse(r.out);
+    CHECK(j["generated_ids"].get<std::vector<int32_t>>() == c.greedy_ids);
+    CHECK(j["adapter"]["merged"] == !flags.empty());
+    CHECK(j["config"] == (flags.empty() ? "tiny-a/f32/contiguous/lora-gathered/host"
+                                        : "tiny-a/f32/contiguous/none/host"));
+  }
+  auto bad = run("generate --model " + kTinyA + " --vocab " + kVocab + " --adapter " + kTinyA +
+                 " --prompt-ids 1,2");
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.out, Contains("tiny-a: no adapter_config.json"));
+  auto merge_alone =
+      run("generate --model " + kTinyA + " --vocab " + kVocab + " --merge --prompt-ids 1,2");
+  CHECK(merge_alone.code != 0);
+  CHECK_THAT(merge_alone.out, Contains("--merge requires --adapter"));
+}
+
+TEST_CASE("batch --adapter: lines on different adapters share the engine") {
+  const std::string r4 = kTinyA + "/lora/r4", r16 = kTinyA + "/lora/r16";
+  auto base = servekit::test::load_reference(kTinyA);
+  auto ref4 = servekit::test::load_reference(r4), ref16 = servekit::test::load_reference(r16);
+  const fs::path in = fs::temp_directory_path() / "servekit_cli_batch_lora.jsonl";
+  const fs::path out = fs::temp_directory_path() / "servekit_cli_batch_lora_out.jsonl";
+  auto line = [](const servekit::test::RefCase& c, const char* adapter) {
+    json j{{"prompt_ids", c.prompt_ids},
+           {"max_new_tokens", c.greedy_ids.size()},
+           {"ignore_eos", true}};
+    if (adapter) j["adapter"] = adapter;
+    return j.dump() + "\n";
+  };
+  std::ofstream(in) << line(ref16.cases[0], "r16") << line(base.cases[2], nullptr)
+                    << line(ref4.cases[3], "r4") << line(ref16.cases[3], "r16")
+                    << line(base.cases[2], "r8");
+  auto r = run("batch --model " + kTinyA + " --vocab " + kVocab + " --adapter " + r4 +
+               " --adapter " + r16 + " --input " + in.string() + " --output " + out.string());
+  INFO(r.out);
+  CHECK(r.code == 1);  // the r8 line: not loaded
+  std::ifstream f(out);
+  std::vector<json> got;
+  for (std::string l; std::getline(f, l);) got.push_back(json::parse(l));
+  REQUIRE(got.size() == 5);
+  auto ids = [&](int i) { return got[i]["generated_ids"].get<std::vector<int32_t>>(); };
+  CHECK(ids(0) == ref16.cases[0].greedy_ids);
+  CHECK(ids(1) == base.cases[2].greedy_ids);
+  CHECK(ids(2) == ref4.cases[3].greedy_ids);
+  CHECK(ids(3) == ref16.cases[3].greedy_ids);
+  CHECK_THAT(got[4]["error"].get<std::string>(),
+             Contains("line 5") && Contains("adapter 'r8' is not loaded"));
+}
+
 TEST_CASE("generate: clear errors for bad models and prompts") {
   SECTION("missing model folder names the file") {
     auto r = run("generate --model /nonexistent/gpt2 --vocab " + kVocab + " --prompt hi");

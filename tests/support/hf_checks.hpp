@@ -32,17 +32,19 @@ inline RaggedStep ragged_prefill(const RefBatch& b) {
   return r;
 }
 
-// One case in cache slot `slot` (empty on entry).
+// One case in cache slot `slot` (empty on entry), through the model's adapter slot `adapter`
+// (-1: the base model).
 template <class Model>
 void check_hf_case(Model& model, typename Model::Cache& cache, int slot, const RefCase& c,
-                   int n_steps, float tol) {
+                   int n_steps, float tol, int32_t adapter = -1) {
+  const auto ad = adapter >= 0 ? std::span<const int32_t>(&adapter, 1) : std::span<const int32_t>();
   using model::Logits;
   using model::SeqStep;
   constexpr int V = Model::Dims::vocab;
   const int T = static_cast<int>(c.prompt_ids.size());
   std::vector<float> logits;
   SeqStep s{slot, 0, T};
-  model.forward(cache, {c.prompt_ids, std::span(&s, 1), Logits::All}, logits);
+  model.forward(cache, {c.prompt_ids, std::span(&s, 1), Logits::All, ad}, logits);
   REQUIRE(logits.size() == c.prefill_logits.size());
   CHECK(max_abs_diff(logits, c.prefill_logits) <= tol);
   CHECK(serve::argmax(logit_row(logits, T - 1, V)) == c.greedy_ids[0]);
@@ -51,7 +53,7 @@ void check_hf_case(Model& model, typename Model::Cache& cache, int slot, const R
     INFO("decode step " << step);
     int32_t next = c.greedy_ids[step];  // teacher-forced: a one-token slip must not cascade
     SeqStep d{slot, n_past++, 1};
-    model.forward(cache, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, logits);
+    model.forward(cache, {std::span(&next, 1), std::span(&d, 1), Logits::Last, ad}, logits);
     REQUIRE(logits.size() == static_cast<std::size_t>(V));
     CHECK(max_abs_diff(logits, logit_row(c.step_logits, step, V)) <= tol);
     CHECK(serve::argmax(logits) == c.greedy_ids[step + 1]);

@@ -4,15 +4,20 @@
 // fast CPU path and the reference every other backend is tested against.
 #include <algorithm>
 #include <cstdint>
+#include <span>
+#include <type_traits>
 #include <vector>
 
 #include "servekit/backend/ops.hpp"
 #include "servekit/core/storage.hpp"
 #include "servekit/kernels/ref/attention.hpp"
 #include "servekit/kernels/ref/embedding.hpp"
+#include "servekit/kernels/ref/gelu.hpp"
 #include "servekit/kernels/ref/layernorm.hpp"
 #include "servekit/kernels/ref/linear.hpp"
 #include "servekit/kernels/ref/lm_head.hpp"
+#include "servekit/kernels/ref/lora.hpp"
+#include "servekit/lora/policy.hpp"
 
 namespace servekit::backend {
 
@@ -32,6 +37,24 @@ struct Ops<Host> : HostStorage {
   template <Epilogue E, class Mat>
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M) {
     kernels::ref::linear<E>(out, x, W, b, M);
+  }
+  // y (N, Nout) += each row's LoRA delta of x (N, K); ad (N): each row's adapter, -1: none.
+  template <class Policy>
+  static void lora(float* y, const float* x, const int32_t* ad,
+                   std::span<const kernels::ref::LoraMats> tab, int N, int K, int Nout) {
+    if constexpr (std::is_same_v<Policy, servekit::lora::Loop>)
+      kernels::ref::lora_loop(y, x, ad, tab, N, K, Nout);
+    else if constexpr (std::is_same_v<Policy, servekit::lora::Gathered>)
+      kernels::ref::lora_gathered(y, x, ad, tab, N, K, Nout);
+    else if constexpr (std::is_same_v<Policy, servekit::lora::Segmented>)
+      kernels::ref::lora_segmented(y, x, ad, tab, N, K, Nout);
+    else
+      static_assert(sizeof(Policy) == 0, "servekit: no host LoRA kernel for this policy");
+  }
+  // x = gelu_tanh(x), n values.
+  static void gelu(float* x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 14))
+    for (int64_t i = 0; i < n; i++) x[i] = kernels::ref::gelu_tanh(x[i]);
   }
   template <class KvView>
   static void kv_append(const KvView& kv, const float* qkv, const int32_t* slot, const int32_t* pos,

@@ -28,6 +28,9 @@ struct Batch {
   std::span<const int32_t> tokens;  // (N) every sequence's new tokens, in sequence order
   std::span<const SeqStep> seqs;    // (S) with sum(n_new) == N
   Logits logits = Logits::Last;
+  // (S) the model's adapter slot for each sequence (Gpt2::add_adapter), -1: the base model.
+  // Empty: every sequence runs the base model.
+  std::span<const int32_t> adapters = {};
 };
 
 }  // namespace servekit::model

@@ -10,6 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <span>
 #include <utility>
 #include <vector>
@@ -17,6 +20,8 @@
 #include "servekit/core/error.hpp"
 #include "servekit/backend/host.hpp"
 #include "servekit/kv/cache.hpp"
+#include "servekit/lora/adapter.hpp"
+#include "servekit/lora/policy.hpp"
 #include "servekit/model/batch.hpp"
 #include "servekit/model/config.hpp"
 #include "servekit/model/gpt2_tensors.hpp"
@@ -37,6 +42,11 @@ class Gpt2 {
   using Cache = kv::cache_t<typename Cfg::Kv, Storage>;  // the layout policy's cache class
   static constexpr int L = Dims::n_layer, C = Dims::n_embd, H = Dims::n_head;
   static constexpr int V = Dims::vocab, P = Dims::n_positions;
+  using Lora = typename Cfg::Lora;
+  static constexpr bool kLora = lora::enabled<Lora>;
+  static_assert(!kLora || std::is_same_v<typename Cfg::Backend, backend::Host>,
+                "servekit: unmerged LoRA (lora::Loop, Gathered, Segmented) runs on the Host "
+                "backend so far; merge the adapter (lora/merge.hpp) to serve it on a device");
 
   struct Layer {
     Vec<float> ln_1_w, ln_1_b;  // (C)
@@ -137,21 +147,29 @@ class Gpt2 {
     tok = idx_.data(), slot = tok + N, pos = slot + N, first = pos + N, row = first + N;
     last_row = row + N;
 
+    if constexpr (kLora) {  // (N) each row's adapter slot
+      row_ad_.assign(N, -1);
+      if (!b.adapters.empty()) {
+        int rr = 0;
+        for (int i = 0; i < S; i++)
+          for (int j = 0; j < b.seqs[i].n_new; j++) row_ad_[rr++] = b.adapters[i];
+      }
+    }
     using E = typename Ops::Epilogue;
+    using T = lora::Target;
     float* x = x_.data();  // (N, C) residual stream
     Ops::embedding(x, tok, pos, wte_.data(), wpe_.data(), N, C);
     for (int l = 0; l < L; l++) {
       const Layer& w = layers_[l];
       const auto kv = cache.view(l);
       Ops::layernorm(ln_.data(), x, w.ln_1_w.data(), w.ln_1_b.data(), N, C, eps_);
-      Ops::template linear<E::Store>(qkv_.data(), ln_.data(), w.attn, w.attn_b.data(),
-                                     N);  // (N, 3C)
+      linear<E::Store>(qkv_.data(), ln_.data(), w.attn, w.attn_b.data(), N, l, T::Attn);  // (N, 3C)
       Ops::kv_append(kv, qkv_.data(), slot, row, N, C);
       Ops::attention(att_.data(), qkv_.data(), kv, slot, first, row, N, C, H, cache.max_len());
-      Ops::template linear<E::Residual>(x, att_.data(), w.attn_proj, w.attn_proj_b.data(), N);
+      linear<E::Residual>(x, att_.data(), w.attn_proj, w.attn_proj_b.data(), N, l, T::AttnProj);
       Ops::layernorm(ln_.data(), x, w.ln_2_w.data(), w.ln_2_b.data(), N, C, eps_);
-      Ops::template linear<E::Gelu>(fc_.data(), ln_.data(), w.fc, w.fc_b.data(), N);  // (N, 4C)
-      Ops::template linear<E::Residual>(x, fc_.data(), w.mlp_proj, w.mlp_proj_b.data(), N);
+      linear<E::Gelu>(fc_.data(), ln_.data(), w.fc, w.fc_b.data(), N, l, T::Fc);  // (N, 4C)
+      linear<E::Residual>(x, fc_.data(), w.mlp_proj, w.mlp_proj_b.data(), N, l, T::MlpProj);
     }
     // Only the rows whose logits are wanted go through ln_f and the (large) lm_head.
     const float* rows = x;  // (M, C)
@@ -168,6 +186,46 @@ class Gpt2 {
       Ops::lm_head(logits_.data(), ln_.data(), wte_.data(), M, V, C);
       Storage::download(std::span<float>(logits), logits_);  // waits for the step
     }
+  }
+
+  // Unmerged adapters: each added one gets a slot that model::Batch::adapters names per
+  // sequence. Names are unique; a freed slot is reused.
+  int add_adapter(lora::Adapter a) requires kLora {
+    if (static_cast<int>(a.layers.size()) != L)
+      fail("adapter '", a.name, "' has ", a.layers.size(), " layers; ", Dims::name, " has ", L);
+    if (find_adapter(a.name) >= 0) fail("adapter '", a.name, "' is already loaded");
+    for (int l = 0; l < L; l++)
+      for (int t = 0; t < lora::kTargets; t++)
+        if (const auto* p = a.find(l, static_cast<lora::Target>(t))) {
+          const auto [in, out] = lora::target_shape(static_cast<lora::Target>(t), C);
+          if (p->in != in || p->out != out || p->a.size() != std::size_t(p->rank) * in ||
+              p->b.size() != std::size_t(out) * p->rank)
+            fail("adapter '", a.name, "' layer ", l, " ", lora::kTargetNames[t], " does not fit ",
+                 Dims::name);
+        }
+    for (std::size_t i = 0; i < adapters_.size(); i++)
+      if (!adapters_[i]) {
+        adapters_[i] = std::move(a);
+        return static_cast<int>(i);
+      }
+    adapters_.push_back(std::move(a));
+    return static_cast<int>(adapters_.size()) - 1;
+  }
+  void remove_adapter(int slot) requires kLora {
+    if (slot < 0 || slot >= static_cast<int>(adapters_.size()) || !adapters_[slot])
+      fail("remove_adapter: no adapter in slot ", slot);
+    adapters_[slot].reset();
+  }
+  // The slot of the adapter named `name`, or -1.
+  int find_adapter(std::string_view name) const {
+    for (std::size_t i = 0; i < adapters_.size(); i++)
+      if (adapters_[i] && adapters_[i]->name == name) return static_cast<int>(i);
+    return -1;
+  }
+  const lora::Adapter* adapter(int slot) const {
+    return slot >= 0 && slot < static_cast<int>(adapters_.size()) && adapters_[slot]
+               ? &*adapters_[slot]
+               : nullptr;
   }
 
   // Bytes a decode step must read at least once: every weight, lm_head (tied wte) included.
@@ -189,6 +247,31 @@ class Gpt2 {
   float layer_norm_eps() const { return eps_; }
 
  private:
+  // One linear of layer l; with LoRA, the rows' adapter deltas enter before the epilogue (so
+  // c_fc's reaches the GELU's input): the base matmul stores, the delta is added, then GELU.
+  template <typename Ops::Epilogue E>
+  void linear(float* out, const float* in, const Mat& W, const float* bias, int N, int l,
+              lora::Target t) {
+    using Ep = typename Ops::Epilogue;
+    if constexpr (kLora) {
+      lora_tab_.assign(adapters_.size(), {});
+      bool any = false;
+      for (std::size_t i = 0; i < adapters_.size(); i++)
+        if (const auto* p = adapters_[i] ? adapters_[i]->find(l, t) : nullptr)
+          lora_tab_[i] = {p->a.data(), p->b.data(), p->rank, adapters_[i]->scale};
+      for (int r = 0; r < N && !any; r++) any = row_ad_[r] >= 0 && lora_tab_[row_ad_[r]].a;
+      if (any) {
+        const auto [K, Nout] = lora::target_shape(t, C);
+        constexpr auto first = E == Ep::Gelu ? Ep::Store : E;
+        Ops::template linear<first>(out, in, W, bias, N);
+        Ops::template lora<Lora>(out, in, row_ad_.data(), lora_tab_, N, K, Nout);
+        if constexpr (E == Ep::Gelu) Ops::gelu(out, static_cast<int64_t>(N) * Nout);
+        return;
+      }
+    }
+    Ops::template linear<E>(out, in, W, bias, N);
+  }
+
   int validate(const Cache& cache, const model::Batch& b) const {
     if (b.seqs.empty()) fail("forward: the batch has no sequences");
     if (cache.n_layer() != L || cache.n_embd() != C)
@@ -221,6 +304,20 @@ class Gpt2 {
     }
     if (n != b.tokens.size())
       fail("forward: sequences hold ", n, " new tokens but the batch has ", b.tokens.size());
+    if (!b.adapters.empty()) {
+      if (b.adapters.size() != b.seqs.size())
+        fail("forward: the batch names ", b.adapters.size(), " adapters for ", b.seqs.size(),
+             " sequences");
+      for (std::size_t i = 0; i < b.adapters.size(); i++) {
+        const int32_t a = b.adapters[i];
+        if (a < 0) continue;
+        if (!kLora)
+          fail("forward: sequence ", i, " asks for adapter slot ", a, ", but ", Cfg::name(),
+               " serves no LoRA adapters (lora::None)");
+        if (!adapter(a))
+          fail("forward: sequence ", i, " asks for adapter slot ", a, ", which is empty");
+      }
+    }
     for (std::size_t i = 0; i < n; i++)
       if (b.tokens[i] < 0 || b.tokens[i] >= V)
         fail("forward: token id ", b.tokens[i], " at index ", i, " is outside the vocabulary [0, ",
@@ -273,6 +370,10 @@ class Gpt2 {
   std::vector<int32_t> idx_host_;
   Vec<float> logits_;  // (M, V) on the device; unused on host storage
   std::vector<kv::Reserve> reserve_;
+  // Unmerged adapters by slot, each row's slot this step, and one linear's table of them.
+  std::vector<std::optional<lora::Adapter>> adapters_;
+  std::vector<int32_t> row_ad_;
+  std::vector<kernels::ref::LoraMats> lora_tab_;
 };
 
 }  // namespace servekit

@@ -181,6 +181,8 @@ class Engine {
     std::vector<int32_t> prompt = r.prompt_ids.empty() ? tok_.encode(r.prompt) : r.prompt_ids;
     validate(r, prompt);
     const uint64_t id = next_id_.fetch_add(1) + 1;
+    if constexpr (lora::enabled<typename Model::Config::Lora>)
+      if (r.adapter) seq->adapter = model_.find_adapter(*r.adapter);
     seq->st = std::make_unique<RequestState>(id, std::move(r), std::move(prompt), tok_, P);
     return seq;
   }
@@ -233,10 +235,13 @@ class Engine {
     if (r.top_logprobs < 0 || r.top_logprobs > V)
       fail("request: top_logprobs must be in [0, ", V, "], got ", r.top_logprobs);
     r.sampling.validate();
-    if (r.adapter && std::is_same_v<typename Model::Config::Lora, lora::None>)
-      fail("request: adapter '", *r.adapter,
-           "' asked for, but this engine serves no LoRA "
-           "adapters (lora::None)");
+    if (r.adapter) {
+      if constexpr (!lora::enabled<typename Model::Config::Lora>)
+        fail("request: adapter '", *r.adapter,
+             "' asked for, but this engine serves no LoRA adapters (lora::None)");
+      else if (model_.find_adapter(*r.adapter) < 0)
+        fail("request: adapter '", *r.adapter, "' is not loaded (Gpt2::add_adapter)");
+    }
     if constexpr (Core<Cache>::paged) {
       constexpr int B = Cache::B;
       const int rows = std::min<long>(P, prompt.size() + std::max(0, r.stop.max_new_tokens - 1));
@@ -315,14 +320,17 @@ class Engine {
     const auto t0 = Clock::now();
     tokens_.clear();
     seqs_.clear();
+    seq_adapters_.clear();
     for (const Work& w : plan_) {
       Seq& s = *w.seq;
       if (w.pad > 0) {
         seqs_.push_back({s.slot, 0, w.pad, 0});
+        seq_adapters_.push_back(-1);
         tokens_.insert(tokens_.end(), w.pad, opt_.pad_id);
         core_.counters.padded_tokens += w.pad;
       }
       seqs_.push_back({s.slot, s.n_cached, w.n_new, s.row_offset});
+      seq_adapters_.push_back(s.adapter);
       if (s.ghost) {
         tokens_.push_back(opt_.pad_id);
         core_.counters.padded_tokens++;
@@ -334,7 +342,7 @@ class Engine {
       }
     }
     try {
-      model_.forward(cache_, {tokens_, seqs_, model::Logits::Last}, logits_);
+      model_.forward(cache_, {tokens_, seqs_, model::Logits::Last, seq_adapters_}, logits_);
     } catch (const std::exception& e) {
       // The step's rows may be half-written: every sequence in it ends with the error, the
       // others go on.
@@ -429,6 +437,7 @@ class Engine {
   std::vector<Work> plan_;
   std::vector<int32_t> tokens_;
   std::vector<model::SeqStep> seqs_;
+  std::vector<int32_t> seq_adapters_;  // (seqs_) each one's adapter slot, -1: none
   std::vector<float> logits_;
   double busy_s_ = 0;
   // Shared with submitting threads, under mu_.

@@ -21,6 +21,7 @@ struct GenerateOptions {
   StopParams stop;
   bool use_cache = true;
   int top_logprobs = 0;  // also report this many best alternatives per generated token
+  int32_t adapter = -1;  // the model's adapter slot (Gpt2::add_adapter); -1: the base model
 };
 
 using GenerateResult = Result;
@@ -52,7 +53,10 @@ GenerateResult generate(Model& model, const text::Gpt2Tokenizer& tok,
     // With the cache only the tokens not yet cached go in; without it, all of them, every step.
     const int start = opt.use_cache ? n_past : 0;
     model::SeqStep step{0, start, static_cast<int32_t>(seq.size()) - start};
-    model.forward(cache, {std::span(seq).subspan(start), std::span(&step, 1), model::Logits::Last},
+    const auto ad =
+        opt.adapter >= 0 ? std::span<const int32_t>(&opt.adapter, 1) : std::span<const int32_t>();
+    model.forward(cache,
+                  {std::span(seq).subspan(start), std::span(&step, 1), model::Logits::Last, ad},
                   logits);
     n_past = static_cast<int>(seq.size());
     st.on_logits(logits, sampler);

@@ -32,6 +32,7 @@ struct Seq {
   std::unique_ptr<RequestState> st;
   std::shared_ptr<Completion> done = std::make_shared<Completion>();
   int slot = -1;        // cache slot while running
+  int adapter = -1;     // the model's adapter slot, -1: the base model
   int n_cached = 0;     // tokens of st->tokens() whose keys and values are in the slot
   int row_offset = 0;   // left padding: cache rows before position 0 (static, contiguous)
   bool ghost = false;   // finished, but its row still runs to the end of its static batch

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The LoRA delta of one linear, y[r] += scale_a * (x[r] A_a^T) B_a^T for each row r whose
+// adapter a = ad[r] adapts it, written three ways (lora/policy.hpp says why). Every adapter
+// keeps its own rank: nothing is padded to the largest.
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <vector>
+
+namespace servekit::kernels::ref {
+
+// One adapter's matrices for one linear; a == nullptr: the adapter leaves this linear alone.
+struct LoraMats {
+  const float* a = nullptr;  // (rank, K)
+  const float* b = nullptr;  // (Nout, rank)
+  int rank = 0;
+  float scale = 0;
+};
+
+namespace detail {
+inline bool adapts(std::span<const LoraMats> tab, int32_t a) {
+  return a >= 0 && a < static_cast<int32_t>(tab.size()) && tab[a].a;
+}
+// y (Nout) += scale * B v, v = A x (rank): one row through one adapter.
+inline void lora_row(float* y, const float* x, const LoraMats& m, int K, int Nout, float* v) {
+  for (int j = 0; j < m.rank; j++) {
+    const float* a = m.a + static_cast<int64_t>(j) * K;
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int k = 0; k < K; k++) s += a[k] * x[k];
+    v[j] = m.scale * s;
+  }
+  for (int n = 0; n < Nout; n++) {
+    const float* b = m.b + static_cast<int64_t>(n) * m.rank;
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < m.rank; j++) s += b[j] * v[j];
+    y[n] += s;
+  }
+}
+}  // namespace detail
+
+// Loop: for each distinct adapter, the whole batch goes through it and a mask keeps the rows
+// that asked for it, as the course's loop does with torch ops.
+inline void lora_loop(float* y,           // (N, Nout)
+                      const float* x,     // (N, K)
+                      const int32_t* ad,  // (N) adapter of each row, -1: none
+                      std::span<const LoraMats> tab, int N, int K, int Nout) {
+  std::vector<int32_t> distinct(ad, ad + N);
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  std::vector<float> d(static_cast<std::size_t>(N) * Nout);
+  for (int32_t a : distinct) {
+    if (!detail::adapts(tab, a)) continue;
+    std::fill(d.begin(), d.end(), 0.f);
+#pragma omp parallel
+    {
+      std::vector<float> v(tab[a].rank);
+#pragma omp for schedule(static)
+      for (int r = 0; r < N; r++)
+        detail::lora_row(d.data() + static_cast<int64_t>(r) * Nout, x + static_cast<int64_t>(r) * K,
+                         tab[a], K, Nout, v.data());
+    }
+    for (int r = 0; r < N; r++)
+      if (ad[r] == a)
+        for (int n = 0; n < Nout; n++)
+          y[static_cast<int64_t>(r) * Nout + n] += d[static_cast<int64_t>(r) * Nout + n];
+  }
+}
+
+// Gathered (BGMV): each row, in parallel, reads its own adapter's A and B.
+inline void lora_gathered(float* y, const float* x, const int32_t* ad,
+                          std::span<const LoraMats> tab, int N, int K, int Nout) {
+#pragma omp parallel
+  {
+    std::vector<float> v;
+#pragma omp for schedule(static)
+    for (int r = 0; r < N; r++) {
+      if (!detail::adapts(tab, ad[r])) continue;
+      const LoraMats& m = tab[ad[r]];
+      v.resize(m.rank);
+      detail::lora_row(y + static_cast<int64_t>(r) * Nout, x + static_cast<int64_t>(r) * K, m, K,
+                       Nout, v.data());
+    }
+  }
+}
+
+// Segmented (SGMV): rows ordered by adapter (a stable sort, so each group keeps batch order);
+// each group is one shrink V = X_g A^T (m, rank) and one expand Y_g += scale V B^T, with A and
+// B read once per group rather than once per row.
+inline void lora_segmented(float* y, const float* x, const int32_t* ad,
+                           std::span<const LoraMats> tab, int N, int K, int Nout) {
+  std::vector<int32_t> order(N);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t p, int32_t q) { return ad[p] < ad[q]; });
+  std::vector<float> v;
+  for (int s0 = 0; s0 < N;) {
+    int s1 = s0 + 1;
+    while (s1 < N && ad[order[s1]] == ad[order[s0]]) s1++;
+    const int32_t a = ad[order[s0]];
+    if (detail::adapts(tab, a)) {
+      const LoraMats& m = tab[a];
+      const int M = s1 - s0;
+      v.assign(static_cast<std::size_t>(M) * m.rank, 0.f);
+      // shrink: V (M, rank) = scale * X_g A^T
+#pragma omp parallel for schedule(static) if (M > 1)
+      for (int i = 0; i < M; i++) {
+        const float* xr = x + static_cast<int64_t>(order[s0 + i]) * K;
+        for (int j = 0; j < m.rank; j++) {
+          const float* ar = m.a + static_cast<int64_t>(j) * K;
+          float s = 0;
+#pragma omp simd reduction(+ : s)
+          for (int k = 0; k < K; k++) s += ar[k] * xr[k];
+          v[static_cast<std::size_t>(i) * m.rank + j] = m.scale * s;
+        }
+      }
+      // expand: Y_g (M, Nout) += V B^T
+#pragma omp parallel for schedule(static)
+      for (int n = 0; n < Nout; n++) {
+        const float* br = m.b + static_cast<int64_t>(n) * m.rank;
+        for (int i = 0; i < M; i++) {
+          const float* vr = v.data() + static_cast<std::size_t>(i) * m.rank;
+          float s = 0;
+#pragma omp simd reduction(+ : s)
+          for (int j = 0; j < m.rank; j++) s += br[j] * vr[j];
+          y[static_cast<int64_t>(order[s0 + i]) * Nout + n] += s;
+        }
+      }
+    }
+    s0 = s1;
+  }
+}
+
+}  // namespace servekit::kernels::ref
