@@ -27,6 +27,7 @@
 
 #include "servekit/core/error.hpp"
 #include "servekit/core/json_brief.hpp"
+#include "servekit/core/json_file.hpp"
 #include "servekit/core/regular_file.hpp"
 #include "servekit/io/safetensors.hpp"
 #include "servekit/model/dims.hpp"
@@ -90,17 +91,8 @@ struct AdapterLimits {
 namespace detail {
 
 inline nlohmann::json read_json_object(const std::filesystem::path& p) {
-  const std::string file = p.string();
-  require_regular_file(p);
-  std::ifstream in(p);
-  if (!in) fail(file, ": cannot open");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(file, ": not valid JSON: ", e.what());
-  }
-  if (!j.is_object()) fail(file, ": a JSON ", j.type_name(), ", not an object");
+  auto j = read_json_file(p);
+  if (!j.is_object()) fail(p.string(), ": a JSON ", j.type_name(), ", not an object");
   return j;
 }
 

@@ -12,6 +12,7 @@
 #include "servekit/core/error.hpp"
 #include "servekit/core/regular_file.hpp"
 #include "servekit/core/json_brief.hpp"
+#include "servekit/core/json_file.hpp"
 #include "servekit/model/dims.hpp"
 
 namespace servekit::model {
@@ -48,15 +49,7 @@ inline void config_flag(const nlohmann::json& j, const char* field, bool support
 
 inline Gpt2HfConfig read_gpt2_config(const std::filesystem::path& config_json) {
   const std::string file = config_json.string();
-  require_regular_file(config_json);
-  std::ifstream in(config_json);
-  if (!in) fail(file, ": cannot open config");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(file, ": not valid JSON: ", e.what());
-  }
+  const nlohmann::json j = read_json_file(config_json);
   if (!j.is_object()) fail(file, ": config is a JSON ", j.type_name(), ", not an object");
 
   if (auto mt = j.find("model_type"); mt != j.end() && *mt != "gpt2")

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "servekit/core/error.hpp"
+#include "servekit/core/json_file.hpp"
 #include "servekit/core/regular_file.hpp"
 #include "servekit/core/json_brief.hpp"
 #include "servekit/io/safetensors.hpp"
@@ -73,15 +74,7 @@ class CheckpointTensors {
  private:
   void open_shards(const std::filesystem::path& dir, const std::filesystem::path& index) {
     const std::string p = index.string();
-    require_regular_file(index);
-    std::ifstream in(index);
-    if (!in) fail(p, ": cannot open");
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      fail(p, ": not valid JSON: ", e.what());
-    }
+    const nlohmann::json j = read_json_file(index);
     auto wm = j.is_object() ? j.find("weight_map") : j.end();
     if (wm == j.end() || !wm->is_object()) fail(p, ": missing object field 'weight_map'");
     std::map<std::string, std::size_t> file_index;
