@@ -225,3 +225,45 @@ TEST_CASE("through the engine, each fixture adapter generates HF + PEFT's greedy
     CHECK(got[i].ids() == want[i]);
   }
 }
+
+TEST_CASE("max_active_adapters bounds the adapters per step and starves none", "[lora][engine]") {
+  using Model = Lora<sk::lora::Gathered>;
+  auto model = Model::load(fixture_dir<D>());
+  const auto names = add_adapters(model, 8, 21);
+  auto rs = make_requests({.n = 40, .max_prompt = 40, .max_new = 30}, D::vocab, 77);
+  std::mt19937 rng(3);
+  for (auto& r : rs)
+    if (rng() % 5) r.adapter = names[rng() % names.size()];
+  std::vector<sk::serve::Result> want;
+  {
+    sk::serve::Engine<Model, sched::Sequential<sched::KvCache>> one(model, tokenizer(),
+                                                                    {.max_batch = 1});
+    auto alone_rs = rs;
+    for (auto& r : alone_rs) r.top_logprobs = 2;
+    want = one.run_all(alone_rs);
+  }
+  for (int bound : {1, 2, 3}) {
+    INFO("max_active_adapters " << bound);
+    sk::serve::EngineOptions opt{
+        .max_batch = 8, .max_active_adapters = bound, .adapter_slice_steps = 8};
+    sk::serve::Engine<Model, sched::Continuous> engine(model, tokenizer(), opt);
+    auto got = engine.run_all(rs);  // returns: no request waits forever
+    int parted = 0;
+    for (std::size_t i = 0; i < rs.size(); i++) {
+      REQUIRE(got[i].error == "");
+      parted += check_same(want[i], got[i], i);
+    }
+    CHECK(parted <= 2);
+    const auto s = engine.stats();
+    CHECK(s.max_step_adapters <= bound);
+    CHECK(s.max_step_adapters >= 1);
+  }
+  {  // without a bound the same mix runs more adapters at once
+    sk::serve::Engine<Model, sched::Continuous> engine(model, tokenizer(), {.max_batch = 8});
+    engine.run_all(rs);
+    CHECK(engine.stats().max_step_adapters > 3);
+  }
+  REQUIRE_THROWS_WITH((sk::serve::Engine<Model, sched::Continuous>(model, tokenizer(),
+                                                                   {.max_active_adapters = -1})),
+                      Catch::Contains("max_active_adapters must be >= 0"));
+}

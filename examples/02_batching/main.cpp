@@ -189,9 +189,7 @@ int with_layout(const Args& a, const sk::text::Gpt2Tokenizer& tok) {
 int main(int argc, char** argv) {
   CLI::App app{"Lesson 2: batching"};
   Args a;
-  app.add_option("--model", a.model, "Hugging Face GPT-2 folder (default: random GPT-2 124M)");
-  app.add_option("--vocab", a.vocab,
-                 "tokenizer folder (default: the model folder or the GPT-2 vocabulary)");
+  sk::examples::add_model_options(app, a.model, a.vocab);
   app.add_option("--layout", a.layout, "KV cache: contiguous (left-padded batch) or paged (ragged)")
       ->check(CLI::IsMember({"contiguous", "paged"}));
   app.add_option("--tokens", a.tokens, "tokens to generate per request")->check(CLI::Range(1, 256));

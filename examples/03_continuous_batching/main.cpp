@@ -170,9 +170,7 @@ int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok, Model& model) {
 int main(int argc, char** argv) {
   CLI::App app{"Lesson 3: continuous batching"};
   Args a;
-  app.add_option("--model", a.model, "Hugging Face GPT-2 folder (default: random GPT-2 124M)");
-  app.add_option("--vocab", a.vocab,
-                 "tokenizer folder (default: the model folder or the GPT-2 vocabulary)");
+  sk::examples::add_model_options(app, a.model, a.vocab);
   app.add_option("--requests", a.requests, "requests in the workload")->check(CLI::Range(1, 4096));
   app.add_option("--batch", a.batch, "batch size (static) and running sequences (continuous)")
       ->check(CLI::Range(1, 256));

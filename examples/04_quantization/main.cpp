@@ -171,9 +171,7 @@ int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok) {
 int main(int argc, char** argv) {
   CLI::App app{"Lesson 4: quantization"};
   Args a;
-  app.add_option("--model", a.model, "Hugging Face GPT-2 folder (default: random GPT-2 124M)");
-  app.add_option("--vocab", a.vocab,
-                 "tokenizer folder (default: the model folder or the GPT-2 vocabulary)");
+  sk::examples::add_model_options(app, a.model, a.vocab);
   app.add_option("--prompt", a.prompts, "prompts (default: the course's)");
   app.add_option("--tokens", a.tokens, "tokens to generate per prompt")->check(CLI::Range(1, 256));
   app.add_option("--out", a.out, "output folder for the CSV and plot");

@@ -3,6 +3,7 @@
 // What every lesson's main() does after parsing its options: find the tokenizer, pick the
 // compiled dims for the model folder (or GPT-2 124M with random weights when there is none),
 // run the lesson, and turn an error into a message and exit code 2.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -22,6 +23,13 @@ inline std::filesystem::path find_vocab(const std::string& vocab, const std::str
   if (!vocab.empty()) return vocab;
   if (!model.empty() && fs::exists(fs::path(model) / "vocab.json")) return model;
   return SERVEKIT_DEFAULT_VOCAB;
+}
+
+// --model and --vocab, the options every lesson takes.
+inline void add_model_options(CLI::App& app, std::string& model, std::string& vocab) {
+  app.add_option("--model", model, "Hugging Face GPT-2 folder (default: random GPT-2 124M)");
+  app.add_option("--vocab", vocab,
+                 "tokenizer folder (default: the model folder or the GPT-2 vocabulary)");
 }
 
 // lesson: a generic lambda [&]<class D>(std::type_identity<D>, const text::Gpt2Tokenizer&) -> int.

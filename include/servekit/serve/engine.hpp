@@ -52,6 +52,7 @@ struct RequestHandle {
 struct EngineStats {
   long waiting = 0, running = 0;
   long steps = 0, finished = 0, preemptions = 0, chunked_prefills = 0;
+  long max_step_adapters = 0;  // the most distinct LoRA adapters one step has run
   long prompt_tokens = 0, generated_tokens = 0, padded_tokens = 0;
   int cache_blocks = 0, cache_blocks_free = 0;  // paged; 0 on a contiguous cache
   int slots = 0, slots_free = 0;
@@ -210,6 +211,10 @@ class Engine {
     if (!(o.watermark >= 0 && o.watermark < 1))
       fail("engine: watermark must be in [0, 1), got ", o.watermark);
     if (o.kv_blocks < 0) fail("engine: kv_blocks must be >= 0, got ", o.kv_blocks);
+    if (o.max_active_adapters < 0)
+      fail("engine: max_active_adapters must be >= 0 (0: no bound), got ", o.max_active_adapters);
+    if (o.adapter_slice_steps < 1)
+      fail("engine: adapter_slice_steps must be >= 1, got ", o.adapter_slice_steps);
     return o;
   }
   static Cache make_cache(const Model& m, const EngineOptions& o) {
@@ -413,6 +418,7 @@ class Engine {
     s.running = static_cast<long>(core_.running.size());
     const Counters& c = core_.counters;
     s.steps = c.steps, s.finished = c.finished, s.preemptions = c.preemptions;
+    s.max_step_adapters = c.max_step_adapters;
     s.chunked_prefills = c.chunked_prefills, s.prompt_tokens = c.prompt_tokens;
     s.generated_tokens = c.generated_tokens, s.padded_tokens = c.padded_tokens;
     if constexpr (Core<Cache>::paged) {

@@ -25,6 +25,11 @@ struct EngineOptions {
   int kv_blocks = 0;             // paged: blocks in the pool; 0: max_batch full-length sequences
   double watermark = 0.01;       // paged: share of blocks admission leaves free for decodes
   int32_t pad_id = -1;           // static batches' left padding; -1: the tokenizer's EOS
+  // continuous: distinct LoRA adapters running at once (LoRAX's max_active_adapters); 0: any
+  int max_active_adapters = 0;
+  // continuous: steps an adapter keeps admitting new requests while requests for another
+  // adapter wait for a place; then it drains, so no adapter starves
+  int adapter_slice_steps = 32;
 };
 
 // A request the engine holds, waiting or running.
@@ -51,6 +56,7 @@ struct Work {
 
 struct Counters {
   long steps = 0, preemptions = 0, chunked_prefills = 0, finished = 0;
+  long max_step_adapters = 0;  // the most distinct adapters one step has run
   long prompt_tokens = 0, generated_tokens = 0, padded_tokens = 0;
 };
 
@@ -99,9 +105,11 @@ class Core {
   }
 
   // Moves the front waiting sequence to running with a fresh slot.
-  Seq* admit_front() {
-    Seq* s = waiting.front();
-    waiting.pop_front();
+  Seq* admit_front() { return admit(0); }
+  // Moves waiting[i] to running with a fresh slot.
+  Seq* admit(std::size_t i) {
+    Seq* s = waiting[i];
+    waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
     s->slot = cache_.acquire();
     s->n_cached = 0;
     s->row_offset = 0;
