@@ -53,7 +53,7 @@ int run_tokenize(const std::string& vocab) {
 }
 
 struct GenerateArgs {
-  std::string model, vocab, prompt, adapter;
+  std::string model, vocab, prompt, adapter, prompt_ids_text, seed_text;
   bool merge = false;
   std::vector<int32_t> prompt_ids;
   int max_new_tokens = 32, top_k = 0, top_logprobs = 0;
@@ -191,8 +191,7 @@ int main(int argc, char** argv) {
                   "tokenizer folder (default: the model folder, else the GPT-2 vocabulary)");
   auto* ptext = gen->add_option("--prompt", g.prompt, "prompt text");
   auto* pids =
-      gen->add_option("--prompt-ids", g.prompt_ids, "prompt as token ids (comma-separated)")
-          ->delimiter(',');
+      gen->add_option("--prompt-ids", g.prompt_ids_text, "prompt as token ids (comma-separated)");
   ptext->excludes(pids);
   gen->add_option("--max-new-tokens", g.max_new_tokens, "tokens to generate")
       ->check(CLI::NonNegativeNumber);
@@ -202,7 +201,8 @@ int main(int argc, char** argv) {
   auto* topk = gen->add_option("--top-k", g.top_k, "keep the k most likely tokens (0: off)");
   auto* topp = gen->add_option("--top-p", g.top_p, "nucleus sampling mass (1: off)");
   greedy->excludes(temp)->excludes(topk)->excludes(topp);
-  gen->add_option("--seed", g.seed, "seed for sampling and for the random model");
+  gen->add_option("--seed", g.seed_text,
+                  "seed for sampling and for the random model (0 to 2^64-1)");
   gen->add_option("--stop", g.stop, "stop string (repeatable)");
   gen->add_option("--adapter", g.adapter,
                   "PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors)");
@@ -240,12 +240,14 @@ int main(int argc, char** argv) {
   batch->add_option("--adapter", b.adapters,
                     "PEFT LoRA adapter folder (repeatable); a line's \"adapter\" names one by its "
                     "folder name");
-  batch->add_option("--seed", b.seed, "seed of the random model (without --model)");
+  std::string batch_seed;
+  batch->add_option("--seed", batch_seed, "seed of the random model (without --model)");
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (*tokenize) return run_tokenize(tok_vocab);
     if (*batch) {
+      if (!batch_seed.empty()) b.seed = sk::cli::parse_number<uint64_t>("--seed", batch_seed);
       auto tok = sk::text::Gpt2Tokenizer::from_dir(find_vocab(b.vocab, b.model));
       if (b.model.empty()) {
         std::fprintf(stderr,
@@ -259,6 +261,9 @@ int main(int argc, char** argv) {
     }
     if (gen->count("--prompt") + gen->count("--prompt-ids") == 0)
       sk::fail("generate: give --prompt TEXT or --prompt-ids IDS");
+    if (gen->count("--prompt-ids"))
+      g.prompt_ids = sk::cli::parse_ids("--prompt-ids", g.prompt_ids_text);
+    if (!g.seed_text.empty()) g.seed = sk::cli::parse_number<uint64_t>("--seed", g.seed_text);
     if (!g.greedy &&
         gen->count("--temperature") + gen->count("--top-k") + gen->count("--top-p") == 0)
       g.greedy = true;  // no sampling option given: greedy, the reproducible default

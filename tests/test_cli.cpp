@@ -173,6 +173,30 @@ TEST_CASE("generate: clear errors for bad models and prompts") {
     CHECK(r.code == 2);
     CHECK_THAT(r.out, Contains("outside the vocabulary [0, 512)"));
   }
+  SECTION("numbers are taken strictly") {
+    const std::string g = "generate --model " + kTinyA + " --vocab " + kVocab + " ";
+    struct Case {
+      std::string args, msg;
+    };
+    for (const auto& c : std::vector<Case>{
+             {"--prompt-ids ''", "--prompt-ids: no ids given"},
+             {"--prompt-ids 1,,2", "element 2 of '1,,2' is empty"},
+             {"--prompt-ids 1,2,", "element 3 of '1,2,' is empty"},
+             {"--prompt-ids 1,x", "--prompt-ids element 2: 'x' is not a whole number"},
+             {"--prompt-ids 1,99999999999", "'99999999999' is out of range"},
+             {"--prompt-ids 1 --seed -1", "--seed: '-1' is not a whole number"},
+             {"--prompt-ids 1 --seed 18446744073709551616",
+              "--seed: '18446744073709551616' is out of range"},
+             {"--prompt-ids 1 --seed 12abc", "'12abc' is not a whole number"}}) {
+      INFO(c.args);
+      auto r = run(g + c.args);
+      CHECK(r.code == 2);
+      CHECK_THAT(r.out, Contains(c.msg));
+    }
+    // The largest seed is a seed.
+    auto r = run(g + "--prompt-ids 1,2 --seed 18446744073709551615 --max-new-tokens 2 --json");
+    CHECK(r.code == 0);
+  }
   SECTION("no prompt at all") {
     auto r = run("generate --model " + kTinyA + " --vocab " + kVocab);
     CHECK(r.code == 2);
