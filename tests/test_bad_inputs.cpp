@@ -92,3 +92,31 @@ TEST_CASE("a FIFO or a directory in place of a file is refused at once, by name"
   REQUIRE_THROWS_WITH(sk::model::read_gpt2_config(tmp / "dir" / "config.json"),
                       Contains("config.json: is a directory"));
 }
+
+TEST_CASE("values a float or int64 cannot hold are refused, not rounded or overflowed", "[bad]") {
+  sk::testing::TempDir tmp;
+  for (const char* eps : {"1e-50", "1e300"}) {
+    INFO(eps);
+    std::ofstream(tmp / "config.json", std::ios::trunc)
+        << R"({"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 11,
+              "n_positions": 6, "layer_norm_epsilon": )"
+        << eps << "}";
+    REQUIRE_THROWS_WITH(sk::model::read_gpt2_config(tmp / "config.json"),
+                        Contains("'layer_norm_epsilon'") && Contains("range of a float"));
+  }
+  // 1e-30 is a small but real float: still accepted.
+  std::ofstream(tmp / "config.json", std::ios::trunc)
+      << R"({"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 11,
+            "n_positions": 6, "layer_norm_epsilon": 1e-30})";
+  CHECK(sk::model::read_gpt2_config(tmp / "config.json").layer_norm_epsilon > 0);
+  // An empty tensor whose other dims multiply past int64.
+  write_safetensors(tmp / "x.safetensors",
+                    R"({"a": {"dtype": "F32", "shape": [3, 4611686018427387904, 0], )"
+                    R"("data_offsets": [0, 0]}})");
+  REQUIRE_THROWS_WITH(sk::io::SafetensorsFile::open(tmp / "x.safetensors"),
+                      Contains("x.safetensors") && Contains("more than 2^63 elements"));
+  // Empty tensors are fine otherwise.
+  write_safetensors(tmp / "y.safetensors",
+                    R"({"a": {"dtype": "F32", "shape": [5, 0], "data_offsets": [0, 0]}})");
+  CHECK(sk::io::SafetensorsFile::open(tmp / "y.safetensors").at("a").numel() == 0);
+}

@@ -33,8 +33,11 @@ struct TensorEntry {
   std::span<const std::byte> bytes;  // view into the mapped file
   std::string file;                  // the file it lives in, for error messages
 
+  // The parser has checked that the product of the non-zero dims fits int64.
   int64_t numel() const {
     int64_t n = 1;
+    for (int64_t d : shape)
+      if (d == 0) return 0;
     for (int64_t d : shape) n *= d;
     return n;
   }
@@ -175,15 +178,21 @@ class SafetensorsFile {
     auto sh = j.find("shape");
     if (sh == j.end()) fail(where(), ": missing field 'shape'");
     if (!sh->is_array()) fail(where(), ": field 'shape' is ", json_brief(*sh), ", not an array");
-    uint64_t numel = 1;
+    // Elements, and (nonzero) the product of the non-zero dims, which must fit int64 even
+    // when a zero dim makes the tensor empty: [3, 2^62, 0] is refused, not left to overflow.
+    int64_t nonzero = 1;
+    bool empty = false;
     for (const auto& d : *sh) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0)
         fail(where(), ": field 'shape' ", json_brief(*sh), " holds ", json_brief(d),
              ", not a non-negative integer");
       e.shape.push_back(d.get<int64_t>());
-      if (__builtin_mul_overflow(numel, uint64_t(e.shape.back()), &numel))
-        fail(where(), ": shape ", json_brief(*sh), " overflows 64 bits");
+      if (e.shape.back() == 0)
+        empty = true;
+      else if (__builtin_mul_overflow(nonzero, e.shape.back(), &nonzero))
+        fail(where(), ": shape ", json_brief(*sh), " overflows 64 bits (more than 2^63 elements)");
     }
+    const uint64_t numel = empty ? 0 : uint64_t(nonzero);
 
     auto of = j.find("data_offsets");
     if (of == j.end()) fail(where(), ": missing field 'data_offsets'");

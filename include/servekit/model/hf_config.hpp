@@ -3,6 +3,7 @@
 // The part of a Hugging Face GPT-2 config.json that decides the computation. Options that would
 // change the maths servekit implements (another activation, a different MLP width, other
 // attention scaling) are refused here rather than silently ignored.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -67,7 +68,11 @@ inline Gpt2HfConfig read_gpt2_config(const std::filesystem::path& config_json) {
   if (auto eps = j.find("layer_norm_epsilon"); eps != j.end()) {
     if (!eps->is_number() || eps->get<double>() <= 0)
       fail(file, ": field 'layer_norm_epsilon' is ", json_brief(*eps), ", not a positive number");
+    // Kept as a float: 1e-50 would become 0 and 1e300 infinity.
     c.layer_norm_epsilon = eps->get<float>();
+    if (!(c.layer_norm_epsilon > 0) || !std::isfinite(c.layer_norm_epsilon))
+      fail(file, ": field 'layer_norm_epsilon' is ", json_brief(*eps),
+           ", outside the positive range of a float (about 1.2e-38 to 3.4e38)");
   }
   // Both names denote the tanh approximation of GELU that GPT-2 was trained with.
   if (auto act = j.find("activation_function"); act != j.end()) {
