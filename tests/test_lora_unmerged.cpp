@@ -71,6 +71,17 @@ std::vector<std::string> add_adapters(Model& m, int n, uint64_t seed) {
   return names;
 }
 
+// Each request run alone (one at a time) with its adapter, top-2 logprobs to see near-ties:
+// generate() takes no adapter name, so the engine with one slot is the oracle here.
+template <class Model>
+std::vector<sk::serve::Result> alone_with_adapters(Model& model,
+                                                   std::vector<sk::serve::Request> rs) {
+  sk::serve::Engine<Model, sched::Sequential<sched::KvCache>> one(model, tokenizer(),
+                                                                  {.max_batch = 1});
+  for (auto& r : rs) r.top_logprobs = 2;
+  return one.run_all(std::move(rs));
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("unmerged adapters give HF + PEFT's logits under every dispatch policy",
@@ -164,15 +175,7 @@ TEMPLATE_TEST_CASE("the engine serves many adapters at once: each request gets i
     std::mt19937 rng(n_adapters);
     for (auto& r : rs)  // a quarter on the base model
       if (rng() % 4) r.adapter = names[rng() % n_adapters];
-    // Alone: one at a time, each with its adapter, top-2 logprobs to see near-ties.
-    std::vector<sk::serve::Result> want;
-    {
-      sk::serve::Engine<Model, sched::Sequential<sched::KvCache>> one(model, tokenizer(),
-                                                                      {.max_batch = 1});
-      auto alone_rs = rs;
-      for (auto& r : alone_rs) r.top_logprobs = 2;
-      want = one.run_all(alone_rs);
-    }
+    const auto want = alone_with_adapters(model, rs);
     sk::serve::EngineOptions opt{.max_batch = 8, .max_batched_tokens = 64, .kv_blocks = 24};
     sk::serve::Engine<Model, sched::Continuous> engine(model, tokenizer(), opt);
     auto got = engine.run_all(rs);
@@ -234,14 +237,7 @@ TEST_CASE("max_active_adapters bounds the adapters per step and starves none", "
   std::mt19937 rng(3);
   for (auto& r : rs)
     if (rng() % 5) r.adapter = names[rng() % names.size()];
-  std::vector<sk::serve::Result> want;
-  {
-    sk::serve::Engine<Model, sched::Sequential<sched::KvCache>> one(model, tokenizer(),
-                                                                    {.max_batch = 1});
-    auto alone_rs = rs;
-    for (auto& r : alone_rs) r.top_logprobs = 2;
-    want = one.run_all(alone_rs);
-  }
+  const auto want = alone_with_adapters(model, rs);
   for (int bound : {1, 2, 3}) {
     INFO("max_active_adapters " << bound);
     sk::serve::EngineOptions opt{
