@@ -19,6 +19,7 @@
 
 #include "common.hpp"
 #include "servekit/lora/adapter.hpp"
+#include "servekit/lora/random_adapter.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/random_gpt2.hpp"
 
@@ -30,23 +31,9 @@ using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, L>>;
 constexpr int kContext = 32;  // tokens already in each row's cache when the step is timed
 
 sk::lora::Adapter random_adapter(int i, std::mt19937_64& rng) {
-  std::normal_distribution<float> g(0.f, 0.02f);
-  sk::lora::Adapter a;
-  a.name = "random" + std::to_string(i);
-  a.rank = 4 + static_cast<int>(rng() % 13);
-  a.alpha = 2.f * a.rank;
-  a.scale = 2.f;
-  a.layers.resize(D::n_layer);
-  for (auto& l : a.layers)
-    for (int t = 0; t < sk::lora::kTargets; t++) {
-      const auto [in, out] = sk::lora::target_shape(static_cast<sk::lora::Target>(t), D::n_embd);
-      sk::lora::LoraPair p{a.rank, in, out, std::vector<float>(std::size_t(a.rank) * in),
-                           std::vector<float>(std::size_t(out) * a.rank)};
-      for (auto& v : p.a) v = g(rng);
-      for (auto& v : p.b) v = g(rng);
-      l[t] = std::move(p);
-    }
-  return a;
+  const int rank = 4 + static_cast<int>(rng() % 13);
+  return sk::lora::random_adapter<D>(
+      {.name = "random" + std::to_string(i), .rank = rank, .alpha = 2.f * rank}, rng);
 }
 
 // Median seconds of one decode step for B rows, row i on adapter i (or none).

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Compile every decoder kernel (all launchers; fp32, fp16, bf16 and uint8 zero-point linears;
-# f32/f16 caches in the contiguous and paged layouts; argmax and both sampler block sizes) with
+# f32/f16 caches in the contiguous and paged layouts; argmax and both sampler block sizes; the
+# LoRA kernels of the three dispatch policies and the standalone GELU) with
 # nvcc for sm_80 and sm_90, warnings as errors; check that the tensor-core linear's PTX holds
 # mma.sync and ldmatrix; print ptxas's registers / shared memory / spills per kernel and fail if
 # a kernel spills.
 #   scripts/check_nvcc_kernels.sh [nvcc] [work dir]
 set -euo pipefail
-NVCC=${1:-nvcc}
+NVCC=$(command -v "${1:-nvcc}")
 WORK=${2:-$(mktemp -d)}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$WORK"
@@ -49,6 +50,11 @@ void instantiate_all(float* f, int32_t* i, sk::half_t* h) {
   // Both block sizes of the sampler: one warp (V <= 1024) and 256 threads.
   Ops::sample(i, f, reinterpret_cast<const uint64_t*>(i), 0, 1, 512, 0.8f, 40, 0.9f);
   Ops::sample(i, f, reinterpret_cast<const uint64_t*>(i), 0, 1, 50257, 0.8f, 40, 0.9f);
+  const sk::kernels::LoraParams lp{f, f, i, nullptr, 1, f, 1, 64, 64, 8};
+  Ops::lora<sk::lora::Loop>(lp, {i, 1});
+  Ops::lora<sk::lora::Gathered>(lp, {});
+  Ops::lora<sk::lora::Segmented>(lp, {});
+  Ops::gelu(f, 64);
 }
 CU
 for ARCH in sm_80 sm_90; do

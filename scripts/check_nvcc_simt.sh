@@ -5,7 +5,7 @@
 # ptxas's register / spill report.
 #   scripts/check_nvcc_simt.sh [nvcc] [work dir]
 set -euo pipefail
-NVCC=${1:-nvcc}
+NVCC=$(command -v "${1:-nvcc}")
 WORK=${2:-$(mktemp -d)}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$WORK"

@@ -14,16 +14,17 @@ endif()
 # object linked first supplies the one copy of inline functions such as shared_ptr's release
 # (without libstdc++'s TSan variant), and TSan then reports every cross-thread release as a race.
 add_executable(test_engine_tsan ${CMAKE_CURRENT_LIST_DIR}/test_engine.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/catch_main.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/test_adapter_store.cpp ${CMAKE_CURRENT_LIST_DIR}/catch_main.cpp)
 target_link_libraries(test_engine_tsan PRIVATE servekit::servekit servekit_warnings Catch2::Catch2)
 target_compile_definitions(test_engine_tsan PRIVATE
   SERVEKIT_FIXTURES="${SERVEKIT_FIXTURES}" SERVEKIT_SHARED_DATA="${SERVEKIT_SHARED_DATA}")
 target_compile_options(test_engine_tsan PRIVATE -fsanitize=thread -g -O1)
 target_link_options(test_engine_tsan PRIVATE -fsanitize=thread)
-# Only the threaded case: everything else is single-threaded above the engine. Address-space
+# Only the threaded cases (the engine's, and the adapter store's loader thread beside it):
+# everything else is single-threaded above the engine. Address-space
 # randomisation off (setarch -R): TSan's fixed shadow layout can collide with a randomised
 # mapping on some kernels and abort before the test starts.
 add_test(NAME test_engine_tsan
-  COMMAND setarch ${CMAKE_HOST_SYSTEM_PROCESSOR} -R $<TARGET_FILE:test_engine_tsan> "[threads]")
+  COMMAND setarch ${CMAKE_HOST_SYSTEM_PROCESSOR} -R $<TARGET_FILE:test_engine_tsan> "[threads],[store]")
 set_tests_properties(test_engine_tsan PROPERTIES LABELS host
   ENVIRONMENT "OMP_NUM_THREADS=1;TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1")

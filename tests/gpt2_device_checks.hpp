@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "servekit/model/footprint.hpp"
+#include "servekit/lora/adapter.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/sampling.hpp"
 #include "support/hf_checks.hpp"
@@ -132,4 +133,25 @@ TEMPLATE_TEST_CASE("device-resident uint8 zero-point weights match the host back
         CHECK(sk::serve::argmax(sk::test::logit_row(dl, static_cast<int>(r), V)) == best);
     }
   });
+}
+
+TEMPLATE_TEST_CASE("device-resident unmerged adapters give HF + PEFT's logits",
+                   "[device][lora][hf]", sk::lora::Loop, sk::lora::Gathered, sk::lora::Segmented) {
+  using D = sk::dims::TinyA;
+  using Cfg = sk::Config<D, sk::weights::F32, sk::kv::Paged<16>, TestType, DeviceBackend>;
+  auto model = sk::Gpt2<Cfg>::load(fixture_dir<D>());
+  const char* const fixtures[] = {"r4", "r8", "r16"};
+  for (const char* f : fixtures)
+    model.add_adapter(sk::lora::load_adapter<D>(fixture_dir<D>() / "lora" / f));
+  // A slot freed and filled again: the device copies and tables follow.
+  model.remove_adapter(1);
+  CHECK(model.add_adapter(sk::lora::load_adapter<D>(fixture_dir<D>() / "lora" / "r8")) == 1);
+  for (int slot = 0; slot < 3; slot++) {
+    const auto ref = sk::test::load_reference(fixture_dir<D>() / "lora" / fixtures[slot]);
+    for (const auto& c : ref.cases) {
+      INFO("adapter " << fixtures[slot] << " case " << c.name);
+      auto cache = model.make_cache(1);
+      sk::test::check_hf_case(model, cache, 0, c, ref.n_steps, kTol, slot);
+    }
+  }
 }

@@ -7,3 +7,8 @@ if(TARGET servekit_simt)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora_emulated.cpp LIBS servekit_simt)
 endif()
 servekit_test(test_lora_unmerged LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora_unmerged.cpp)
+servekit_test(test_adapter_store LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_adapter_store.cpp)
+if(TARGET servekit_simt)
+  servekit_test(test_lora_device LABELS emulated
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora_device.cpp LIBS servekit_simt)
+endif()

@@ -143,7 +143,7 @@ TEST_CASE("batch --adapter: lines on different adapters share the engine") {
   CHECK(ids(2) == ref4.cases[3].greedy_ids);
   CHECK(ids(3) == ref16.cases[3].greedy_ids);
   CHECK_THAT(got[4]["error"].get<std::string>(),
-             Contains("line 5") && Contains("adapter 'r8' is not loaded"));
+             Contains("line 5") && Contains("adapter 'r8' is not in the model"));
 }
 
 TEST_CASE("generate: clear errors for bad models and prompts") {

@@ -11,6 +11,7 @@
 
 #include "engine_support.hpp"
 #include "servekit/lora/adapter.hpp"
+#include "servekit/lora/random_adapter.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"
 #include "support/hf_checks.hpp"
@@ -33,25 +34,13 @@ const char* const kFixtures[] = {"r4", "r8", "r16"};
 // A random adapter: rank 1..16, a random non-empty subset of the four linears, random layers.
 sk::lora::Adapter random_adapter(const std::string& name, std::mt19937_64& rng) {
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  std::normal_distribution<float> g(0.f, 0.07f);
-  sk::lora::Adapter a;
-  a.name = name;
-  a.rank = uni(1, 16);
-  a.alpha = static_cast<float>(uni(1, 32));
-  a.scale = a.alpha / a.rank;
-  a.layers.resize(D::n_layer);
+  sk::lora::RandomAdapterSpec spec{.name = name, .rank = uni(1, 16)};
+  spec.alpha = static_cast<float>(uni(1, 32));
+  spec.stddev = 0.07f;
   const int mask = uni(1, 15);
-  for (int l = 0; l < D::n_layer; l++)
-    for (int t = 0; t < sk::lora::kTargets; t++) {
-      if (!(mask >> t & 1) || uni(0, 3) == 0) continue;
-      const auto [in, out] = sk::lora::target_shape(static_cast<sk::lora::Target>(t), D::n_embd);
-      sk::lora::LoraPair p{a.rank, in, out, std::vector<float>(std::size_t(a.rank) * in),
-                           std::vector<float>(std::size_t(out) * a.rank)};
-      for (auto& v : p.a) v = g(rng);
-      for (auto& v : p.b) v = g(rng);
-      a.layers[l][t] = std::move(p);
-    }
-  return a;
+  for (int t = 0; t < sk::lora::kTargets; t++) spec.targets[t] = mask >> t & 1;
+  spec.layer_share = 0.75;
+  return sk::lora::random_adapter<D>(spec, rng);
 }
 
 // The three fixtures in slots 0..2, then random adapters up to n in all.
@@ -201,7 +190,7 @@ TEMPLATE_TEST_CASE("the engine serves many adapters at once: each request gets i
     auto unknown = rs[0];
     unknown.adapter = "never-loaded";
     REQUIRE_THROWS_WITH(engine.submit(unknown),
-                        Catch::Contains("adapter 'never-loaded' is not loaded"));
+                        Catch::Contains("adapter 'never-loaded' is not in the model"));
   }
 }
 

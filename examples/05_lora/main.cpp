@@ -24,6 +24,7 @@
 
 #include "common/run.hpp"
 #include "servekit/lora/adapter.hpp"
+#include "servekit/lora/random_adapter.hpp"
 #include "servekit/lora/merge.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/random_gpt2.hpp"
@@ -40,23 +41,11 @@ struct Args {
 template <class D>
 sk::lora::Adapter random_adapter(int rank) {
   std::mt19937_64 rng(5);
-  std::normal_distribution<float> g(0.f, 0.05f);
-  sk::lora::Adapter a;
-  a.name = "random-r" + std::to_string(rank);
-  a.rank = rank;
-  a.alpha = 2.f * rank;
-  a.scale = 2.f;
-  a.layers.resize(D::n_layer);
-  for (auto& l : a.layers)
-    for (int t = 0; t < sk::lora::kTargets; t++) {
-      const auto [in, out] = sk::lora::target_shape(static_cast<sk::lora::Target>(t), D::n_embd);
-      sk::lora::LoraPair p{rank, in, out, std::vector<float>(std::size_t(rank) * in),
-                           std::vector<float>(std::size_t(out) * rank)};
-      for (auto& v : p.a) v = g(rng);
-      for (auto& v : p.b) v = g(rng);
-      l[t] = std::move(p);
-    }
-  return a;
+  return sk::lora::random_adapter<D>({.name = "random-r" + std::to_string(rank),
+                                      .rank = rank,
+                                      .alpha = 2.f * rank,
+                                      .stddev = 0.05f},
+                                     rng);
 }
 
 template <class Model>

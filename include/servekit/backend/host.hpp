@@ -38,16 +38,17 @@ struct Ops<Host> : HostStorage {
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M) {
     kernels::ref::linear<E>(out, x, W, b, M);
   }
-  // y (N, Nout) += each row's LoRA delta of x (N, K); ad (N): each row's adapter, -1: none.
+  // p.y (N, Nout) += each row's LoRA delta of p.x (N, K); p.ad (N): each row's adapter slot.
+  // The host kernels group rows themselves: distinct, order and segments are for the device.
   template <class Policy>
-  static void lora(float* y, const float* x, const int32_t* ad,
-                   std::span<const kernels::ref::LoraMats> tab, int N, int K, int Nout) {
+  static void lora(const kernels::LoraParams& p, std::span<const int32_t> /*distinct*/) {
+    const std::span<const kernels::LoraMats> tab(p.tab, p.n_slots);
     if constexpr (std::is_same_v<Policy, servekit::lora::Loop>)
-      kernels::ref::lora_loop(y, x, ad, tab, N, K, Nout);
+      kernels::ref::lora_loop(p.y, p.x, p.ad, tab, p.N, p.K, p.Nout);
     else if constexpr (std::is_same_v<Policy, servekit::lora::Gathered>)
-      kernels::ref::lora_gathered(y, x, ad, tab, N, K, Nout);
+      kernels::ref::lora_gathered(p.y, p.x, p.ad, tab, p.N, p.K, p.Nout);
     else if constexpr (std::is_same_v<Policy, servekit::lora::Segmented>)
-      kernels::ref::lora_segmented(y, x, ad, tab, N, K, Nout);
+      kernels::ref::lora_segmented(p.y, p.x, p.ad, tab, p.N, p.K, p.Nout);
     else
       static_assert(sizeof(Policy) == 0, "servekit: no host LoRA kernel for this policy");
   }

@@ -5,6 +5,7 @@
 // is device memory (under the emulator, device memory is host memory).
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <type_traits>
 
 #include "servekit/backend/ops.hpp"
@@ -18,7 +19,9 @@
 #include "servekit/kernels/linear_simt.hpp"
 #include "servekit/kernels/linear_u8.hpp"
 #include "servekit/kernels/lm_head.hpp"
+#include "servekit/kernels/lora.hpp"
 #include "servekit/kernels/sampling.hpp"
+#include "servekit/lora/policy.hpp"
 #include "servekit/weights/bf16.hpp"
 #include "servekit/weights/f16.hpp"
 #include "servekit/weights/f32.hpp"
@@ -112,6 +115,30 @@ struct SimtOps {
     } else {
       kernels::attention_prefill(p);
     }
+    done();
+  }
+  // p.y (N, Nout) += each row's LoRA delta (kernels/lora.hpp); distinct: the adapter slots of
+  // the step's rows (host memory), one masked pass each for the loop policy.
+  template <class Policy>
+  static void lora(const kernels::LoraParams& p, std::span<const int32_t> distinct) {
+    if constexpr (std::is_same_v<Policy, servekit::lora::Loop>) {
+      for (int32_t a : distinct) {
+        if (a < 0) continue;
+        kernels::LoraParams q = p;
+        q.only = a;
+        kernels::lora_gathered(q);
+      }
+    } else if constexpr (std::is_same_v<Policy, servekit::lora::Gathered>) {
+      kernels::lora_gathered(p);
+    } else if constexpr (std::is_same_v<Policy, servekit::lora::Segmented>) {
+      kernels::lora_segmented(p);
+    } else {
+      static_assert(sizeof(Policy) == 0, "servekit: no device LoRA kernel for this policy");
+    }
+    done();
+  }
+  static void gelu(float* x, int64_t n) {
+    kernels::gelu(x, n);
     done();
   }
   // out[i] = in[rows[i]]: (M, C) rows of an (N, C) matrix.

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 
 #include "servekit/core/error.hpp"
 #include "servekit/backend/host.hpp"
+#include "servekit/kernels/lora_args.hpp"
 #include "servekit/kv/cache.hpp"
 #include "servekit/lora/adapter.hpp"
 #include "servekit/lora/policy.hpp"
@@ -44,9 +46,6 @@ class Gpt2 {
   static constexpr int V = Dims::vocab, P = Dims::n_positions;
   using Lora = typename Cfg::Lora;
   static constexpr bool kLora = lora::enabled<Lora>;
-  static_assert(!kLora || std::is_same_v<typename Cfg::Backend, backend::Host>,
-                "servekit: unmerged LoRA (lora::Loop, Gathered, Segmented) runs on the Host "
-                "backend so far; merge the adapter (lora/merge.hpp) to serve it on a device");
 
   struct Layer {
     Vec<float> ln_1_w, ln_1_b;  // (C)
@@ -129,7 +128,9 @@ class Gpt2 {
     // new token, then the last row of each sequence. Device storage uploads them in one copy;
     // host storage builds them in place.
     std::vector<int32_t>& h = host_idx();
-    h.resize(6 * static_cast<std::size_t>(N));
+    // LoRA: then (N) each row's adapter slot, (N) the adapted rows grouped by adapter, (N + 1)
+    // segment bounds and (N) segment slots, for the device kernels.
+    h.resize((6 + (kLora ? 4 : 0)) * static_cast<std::size_t>(N) + (kLora ? 1 : 0));
     int32_t *tok = h.data(), *slot = tok + N, *pos = slot + N, *first = pos + N, *row = first + N;
     int32_t* last_row = row + N;  // (S)
     std::copy_n(b.tokens.begin(), N, tok);
@@ -142,19 +143,12 @@ class Gpt2 {
       }
       last_row[i] = r - 1;
     }
+    if constexpr (kLora) plan_lora(b, h.data() + 6 * static_cast<std::size_t>(N), N);
     if constexpr (!Storage::is_host) Storage::upload(idx_, std::span<const int32_t>(h));
     // The same pointers into the kernels' copy.
     tok = idx_.data(), slot = tok + N, pos = slot + N, first = pos + N, row = first + N;
     last_row = row + N;
-
-    if constexpr (kLora) {  // (N) each row's adapter slot
-      row_ad_.assign(N, -1);
-      if (!b.adapters.empty()) {
-        int rr = 0;
-        for (int i = 0; i < S; i++)
-          for (int j = 0; j < b.seqs[i].n_new; j++) row_ad_[rr++] = b.adapters[i];
-      }
-    }
+    if constexpr (kLora) lora_idx_ = idx_.data() + 6 * static_cast<std::size_t>(N);
     using E = typename Ops::Epilogue;
     using T = lora::Target;
     float* x = x_.data();  // (N, C) residual stream
@@ -191,6 +185,11 @@ class Gpt2 {
   // Unmerged adapters: each added one gets a slot that model::Batch::adapters names per
   // sequence. Names are unique; a freed slot is reused.
   int add_adapter(lora::Adapter a) requires kLora {
+    return add_adapter(std::make_shared<const lora::Adapter>(std::move(a)));
+  }
+  // Shared: the adapter store's host tier and the model hold one copy (on host storage).
+  int add_adapter(std::shared_ptr<const lora::Adapter> p) requires kLora {
+    const lora::Adapter& a = *p;
     if (static_cast<int>(a.layers.size()) != L)
       fail("adapter '", a.name, "' has ", a.layers.size(), " layers; ", Dims::name, " has ", L);
     if (find_adapter(a.name) >= 0) fail("adapter '", a.name, "' is already loaded");
@@ -203,18 +202,28 @@ class Gpt2 {
             fail("adapter '", a.name, "' layer ", l, " ", lora::kTargetNames[t], " does not fit ",
                  Dims::name);
         }
-    for (std::size_t i = 0; i < adapters_.size(); i++)
-      if (!adapters_[i]) {
-        adapters_[i] = std::move(a);
-        return static_cast<int>(i);
-      }
-    adapters_.push_back(std::move(a));
-    return static_cast<int>(adapters_.size()) - 1;
+    std::size_t i = 0;
+    while (i < adapters_.size() && adapters_[i]) i++;
+    if (i == adapters_.size()) adapters_.emplace_back(), adapter_dev_.emplace_back();
+    if constexpr (!Storage::is_host) {  // the device's own copy of every A and B
+      adapter_dev_[i].clear();
+      for (const auto& layer : a.layers)
+        for (const auto& q : layer)
+          if (q) {
+            adapter_dev_[i].push_back(Storage::to_vec(std::vector<float>(q->a)));
+            adapter_dev_[i].push_back(Storage::to_vec(std::vector<float>(q->b)));
+          }
+    }
+    adapters_[i] = std::move(p);
+    lora_dirty_ = true;
+    return static_cast<int>(i);
   }
   void remove_adapter(int slot) requires kLora {
     if (slot < 0 || slot >= static_cast<int>(adapters_.size()) || !adapters_[slot])
       fail("remove_adapter: no adapter in slot ", slot);
     adapters_[slot].reset();
+    adapter_dev_[slot].clear();
+    lora_dirty_ = true;
   }
   // The slot of the adapter named `name`, or -1.
   int find_adapter(std::string_view name) const {
@@ -223,10 +232,10 @@ class Gpt2 {
     return -1;
   }
   const lora::Adapter* adapter(int slot) const {
-    return slot >= 0 && slot < static_cast<int>(adapters_.size()) && adapters_[slot]
-               ? &*adapters_[slot]
-               : nullptr;
+    return slot >= 0 && slot < static_cast<int>(adapters_.size()) ? adapters_[slot].get() : nullptr;
   }
+  // Slots in use or freed: adapter(s) for s in [0, adapter_slots()) finds every adapter.
+  int adapter_slots() const { return static_cast<int>(adapters_.size()); }
 
   // Bytes a decode step must read at least once: every weight, lm_head (tied wte) included.
   std::size_t weight_bytes() const {
@@ -254,22 +263,83 @@ class Gpt2 {
               lora::Target t) {
     using Ep = typename Ops::Epilogue;
     if constexpr (kLora) {
-      lora_tab_.assign(adapters_.size(), {});
-      bool any = false;
-      for (std::size_t i = 0; i < adapters_.size(); i++)
-        if (const auto* p = adapters_[i] ? adapters_[i]->find(l, t) : nullptr)
-          lora_tab_[i] = {p->a.data(), p->b.data(), p->rank, adapters_[i]->scale};
-      for (int r = 0; r < N && !any; r++) any = row_ad_[r] >= 0 && lora_tab_[row_ad_[r]].a;
+      const int lt = l * lora::kTargets + static_cast<int>(t);
+      const int slots = static_cast<int>(adapters_.size());
+      bool any = false;  // does an adapter of this step adapt this linear?
+      for (int32_t a : lora_distinct_) any = any || lora_tab_host_[lt * slots + a].a;
       if (any) {
         const auto [K, Nout] = lora::target_shape(t, C);
         constexpr auto first = E == Ep::Gelu ? Ep::Store : E;
         Ops::template linear<first>(out, in, W, bias, N);
-        Ops::template lora<Lora>(out, in, row_ad_.data(), lora_tab_, N, K, Nout);
+        const int32_t* ix = lora_idx_;
+        kernels::LoraParams p{
+            out,           in, ix, lora_tab_.data() + lt * slots, slots, lora_v_.data(), N, K, Nout,
+            lora_max_rank_};
+        p.order = ix + N, p.seg_start = ix + 2 * N, p.seg_ad = ix + 3 * N + 1;
+        p.n_seg = lora_n_seg_;
+        Ops::template lora<Lora>(p, lora_distinct_);
         if constexpr (E == Ep::Gelu) Ops::gelu(out, static_cast<int64_t>(N) * Nout);
         return;
       }
     }
     Ops::template linear<E>(out, in, W, bias, N);
+  }
+
+  // The step's LoRA plan, written at ix (host): (N) each row's slot, then the adapted rows
+  // grouped by slot (batch order within a group), the groups' bounds and slots; the distinct
+  // slots stay on the host. Rebuilds the per-linear tables if adapters came or went.
+  void plan_lora(const model::Batch& b, int32_t* ix, int N) {
+    if (lora_dirty_) rebuild_lora_tables();
+    int32_t *ad = ix, *order = ix + N, *seg_start = ix + 2 * N, *seg_ad = ix + 3 * N + 1;
+    std::fill(ad, ad + N, -1);
+    if (!b.adapters.empty()) {
+      int r = 0;
+      for (std::size_t i = 0; i < b.seqs.size(); i++)
+        for (int j = 0; j < b.seqs[i].n_new; j++) ad[r++] = b.adapters[i];
+    }
+    int n = 0;
+    for (int r = 0; r < N; r++)
+      if (ad[r] >= 0) order[n++] = r;
+    std::stable_sort(order, order + n, [&](int32_t p, int32_t q) { return ad[p] < ad[q]; });
+    lora_distinct_.clear();
+    lora_n_seg_ = 0;
+    for (int i = 0; i < n; i++)
+      if (i == 0 || ad[order[i]] != ad[order[i - 1]]) {
+        seg_start[lora_n_seg_] = i;
+        seg_ad[lora_n_seg_++] = ad[order[i]];
+        lora_distinct_.push_back(ad[order[i]]);
+      }
+    seg_start[lora_n_seg_] = n;
+    const std::size_t v = static_cast<std::size_t>(N) * std::max(lora_max_rank_, 1);
+    if (lora_v_.size() < v) lora_v_.resize(v);
+  }
+
+  // (L * 4, slots): each linear's matrices per adapter slot, where the kernels read them.
+  void rebuild_lora_tables() {
+    const int slots = static_cast<int>(adapters_.size());
+    lora_tab_host_.assign(static_cast<std::size_t>(L) * lora::kTargets * slots, {});
+    lora_max_rank_ = 0;
+    for (int i = 0; i < slots; i++) {
+      if (!adapters_[i]) continue;
+      const lora::Adapter& a = *adapters_[i];
+      std::size_t k = 0;  // position in adapter_dev_[i]: A and B of each pair, in order
+      for (int l = 0; l < L; l++)
+        for (int t = 0; t < lora::kTargets; t++)
+          if (const auto* q = a.find(l, static_cast<lora::Target>(t))) {
+            const float *pa = q->a.data(), *pb = q->b.data();
+            if constexpr (!Storage::is_host) {
+              pa = adapter_dev_[i][k].data(), pb = adapter_dev_[i][k + 1].data();
+              k += 2;
+            }
+            lora_tab_host_[(l * lora::kTargets + t) * slots + i] = {pa, pb, q->rank, a.scale};
+            lora_max_rank_ = std::max(lora_max_rank_, q->rank);
+          }
+    }
+    if constexpr (Storage::is_host)
+      lora_tab_ = lora_tab_host_;
+    else
+      Storage::upload(lora_tab_, std::span<const kernels::LoraMats>(lora_tab_host_));
+    lora_dirty_ = false;
   }
 
   int validate(const Cache& cache, const model::Batch& b) const {
@@ -370,10 +440,21 @@ class Gpt2 {
   std::vector<int32_t> idx_host_;
   Vec<float> logits_;  // (M, V) on the device; unused on host storage
   std::vector<kv::Reserve> reserve_;
-  // Unmerged adapters by slot, each row's slot this step, and one linear's table of them.
-  std::vector<std::optional<lora::Adapter>> adapters_;
-  std::vector<int32_t> row_ad_;
-  std::vector<kernels::ref::LoraMats> lora_tab_;
+  // Unmerged adapters by slot; on device storage, each one's A and B matrices uploaded.
+  std::vector<std::shared_ptr<const lora::Adapter>> adapters_;
+  std::vector<std::vector<Vec<float>>> adapter_dev_;
+  // (L * 4, slots) each linear's matrices per slot (a host copy to decide which linears a
+  // step adapts), rebuilt when adapters come and go; the widest rank among them.
+  std::vector<kernels::LoraMats> lora_tab_host_;
+  Vec<kernels::LoraMats> lora_tab_;
+  bool lora_dirty_ = true;
+  int lora_max_rank_ = 0;
+  // This step: the plan in the kernels' copy of the indices, the distinct slots (host), the
+  // number of adapter groups, and the shrink's scratch (N, max_rank).
+  const int32_t* lora_idx_ = nullptr;
+  std::vector<int32_t> lora_distinct_;
+  int lora_n_seg_ = 0;
+  Vec<float> lora_v_;
 };
 
 }  // namespace servekit

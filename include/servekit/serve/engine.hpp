@@ -23,13 +23,18 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "servekit/core/error.hpp"
+#include "servekit/lora/adapter_store.hpp"
 #include "servekit/lora/policy.hpp"
 #include "servekit/model/batch.hpp"
+#include "servekit/serve/adapter_slots.hpp"
 #include "servekit/serve/request.hpp"
 #include "servekit/serve/request_state.hpp"
 #include "servekit/serve/sched/continuous.hpp"
@@ -48,6 +53,13 @@ struct RequestHandle {
   bool ready() const { return done->ready(); }
 };
 
+// The adapter tiers' counters (LoRA engines).
+struct AdapterStats {
+  lora::StoreCounters host;  // disk -> host loads, host-tier hits, misses and evictions
+  SlotCounters device;       // host -> device uploads, device-tier hits, misses and evictions
+  long parked = 0;           // requests waiting for their adapter to load or find room
+};
+
 // A snapshot of the engine's counters.
 struct EngineStats {
   long waiting = 0, running = 0;
@@ -57,6 +69,7 @@ struct EngineStats {
   int cache_blocks = 0, cache_blocks_free = 0;  // paged; 0 on a contiguous cache
   int slots = 0, slots_free = 0;
   double busy_s = 0;  // time spent in steps
+  AdapterStats adapters;
   double tokens_per_s() const { return busy_s > 0 ? generated_tokens / busy_s : 0.0; }
 };
 
@@ -65,6 +78,8 @@ class Engine {
  public:
   using Cache = typename Model::Cache;
   static constexpr int P = Model::Dims::n_positions, V = Model::Dims::vocab;
+  static constexpr bool kLora = lora::enabled<typename Model::Config::Lora>;
+  using Store = lora::AdapterStore<typename Model::Dims>;
 
   // The model and tokenizer must outlive the engine.
   Engine(Model& model, const text::Gpt2Tokenizer& tok, EngineOptions opt = {}, Sched sched = {})
@@ -76,6 +91,16 @@ class Engine {
         sched_(std::move(sched)) {
     if (opt_.pad_id < 0) opt_.pad_id = std::max(0, tok.eos_id());
     if (opt_.pad_id >= V) opt_.pad_id = 0;
+    if constexpr (kLora) {
+      tiers_ = std::make_unique<Tiers>(model, opt_);
+      tiers_->store.listen([this](lora::Loaded l) {
+        {
+          std::lock_guard lk(mu_);
+          loaded_.push_back(std::move(l));
+        }
+        cv_.notify_all();
+      });
+    }
     publish_stats();
     thread_ = std::thread([this] { loop(); });
   }
@@ -89,10 +114,15 @@ class Engine {
     }
     cv_.notify_all();
     thread_.join();
+    if constexpr (kLora) tiers_->slots.clear();  // the model keeps only its pinned adapters
   }
 
   static std::string name() { return std::string(Sched::name) + "/" + Model::name(); }
   const EngineOptions& options() const { return opt_; }
+
+  // Where requests' adapters come from: register names with adapters().add(id, folder). An
+  // adapter is read when a request first names it, on the store's loader thread.
+  Store& adapters() requires kLora { return tiers_->store; }
 
   // Checks and tokenizes r on the caller's thread and queues it. Throws servekit::Error for a
   // request that can never run (empty or over-long prompt, token id out of range, bad sampling
@@ -182,8 +212,6 @@ class Engine {
     std::vector<int32_t> prompt = r.prompt_ids.empty() ? tok_.encode(r.prompt) : r.prompt_ids;
     validate(r, prompt);
     const uint64_t id = next_id_.fetch_add(1) + 1;
-    if constexpr (lora::enabled<typename Model::Config::Lora>)
-      if (r.adapter) seq->adapter = model_.find_adapter(*r.adapter);
     seq->st = std::make_unique<RequestState>(id, std::move(r), std::move(prompt), tok_, P);
     return seq;
   }
@@ -241,11 +269,12 @@ class Engine {
       fail("request: top_logprobs must be in [0, ", V, "], got ", r.top_logprobs);
     r.sampling.validate();
     if (r.adapter) {
-      if constexpr (!lora::enabled<typename Model::Config::Lora>)
+      if constexpr (!kLora)
         fail("request: adapter '", *r.adapter,
              "' asked for, but this engine serves no LoRA adapters (lora::None)");
-      else if (model_.find_adapter(*r.adapter) < 0)
-        fail("request: adapter '", *r.adapter, "' is not loaded (Gpt2::add_adapter)");
+      else if (!tiers_->slots.pinned(*r.adapter) && !tiers_->store.locate(*r.adapter))
+        fail("request: adapter '", *r.adapter,
+             "' is not in the model, not registered (Engine::adapters().add) and not a folder");
     }
     if constexpr (Core<Cache>::paged) {
       constexpr int B = Cache::B;
@@ -260,31 +289,42 @@ class Engine {
     while (true) {
       std::vector<std::unique_ptr<Seq>> arrived;
       std::vector<uint64_t> cancels;
+      std::vector<lora::Loaded> loaded;
       {
         std::unique_lock lk(mu_);
         cv_.wait(lk, [&] {
-          return stop_ || !inbox_.empty() || !cancels_.empty() || !core_.waiting.empty() ||
-                 !core_.running.empty();
+          return stop_ || !inbox_.empty() || !cancels_.empty() || !loaded_.empty() || replace_ ||
+                 !core_.waiting.empty() || !core_.running.empty();
         });
         if (stop_) break;
         arrived.swap(inbox_);
         cancels.swap(cancels_);
+        loaded.swap(loaded_);
       }
       for (auto& s : arrived) {
         Seq* p = s.get();
         live_.emplace(p->st->id(), std::move(s));
         if (p->st->finished())  // max_new_tokens = 0: nothing to run
           retire(p);
+        else if (needs_adapter(*p))
+          park(p);
         else
           core_.waiting.push_back(p);
       }
       for (uint64_t id : cancels) cancel_now(id);
+      if constexpr (kLora) {
+        for (auto& l : loaded) on_loaded(std::move(l));
+        loaded.clear();
+        replace_ = false;
+        if (!tiers_->parked.empty()) place_parked();
+      }
       step();
       publish_stats();
     }
     // Shutdown: whatever is left ends as cancelled.
     std::vector<Seq*> left(core_.running.begin(), core_.running.end());
     left.insert(left.end(), core_.waiting.begin(), core_.waiting.end());
+    if constexpr (kLora) left.insert(left.end(), tiers_->parked.begin(), tiers_->parked.end());
     for (auto& s : inbox_) {
       Seq* p = s.get();
       live_.emplace(p->st->id(), std::move(s));
@@ -396,6 +436,15 @@ class Engine {
     run.erase(std::remove(run.begin(), run.end(), s), run.end());
     auto& wait = core_.waiting;
     wait.erase(std::remove(wait.begin(), wait.end(), s), wait.end());
+    if constexpr (kLora) {
+      auto& park = tiers_->parked;
+      park.erase(std::remove(park.begin(), park.end(), s), park.end());
+      if (s->adapter >= 0) {
+        tiers_->slots.release(s->adapter);
+        s->adapter = -1;
+        replace_ = !park.empty();  // room may have come free for a parked request
+      }
+    }
     const uint64_t id = s->st->id();
     s->st->delivered();
     core_.counters.finished++;
@@ -410,6 +459,78 @@ class Engine {
       pending_.erase(id);
     }
     ended_cv_.notify_all();
+  }
+
+  void park(Seq* s) {
+    if constexpr (kLora) tiers_->parked.push_back(s);
+  }
+  bool needs_adapter(const Seq& s) const {
+    if constexpr (kLora)
+      return s.st->request().adapter.has_value();
+    else
+      return false;
+  }
+
+  // A load ended: the requests parked on it fail with its error, or may now be placed.
+  void on_loaded(lora::Loaded l) {
+    std::vector<Seq*> failed;
+    for (Seq* p : tiers_->parked)
+      if (*p->st->request().adapter == l.id) {
+        if (l.adapter)
+          tiers_->ready[l.id] = l.adapter;
+        else
+          failed.push_back(p);
+      }
+    for (Seq* p : failed) {
+      p->st->finish(finish::error, l.error);
+      retire(p);
+    }
+  }
+
+  // Gives each parked request its adapter's device slot where it can: already there (a hit),
+  // loaded and room to place it (evicting adapters nobody holds), or else a load is started or
+  // it waits for room. A placed request joins the waiting queue.
+  void place_parked() {
+    std::vector<std::pair<Seq*, std::string>> failed;
+    auto& t = *tiers_;
+    for (auto it = t.parked.begin(); it != t.parked.end();) {
+      Seq* p = *it;
+      const std::string& id = *p->st->request().adapter;
+      int slot = t.slots.acquire(id);
+      if (slot < 0) {
+        std::shared_ptr<const lora::Adapter> a;
+        try {
+          if (auto r = t.ready.find(id); r != t.ready.end())
+            a = r->second;
+          else
+            a = t.store.fetch(id);  // null: loading; the listener will say when
+          if (a) slot = t.slots.place(a);
+        } catch (const std::exception& e) {
+          failed.emplace_back(p, e.what());
+          ++it;
+          continue;
+        }
+        if (slot < 0) {
+          if (a) t.ready[id] = a;  // held until there is room
+          ++it;
+          continue;
+        }
+      }
+      p->adapter = slot;
+      core_.waiting.push_back(p);
+      it = t.parked.erase(it);
+    }
+    // Loaded adapters that no parked request wants any more are not held here.
+    for (auto r = t.ready.begin(); r != t.ready.end();) {
+      const bool wanted = std::any_of(t.parked.begin(), t.parked.end(), [&](Seq* p) {
+        return *p->st->request().adapter == r->first;
+      });
+      r = wanted ? std::next(r) : t.ready.erase(r);
+    }
+    for (auto& [p, msg] : failed) {
+      p->st->finish(finish::error, msg);
+      retire(p);
+    }
   }
 
   void publish_stats() {
@@ -427,6 +548,11 @@ class Engine {
     }
     s.slots = cache_.slots(), s.slots_free = cache_.free_slots();
     s.busy_s = busy_s_;
+    if constexpr (kLora) {
+      s.adapters.host = tiers_->store.counters();
+      s.adapters.device = tiers_->slots.counters();
+      s.adapters.parked = static_cast<long>(tiers_->parked.size());
+    }
     std::lock_guard lk(stats_mu_);
     stats_ = s;
   }
@@ -454,8 +580,23 @@ class Engine {
   std::unordered_set<uint64_t> pending_;  // submitted and not yet ended
   bool stop_ = false;
   std::atomic<uint64_t> next_id_{0};
+  std::vector<lora::Loaded> loaded_;  // adapter loads that ended (from the store's thread)
   mutable std::mutex stats_mu_;
   EngineStats stats_;
+  // LoRA: the adapter tiers and the requests parked until their adapter is on the device.
+  // Declared after what the store's loader thread touches (mu_, cv_, loaded_), so the store
+  // (and its thread) is gone first.
+  struct Tiers {
+    Tiers(Model& m, const EngineOptions& o)
+        : slots(m, o.adapter_device_bytes),
+          store({o.adapter_host_bytes, {o.adapter_max_rank}, o.adapter_paths}) {}
+    AdapterSlots<Model> slots;
+    Store store;
+    std::vector<Seq*> parked;  // arrival order
+    std::unordered_map<std::string, std::shared_ptr<const lora::Adapter>> ready;
+  };
+  std::conditional_t<kLora, std::unique_ptr<Tiers>, std::monostate> tiers_;
+  bool replace_ = false;  // engine thread: an adapter was let go while requests are parked
   std::thread thread_;
 };
 

@@ -9,15 +9,11 @@
 #include <span>
 #include <vector>
 
+#include "servekit/kernels/lora_args.hpp"
+
 namespace servekit::kernels::ref {
 
-// One adapter's matrices for one linear; a == nullptr: the adapter leaves this linear alone.
-struct LoraMats {
-  const float* a = nullptr;  // (rank, K)
-  const float* b = nullptr;  // (Nout, rank)
-  int rank = 0;
-  float scale = 0;
-};
+using kernels::LoraMats;
 
 namespace detail {
 inline bool adapts(std::span<const LoraMats> tab, int32_t a) {

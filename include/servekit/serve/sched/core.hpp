@@ -6,6 +6,7 @@
 // here runs the model.
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -30,6 +31,11 @@ struct EngineOptions {
   // continuous: steps an adapter keeps admitting new requests while requests for another
   // adapter wait for a place; then it drains, so no adapter starves
   int adapter_slice_steps = 32;
+  // LoRA adapter tiers (lora/adapter_store.hpp, serve/adapter_slots.hpp), in bytes of A and B
+  std::size_t adapter_device_bytes = std::size_t{1} << 30;  // the model's adapter slots
+  std::size_t adapter_host_bytes = std::size_t{2} << 30;    // loaded adapters kept in memory
+  int adapter_max_rank = 256;                               // higher ranks are refused
+  bool adapter_paths = true;  // a request may name an adapter by its folder (LoRAX "local")
 };
 
 // A request the engine holds, waiting or running.

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The LoRA delta of one linear on the device, y[r] += scale_a * (x[r] A_a^T) B_a^T for each row
+// r whose adapter a = ad[r] adapts it, in two steps: shrink v = scale x A^T (rank values per
+// row, into a scratch of max_rank per row) and expand y += v B^T. Each adapter keeps its own
+// rank and its own matrices (a table of pointers per slot), so nothing is padded or copied.
+//
+//   gathered (BGMV, punica): one block per row; the row's warps each take rank rows of A
+//     (shrink) and threads take output columns (expand). A and B are read once per row.
+//   segmented (SGMV, punica / S-LoRA): rows grouped by adapter (the host sorts them: `order`,
+//     segment bounds and adapters), one block per (segment, rank row) for shrink and per
+//     (segment, 128 columns) for expand, so A and B are read once per segment and held in
+//     registers while the segment's rows stream past.
+//   loop: the gathered kernels once per distinct adapter, keeping that adapter's rows (`only`),
+//     as the course's loop of masked passes.
+#include "servekit/kernels/common.hpp"
+#include "servekit/kernels/lora_args.hpp"
+
+namespace servekit::kernels {
+
+__device__ SERVEKIT_SIMT_INLINE const LoraMats* lora_mats(const LoraParams& p, int32_t a) {
+  if (a < 0 || a >= p.n_slots || (p.only >= 0 && a != p.only)) return nullptr;
+  const LoraMats* m = p.tab + a;
+  return m->a ? m : nullptr;
+}
+
+constexpr int kLoraWarps = 4;
+constexpr int kLoraThreads = 128;
+
+// v[r, j] = scale * <A[j], x[r]>: one block per row, a warp per rank row.
+__global__ void __launch_bounds__(kLoraThreads) lora_shrink_rows_kernel(const LoraParams p) {
+  const int r = blockIdx.x;
+  const LoraMats* m = lora_mats(p, p.ad[r]);
+  if (!m) return;  // the whole block: no barrier below
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const float* x = p.x + static_cast<int64_t>(r) * p.K;
+  for (int j = w; j < m->rank; j += kLoraWarps) {
+    const float* a = m->a + static_cast<int64_t>(j) * p.K;
+    float s = 0.f;
+    for (int k = lane; k < p.K; k += 32) s = fmaf(a[k], x[k], s);
+    s = warp_sum(s);
+    if (lane == 0) p.v[static_cast<int64_t>(r) * p.max_rank + j] = m->scale * s;
+  }
+}
+
+// y[r, n] += <B[n], v[r]>: blocks of 128 columns per row.
+__global__ void __launch_bounds__(kLoraThreads) lora_expand_rows_kernel(const LoraParams p) {
+  const int r = blockIdx.y;
+  const LoraMats* m = lora_mats(p, p.ad[r]);
+  const int n = blockIdx.x * kLoraThreads + threadIdx.x;
+  if (!m || n >= p.Nout) return;
+  const float* b = m->b + static_cast<int64_t>(n) * m->rank;
+  const float* v = p.v + static_cast<int64_t>(r) * p.max_rank;
+  float s = 0.f;
+  for (int j = 0; j < m->rank; j++) s = fmaf(b[j], v[j], s);
+  p.y[static_cast<int64_t>(r) * p.Nout + n] += s;
+}
+
+// Segmented shrink: block (segment, rank row j). The block's threads split K; each thread
+// keeps its slice of A[j] in registers, kChunk values at a time, and every row of the segment
+// is reduced against it, so A[j] is read from memory once per segment.
+constexpr int kLoraChunk = 8;  // A values per thread held at once
+
+__global__ void __launch_bounds__(kLoraThreads) lora_shrink_segments_kernel(const LoraParams p) {
+  __shared__ float part[kLoraWarps];
+  const int seg = blockIdx.x, j = blockIdx.y;
+  const LoraMats* m = lora_mats(p, p.seg_ad[seg]);
+  if (!m || j >= m->rank) return;  // uniform over the block
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int r0 = p.seg_start[seg], r1 = p.seg_start[seg + 1];
+  const float* a = m->a + static_cast<int64_t>(j) * p.K;
+  constexpr int kSpan = kLoraThreads * kLoraChunk;  // K values per pass
+  for (int i = r0; i < r1; i++) {
+    if (threadIdx.x == 0) p.v[static_cast<int64_t>(p.order[i]) * p.max_rank + j] = 0.f;
+  }
+  __syncthreads();
+  for (int k0 = 0; k0 < p.K; k0 += kSpan) {
+    float areg[kLoraChunk];
+#pragma unroll
+    for (int c = 0; c < kLoraChunk; c++) {
+      const int k = k0 + c * kLoraThreads + threadIdx.x;
+      areg[c] = k < p.K ? a[k] : 0.f;
+    }
+    for (int i = r0; i < r1; i++) {
+      const int r = p.order[i];
+      const float* x = p.x + static_cast<int64_t>(r) * p.K;
+      float s = 0.f;
+#pragma unroll
+      for (int c = 0; c < kLoraChunk; c++) {
+        const int k = k0 + c * kLoraThreads + threadIdx.x;
+        if (k < p.K) s = fmaf(areg[c], x[k], s);
+      }
+      s = warp_sum(s);
+      if (lane == 0) part[w] = s;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float t = 0.f;
+#pragma unroll
+        for (int q = 0; q < kLoraWarps; q++) t += part[q];
+        p.v[static_cast<int64_t>(r) * p.max_rank + j] += m->scale * t;
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// Segmented expand: block (segment, 128 columns). Each thread holds its column's B row,
+// kChunk ranks at a time, in registers while the segment's rows go by.
+__global__ void __launch_bounds__(kLoraThreads) lora_expand_segments_kernel(const LoraParams p) {
+  const int seg = blockIdx.y;
+  const LoraMats* m = lora_mats(p, p.seg_ad[seg]);
+  const int n = blockIdx.x * kLoraThreads + threadIdx.x;
+  if (!m || n >= p.Nout) return;
+  const int r0 = p.seg_start[seg], r1 = p.seg_start[seg + 1];
+  const float* b = m->b + static_cast<int64_t>(n) * m->rank;
+  for (int j0 = 0; j0 < m->rank; j0 += kLoraChunk) {
+    float breg[kLoraChunk];
+#pragma unroll
+    for (int c = 0; c < kLoraChunk; c++) breg[c] = j0 + c < m->rank ? b[j0 + c] : 0.f;
+    for (int i = r0; i < r1; i++) {
+      const int r = p.order[i];
+      const float* v = p.v + static_cast<int64_t>(r) * p.max_rank + j0;
+      float s = 0.f;
+#pragma unroll
+      for (int c = 0; c < kLoraChunk; c++)
+        if (j0 + c < m->rank) s = fmaf(breg[c], v[c], s);
+      p.y[static_cast<int64_t>(r) * p.Nout + n] += s;
+    }
+  }
+}
+
+inline void check_lora(const LoraParams& p, const char* who) {
+  if (p.N < 1 || p.K < 1 || p.Nout < 1 || p.max_rank < 1 || p.n_slots < 1)
+    fail(who, ": cannot run N = ", p.N, ", K = ", p.K, ", Nout = ", p.Nout,
+         ", max_rank = ", p.max_rank, ", slots = ", p.n_slots);
+}
+
+// Gathered (BGMV), or with p.only >= 0 one masked pass of the loop policy.
+inline void lora_gathered(const LoraParams& p, simt::stream_handle stream = nullptr) {
+  check_lora(p, "kernels::lora_gathered");
+  simt::launch(simt::kernel<lora_shrink_rows_kernel>, dim3(p.N), dim3(kLoraThreads), 0, stream, p);
+  simt::launch(simt::kernel<lora_expand_rows_kernel>, dim3(ceil_div(p.Nout, kLoraThreads), p.N),
+               dim3(kLoraThreads), 0, stream, p);
+}
+
+// Segmented (SGMV): p.order, p.seg_start, p.seg_ad describe the groups.
+inline void lora_segmented(const LoraParams& p, simt::stream_handle stream = nullptr) {
+  check_lora(p, "kernels::lora_segmented");
+  if (p.n_seg < 1) return;
+  simt::launch(simt::kernel<lora_shrink_segments_kernel>, dim3(p.n_seg, p.max_rank),
+               dim3(kLoraThreads), 0, stream, p);
+  simt::launch(simt::kernel<lora_expand_segments_kernel>,
+               dim3(ceil_div(p.Nout, kLoraThreads), p.n_seg), dim3(kLoraThreads), 0, stream, p);
+}
+
+// x = gelu_tanh(x), n values: c_fc's epilogue when a LoRA delta had to come first.
+__global__ void __launch_bounds__(256) gelu_kernel(float* x, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  if (i < n) x[i] = gelu_tanh(x[i]);
+}
+inline void gelu(float* x, int64_t n, simt::stream_handle stream = nullptr) {
+  if (n < 1) return;
+  simt::launch(simt::kernel<gelu_kernel>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256),
+               0, stream, x, n);
+}
+
+}  // namespace servekit::kernels

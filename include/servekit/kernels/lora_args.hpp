@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// What every LoRA kernel reads, the host oracle (kernels/ref/lora.hpp) and the device kernels
+// (kernels/lora.hpp) alike: one adapter's matrices for one linear (in -> out), and one linear's
+// delta over a batch of rows.
+#include <cstdint>
+
+namespace servekit::kernels {
+
+struct LoraMats {
+  const float* a = nullptr;  // (rank, K); nullptr: the adapter leaves this linear alone
+  const float* b = nullptr;  // (Nout, rank)
+  int rank = 0;
+  float scale = 0;
+};
+
+struct LoraParams {
+  float* y;             // (N, Nout), added to
+  const float* x;       // (N, K)
+  const int32_t* ad;    // (N) adapter slot of each row, -1: none
+  const LoraMats* tab;  // (n_slots) this linear's matrices per slot
+  int n_slots;
+  float* v;  // (N, max_rank) scratch (device kernels)
+  int N, K, Nout, max_rank;
+  int only = -1;  // loop: only the rows of this slot
+  // segmented, device kernels: the rows grouped by adapter (the host sorts them once a step)
+  const int32_t* order = nullptr;      // (N) rows, grouped by adapter
+  const int32_t* seg_start = nullptr;  // (n_seg + 1) bounds in `order`
+  const int32_t* seg_ad = nullptr;     // (n_seg) slot of each segment
+  int n_seg = 0;
+};
+
+}  // namespace servekit::kernels

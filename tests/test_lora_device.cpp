@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+// Unmerged LoRA on the device kernels (kernels/lora.hpp), run by the emulator: the gathered
+// (BGMV), segmented (SGMV) and loop kernels give the host oracle's deltas for ragged batches of
+// adapters of ranks 1..16 and rows without one; each PEFT fixture adapter through its slot gives
+// HF + PEFT's logits; and the engine serving random mixes of adapters gives every request the
+// tokens it gets alone with its adapter, under every dispatch policy.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <random>
+
+#include "engine_support.hpp"
+#include "servekit/backend/emulated.hpp"
+#include "servekit/kernels/ref/lora.hpp"
+#include "servekit/lora/adapter.hpp"
+#include "servekit/lora/random_adapter.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/serve/engine.hpp"
+#include "support/hf_checks.hpp"
+
+namespace sk = servekit;
+namespace sched = sk::serve::sched;
+using sk::kernels::LoraMats;
+using sk::kernels::LoraParams;
+using sk::test::fixture_dir;
+using namespace sk::test::engine;
+
+namespace {
+using Emu = sk::backend::Emulated;
+template <class D, class Policy>
+using Lora = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>, Policy, Emu>>;
+const char* const kFixtures[] = {"r4", "r8", "r16"};
+}  // namespace
+
+TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][emulated]",
+                   sk::lora::Loop, sk::lora::Gathered, sk::lora::Segmented) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.f, 0.5f);
+  // K past one pass of the segmented shrink (1024 values); ranks past one register chunk (8).
+  for (auto [K, Nout] : {std::pair{64, 192}, std::pair{1100, 70}}) {
+    INFO("K = " << K << ", Nout = " << Nout);
+    const std::vector<int> ranks = {1, 3, 8, 16, 5, 9, 2};
+    std::vector<std::vector<float>> store;
+    std::vector<LoraMats> tab;
+    for (std::size_t i = 0; i < ranks.size(); i++) {
+      if (i == 4) {  // slot 4's adapter leaves this linear alone
+        tab.push_back({});
+        continue;
+      }
+      std::vector<float> a(std::size_t(ranks[i]) * K), b(std::size_t(Nout) * ranks[i]);
+      for (auto& v : a) v = g(rng);
+      for (auto& v : b) v = g(rng);
+      store.push_back(std::move(a));
+      store.push_back(std::move(b));
+      tab.push_back(
+          {store[store.size() - 2].data(), store.back().data(), ranks[i], 0.25f * (i + 1)});
+    }
+    const int N = 37, slots = static_cast<int>(tab.size());
+    std::vector<float> x(std::size_t(N) * K), y(std::size_t(N) * Nout);
+    for (auto& v : x) v = g(rng);
+    for (auto& v : y) v = g(rng);
+    std::vector<int32_t> ad(N);
+    for (auto& a : ad) a = static_cast<int32_t>(rng() % (slots + 2)) - 2;  // -2, -1: none
+    for (auto& a : ad) a = std::max(a, -1);
+    // The host plan, as Gpt2 makes it: adapted rows grouped by slot, groups and their slots.
+    std::vector<int32_t> order, seg_start, seg_ad, distinct;
+    for (int r = 0; r < N; r++)
+      if (ad[r] >= 0) order.push_back(r);
+    std::stable_sort(order.begin(), order.end(), [&](int p, int q) { return ad[p] < ad[q]; });
+    for (std::size_t i = 0; i < order.size(); i++)
+      if (i == 0 || ad[order[i]] != ad[order[i - 1]]) {
+        seg_start.push_back(static_cast<int32_t>(i));
+        seg_ad.push_back(ad[order[i]]);
+        distinct.push_back(ad[order[i]]);
+      }
+    seg_start.push_back(static_cast<int32_t>(order.size()));
+    REQUIRE(distinct.size() >= 5);
+
+    auto want = y;
+    sk::kernels::ref::lora_gathered(want.data(), x.data(), ad.data(), tab, N, K, Nout);
+    auto got = y;
+    std::vector<float> v(std::size_t(N) * 16, -1e30f);  // garbage the kernels must overwrite
+    LoraParams p{got.data(), x.data(), ad.data(), tab.data(), slots, v.data(), N, K, Nout, 16};
+    p.order = order.data(), p.seg_start = seg_start.data(), p.seg_ad = seg_ad.data();
+    p.n_seg = static_cast<int>(seg_ad.size());
+    sk::backend::Ops<Emu>::lora<TestType>(p, distinct);
+    float worst = 0;
+    for (std::size_t i = 0; i < y.size(); i++)
+      worst = std::max(worst, std::abs(got[i] - want[i]) / (1.f + std::abs(want[i])));
+    CHECK(worst < 2e-5f);
+    // Rows without an adapter, or whose adapter skips this linear, are untouched, bit for bit.
+    for (int r = 0; r < N; r++)
+      if (ad[r] < 0 || ad[r] == 4)
+        for (int n = 0; n < Nout; n++)
+          REQUIRE(got[std::size_t(r) * Nout + n] == y[std::size_t(r) * Nout + n]);
+  }
+}
+
+TEMPLATE_TEST_CASE("emulated: unmerged PEFT adapters give HF + PEFT's logits",
+                   "[lora][emulated][hf]", sk::lora::Loop, sk::lora::Gathered,
+                   sk::lora::Segmented) {
+  using D = sk::dims::TinyA;
+  auto model = Lora<D, TestType>::load(fixture_dir<D>());
+  for (const char* f : kFixtures)
+    model.add_adapter(sk::lora::load_adapter<D>(fixture_dir<D>() / "lora" / f));
+  for (int slot = 0; slot < 3; slot++) {
+    INFO("adapter " << kFixtures[slot]);
+    const auto ref = sk::test::load_reference(fixture_dir<D>() / "lora" / kFixtures[slot]);
+    for (const auto& c : ref.cases) {
+      INFO("case " << c.name);
+      auto cache = model.make_cache(1);
+      sk::test::check_hf_case(model, cache, 0, c, ref.n_steps, 1e-4f, slot);
+    }
+  }
+}
+
+TEST_CASE("emulated: tiny-b's rsLoRA adapter unmerged gives HF + PEFT's logits",
+          "[lora][emulated][hf]") {
+  using D = sk::dims::TinyB;
+  auto model = Lora<D, sk::lora::Segmented>::load(fixture_dir<D>());
+  for (const char* f : kFixtures)
+    model.add_adapter(sk::lora::load_adapter<D>(fixture_dir<D>() / "lora" / f));
+  for (int slot = 0; slot < 3; slot++) {
+    const auto ref = sk::test::load_reference(fixture_dir<D>() / "lora" / kFixtures[slot]);
+    const auto& c = ref.cases.front();
+    INFO("adapter " << kFixtures[slot] << " case " << c.name);
+    auto cache = model.make_cache(1);
+    sk::test::check_hf_case(model, cache, 0, c, ref.n_steps, 1e-4f, slot);
+  }
+}
+
+TEMPLATE_TEST_CASE("emulated: the engine serves many adapters at once, each request as alone",
+                   "[lora][emulated][engine]", sk::lora::Loop, sk::lora::Gathered,
+                   sk::lora::Segmented) {
+  using D = sk::dims::TinyA;
+  using Model = Lora<D, TestType>;
+  auto model = Model::load(fixture_dir<D>());
+  std::mt19937_64 gen(17);
+  std::vector<std::string> names;
+  for (int i = 0; i < 12; i++) {
+    names.push_back("rand" + std::to_string(i));
+    sk::lora::RandomAdapterSpec spec{.name = names.back(),
+                                     .rank = 1 + static_cast<int>(gen() % 16)};
+    spec.alpha = 2.f * spec.rank;
+    spec.stddev = 0.07f;
+    for (int t = 0; t < sk::lora::kTargets; t++) spec.targets[t] = (gen() % 3) != 0;
+    spec.targets[gen() % 4] = true;
+    spec.layer_share = 0.75;
+    model.add_adapter(sk::lora::random_adapter<D>(spec, gen));
+  }
+  for (int n_adapters : {1, 12}) {
+    INFO(n_adapters << " distinct adapters");
+    auto rs = make_requests({.n = 14, .max_prompt = 40, .max_new = 16}, D::vocab, 3 + n_adapters);
+    std::mt19937 rng(n_adapters);
+    for (auto& r : rs)
+      if (rng() % 4) r.adapter = names[rng() % n_adapters];
+    sk::serve::Engine<Model, sched::Sequential<sched::KvCache>> one(model, tokenizer(),
+                                                                    {.max_batch = 1});
+    auto alone_rs = rs;
+    for (auto& r : alone_rs) r.top_logprobs = 2;
+    const auto want = one.run_all(alone_rs);
+    sk::serve::Engine<Model, sched::Continuous> engine(model, tokenizer(),
+                                                       {.max_batch = 6, .max_batched_tokens = 48});
+    const auto got = engine.run_all(rs);
+    int parted = 0;
+    for (std::size_t i = 0; i < rs.size(); i++) {
+      INFO("adapter " << rs[i].adapter.value_or("(none)"));
+      REQUIRE(got[i].error == "");
+      parted += check_same(want[i], got[i], i);
+    }
+    CHECK(parted <= 1);
+    if (n_adapters > 1) CHECK(engine.stats().max_step_adapters > 1);
+  }
+}
