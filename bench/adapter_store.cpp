@@ -193,8 +193,9 @@ int main(int argc, char** argv) {
   {
     std::fprintf(stderr, "  no LoRA...\n");
     sk::serve::Engine<Model<sk::lora::None>, sk::serve::sched::Continuous> e(plain, tok, opt);
+    const double t0 = sk::bench::now_s();
     e.run_all(rs);
-    base_tps = e.stats().tokens_per_s();
+    base_tps = e.stats().generated_tokens / (sk::bench::now_s() - t0);  // wall clock, as below
   }
   std::printf("%8s %10.1f %9s\n", "none", base_tps, "1.00x");
   for (int n : pools) {
