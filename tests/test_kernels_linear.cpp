@@ -4,6 +4,8 @@
 // outputs poisoned with NaN (Residual: random, since it accumulates into out).
 #include <cmath>
 
+#include "servekit/backend/emulated.hpp"
+#include "servekit/backend/host.hpp"
 #include "servekit/kernels/linear_mma.hpp"
 #include "servekit/kernels/linear_simt.hpp"
 #include "servekit/kernels/ref/linear.hpp"
@@ -104,4 +106,39 @@ TEST_CASE("linear launchers name the shape they cannot run", "[kernels][emulated
                       Catch::Contains("kernels::linear_mma (f16)") && Catch::Contains("M = 0"));
   REQUIRE_THROWS_WITH((kn::linear_mma<E::Gelu, true>({&f, &f, &h, nullptr, 2, 16, -1})),
                       Catch::Contains("kernels::linear_mma (bf16)") && Catch::Contains("N = -1"));
+}
+
+// The addend hook (a LoRA delta): out = epilogue(x W + b + add), on every linear kernel of both
+// backends. Checked against each kernel's own result without the addend, so the only
+// difference is where add enters: before GELU, inside the residual update.
+TEMPLATE_TEST_CASE("every linear adds an addend before its epilogue", "[kernels][emulated][linear]",
+                   sk::weights::F32, sk::weights::F16, sk::weights::BF16,
+                   sk::weights::U8ZeroPoint<sk::weights::PerChannel>) {
+  using Mat = sk::weights::Matrix<TestType>;
+  std::mt19937 rng(31);
+  auto run = [&]<class Ops>(Ops, int M, int K, int N) {
+    INFO(TestType::name << " "
+                        << (std::is_same_v<Ops, sk::backend::Ops<sk::backend::Host>> ? "host"
+                                                                                     : "emulated")
+                        << ": M = " << M << ", K = " << K << ", N = " << N);
+    const auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
+    const auto W = Mat::from_f32(random_floats(static_cast<std::size_t>(K) * N, rng), K, N);
+    const auto b = random_floats(N, rng), add = random_floats(static_cast<std::size_t>(M) * N, rng);
+    const auto res = random_floats(static_cast<std::size_t>(M) * N, rng);
+    std::vector<float> plain(res.size()), store(res.size()), gelu(res.size()), resid = res;
+    Ops::template linear<E::Store>(plain.data(), x.data(), W, b.data(), M);
+    Ops::template linear<E::Store>(store.data(), x.data(), W, b.data(), M, add.data());
+    Ops::template linear<E::Gelu>(gelu.data(), x.data(), W, b.data(), M, add.data());
+    Ops::template linear<E::Residual>(resid.data(), x.data(), W, b.data(), M, add.data());
+    for (std::size_t i = 0; i < plain.size(); i++) {
+      const float v = plain[i] + add[i], tol = 2e-6f * (1.f + std::abs(v) + std::abs(res[i]));
+      REQUIRE(std::abs(store[i] - v) <= tol);
+      REQUIRE(std::abs(gelu[i] - sk::kernels::ref::gelu_tanh(v)) <= tol);
+      REQUIRE(std::abs(resid[i] - (res[i] + v)) <= tol);
+    }
+  };
+  for (int M : {3, 33}) {  // the decode (GEMV) and prefill (tiled) shapes
+    run(sk::backend::Ops<sk::backend::Host>{}, M, 64, 70);
+    run(sk::backend::Ops<sk::backend::Emulated>{}, M, 64, 70);
+  }
 }

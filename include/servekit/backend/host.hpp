@@ -12,7 +12,6 @@
 #include "servekit/core/storage.hpp"
 #include "servekit/kernels/ref/attention.hpp"
 #include "servekit/kernels/ref/embedding.hpp"
-#include "servekit/kernels/ref/gelu.hpp"
 #include "servekit/kernels/ref/layernorm.hpp"
 #include "servekit/kernels/ref/linear.hpp"
 #include "servekit/kernels/ref/lm_head.hpp"
@@ -35,8 +34,9 @@ struct Ops<Host> : HostStorage {
     kernels::ref::layernorm(out, in, w, b, N, C, eps);
   }
   template <Epilogue E, class Mat>
-  static void linear(float* out, const float* x, const Mat& W, const float* b, int M) {
-    kernels::ref::linear<E>(out, x, W, b, M);
+  static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
+                     const float* add = nullptr) {  // (M, N) added before the epilogue
+    kernels::ref::linear<E>(out, x, W, b, M, add);
   }
   // p.y (N, Nout) += each row's LoRA delta of p.x (N, K); p.ad (N): each row's adapter slot.
   // The host kernels group rows themselves: distinct, order and segments are for the device.
@@ -52,11 +52,7 @@ struct Ops<Host> : HostStorage {
     else
       static_assert(sizeof(Policy) == 0, "servekit: no host LoRA kernel for this policy");
   }
-  // x = gelu_tanh(x), n values.
-  static void gelu(float* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > (1 << 14))
-    for (int64_t i = 0; i < n; i++) x[i] = kernels::ref::gelu_tanh(x[i]);
-  }
+  static void zero(float* x, int64_t n) { std::fill(x, x + n, 0.f); }
   template <class KvView>
   static void kv_append(const KvView& kv, const float* qkv, const int32_t* slot, const int32_t* pos,
                         int N, int C) {

@@ -48,15 +48,18 @@ struct SimtOps {
   }
   // W: (K, N) dense weights, a weights::Matrix (emulator) or weights::DeviceMatrix (device
   // storage); both name the array `data`. fp32 on CUDA cores, fp16/bf16 on tensor cores.
+  // add: (M, N) added before the epilogue (a LoRA delta), or nullptr.
   template <Epilogue E, class Mat>
   requires requires(const Mat& w) { w.data.data(); }
-  static void linear(float* out, const float* x, const Mat& W, const float* b, int M) {
+  static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
+                     const float* add = nullptr) {
     using T = std::remove_cvref_t<decltype(*W.data.data())>;
     if constexpr (std::is_same_v<T, float>) {
-      kernels::linear_simt<E>({out, x, W.data.data(), b, M, W.rows, W.cols});
+      kernels::linear_simt<E>({out, x, W.data.data(), b, M, W.rows, W.cols, add});
     } else if constexpr (std::is_same_v<T, half_t> || std::is_same_v<T, bf16_t>) {
       kernels::linear_mma<E, std::is_same_v<T, bf16_t>>(
-          {out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()), b, M, W.rows, W.cols});
+          {out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()), b, M, W.rows, W.cols,
+           add});
     } else {
       static_assert(sizeof(T) == 0, "servekit: no device linear kernel for this element type");
     }
@@ -72,13 +75,14 @@ struct SimtOps {
     w.group_rows;
     w.state_cols;
   }
-  static void linear(float* out, const float* x, const Mat& W, const float* b, int M) {
+  static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
+                     const float* add = nullptr) {
     kernels::linear_u8<E>({out, x, W.q.data(), W.scale.data(), W.zero.data(), b, M, W.rows, W.cols,
-                           W.group_rows, W.state_cols});
+                           W.group_rows, W.state_cols, add});
     done();
   }
   template <Epilogue E, class Mat>
-  static void linear(float*, const float*, const Mat&, const float*, int) {
+  static void linear(float*, const float*, const Mat&, const float*, int, const float* = nullptr) {
     static_assert(sizeof(Mat) == 0,
                   "servekit: the device backends have linear kernels for f32, f16, bf16 and "
                   "U8ZeroPoint weights only");
@@ -137,8 +141,8 @@ struct SimtOps {
     }
     done();
   }
-  static void gelu(float* x, int64_t n) {
-    kernels::gelu(x, n);
+  static void zero(float* x, int64_t n) {
+    kernels::zero(x, n);
     done();
   }
   // out[i] = in[rows[i]]: (M, C) rows of an (N, C) matrix.

@@ -47,6 +47,12 @@ __device__ SERVEKIT_SIMT_INLINE float gelu_tanh(float x) {
   return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+// v plus the addend's element (m, n), when the linear has one: a LoRA delta that must reach
+// the epilogue's input (c_fc's GELU).
+__device__ SERVEKIT_SIMT_INLINE float with_addend(float v, const float* add, int m, int n, int N) {
+  return add ? v + add[static_cast<int64_t>(m) * N + n] : v;
+}
+
 // o (op)= v: the three ways a linear layer writes its output.
 template <Epilogue E>
 __device__ SERVEKIT_SIMT_INLINE void store_epilogue(float* o, float v) {

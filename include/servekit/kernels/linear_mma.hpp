@@ -16,6 +16,7 @@ struct LinearB16Params {
   const std::uint16_t* w;  // (K, N) fp16 or bf16 bits
   const float* b;          // (N) or nullptr
   int M, K, N;
+  const float* add = nullptr;  // (M, N) added before the epilogue (a LoRA delta), or nullptr
 };
 
 namespace mma_gemm {
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(mma_gemm::kThreads) linear_mma_kernel(const Li
       const int n = n0 + wn * 32 + t * 8 + L::c_col(lane, i);
       if (m < p.M && n < p.N)
         store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
-                          acc[t][i] + (p.b ? p.b[n] : 0.f));
+                          with_addend(acc[t][i] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
     }
 }
 

@@ -17,6 +17,7 @@ struct LinearParams {
   const float* w;  // (K, N)
   const float* b;  // (N) or nullptr
   int M, K, N;
+  const float* add = nullptr;  // (M, N) added before the epilogue (a LoRA delta), or nullptr
 };
 
 namespace simt_gemm {
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(simt_gemm::kThreads) linear_simt_kernel(const 
       const int n = n0 + tx * TN + j;
       if (n < p.N)
         store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
-                          acc[i][j] + (p.b ? p.b[n] : 0.f));
+                          with_addend(acc[i][j] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
     }
   }
 }
@@ -129,7 +130,8 @@ __global__ void __launch_bounds__(simt_gemv::kThreads) linear_gemv_kernel(const 
     float v = acc[m];
 #pragma unroll
     for (int j = 0; j < kSlices - 1; ++j) v += s.part[j][m][col];
-    store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n, v + (p.b ? p.b[n] : 0.f));
+    store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
+                      with_addend(v + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
   }
 }
 

@@ -28,6 +28,7 @@ struct LinearU8Params {
   int M, K, N;
   int group_rows;  // G: input rows sharing one (scale, min); K per tensor and per channel
   int state_cols;  // N when each column has its own (scale, min), 1 per tensor
+  const float* add = nullptr;  // (M, N) added before the epilogue (a LoRA delta), or nullptr
 };
 
 // Group g's (scale, min) for column n; zeros for a column past N, so that folding its (zero)
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(u8_gemm::kThreads) linear_u8_kernel(const Line
       const int n = n0 + tx * TN + j;
       if (n < p.N)
         store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
-                          acc[i][j] + (p.b ? p.b[n] : 0.f));
+                          with_addend(acc[i][j] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
     }
   }
 }
@@ -189,7 +190,8 @@ __global__ void __launch_bounds__(u8_gemv::kThreads) linear_u8_gemv_kernel(const
     float v = acc[m];
 #pragma unroll
     for (int j = 0; j < kSlices - 1; ++j) v += s.part[j][m][col];
-    store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n, v + (p.b ? p.b[n] : 0.f));
+    store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
+                      with_addend(v + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
   }
 }
 

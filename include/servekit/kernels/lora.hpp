@@ -153,14 +153,14 @@ inline void lora_segmented(const LoraParams& p, simt::stream_handle stream = nul
                dim3(ceil_div(p.Nout, kLoraThreads), p.n_seg), dim3(kLoraThreads), 0, stream, p);
 }
 
-// x = gelu_tanh(x), n values: c_fc's epilogue when a LoRA delta had to come first.
-__global__ void __launch_bounds__(256) gelu_kernel(float* x, int64_t n) {
+// x[0 .. n) = 0: the delta buffer a step's adapted linears add into.
+__global__ void __launch_bounds__(256) zero_kernel(float* x, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
-  if (i < n) x[i] = gelu_tanh(x[i]);
+  if (i < n) x[i] = 0.f;
 }
-inline void gelu(float* x, int64_t n, simt::stream_handle stream = nullptr) {
+inline void zero(float* x, int64_t n, simt::stream_handle stream = nullptr) {
   if (n < 1) return;
-  simt::launch(simt::kernel<gelu_kernel>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256),
+  simt::launch(simt::kernel<zero_kernel>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256),
                0, stream, x, n);
 }
 

@@ -256,12 +256,12 @@ class Gpt2 {
   float layer_norm_eps() const { return eps_; }
 
  private:
-  // One linear of layer l; with LoRA, the rows' adapter deltas enter before the epilogue (so
-  // c_fc's reaches the GELU's input): the base matmul stores, the delta is added, then GELU.
+  // One linear of layer l. With LoRA, the rows' adapter deltas are computed first, into a
+  // zeroed (N, Nout) buffer, and the linear adds that buffer before its epilogue (so c_fc's
+  // delta reaches the GELU's input, as in PEFT).
   template <typename Ops::Epilogue E>
   void linear(float* out, const float* in, const Mat& W, const float* bias, int N, int l,
               lora::Target t) {
-    using Ep = typename Ops::Epilogue;
     if constexpr (kLora) {
       const int lt = l * lora::kTargets + static_cast<int>(t);
       const int slots = static_cast<int>(adapters_.size());
@@ -269,16 +269,18 @@ class Gpt2 {
       for (int32_t a : lora_distinct_) any = any || lora_tab_host_[lt * slots + a].a;
       if (any) {
         const auto [K, Nout] = lora::target_shape(t, C);
-        constexpr auto first = E == Ep::Gelu ? Ep::Store : E;
-        Ops::template linear<first>(out, in, W, bias, N);
+        float* d = lora_d_.data();  // (N, Nout)
+        Ops::zero(d, static_cast<int64_t>(N) * Nout);
         const int32_t* ix = lora_idx_;
-        kernels::LoraParams p{
-            out,           in, ix, lora_tab_.data() + lt * slots, slots, lora_v_.data(), N, K, Nout,
-            lora_max_rank_};
+        kernels::LoraParams p{d,     in,
+                              ix,    lora_tab_.data() + lt * slots,
+                              slots, lora_v_.data(),
+                              N,     K,
+                              Nout,  lora_max_rank_};
         p.order = ix + N, p.seg_start = ix + 2 * N, p.seg_ad = ix + 3 * N + 1;
         p.n_seg = lora_n_seg_;
         Ops::template lora<Lora>(p, lora_distinct_);
-        if constexpr (E == Ep::Gelu) Ops::gelu(out, static_cast<int64_t>(N) * Nout);
+        Ops::template linear<E>(out, in, W, bias, N, d);
         return;
       }
     }
@@ -312,6 +314,8 @@ class Gpt2 {
     seg_start[lora_n_seg_] = n;
     const std::size_t v = static_cast<std::size_t>(N) * std::max(lora_max_rank_, 1);
     if (lora_v_.size() < v) lora_v_.resize(v);
+    const std::size_t d = static_cast<std::size_t>(N) * 4 * C;  // the widest linear: c_fc
+    if (lora_d_.size() < d) lora_d_.resize(d);
   }
 
   // (L * 4, slots): each linear's matrices per adapter slot, where the kernels read them.
@@ -450,11 +454,11 @@ class Gpt2 {
   bool lora_dirty_ = true;
   int lora_max_rank_ = 0;
   // This step: the plan in the kernels' copy of the indices, the distinct slots (host), the
-  // number of adapter groups, and the shrink's scratch (N, max_rank).
+  // number of adapter groups, the shrink's scratch (N, max_rank) and the deltas (N, 4C).
   const int32_t* lora_idx_ = nullptr;
   std::vector<int32_t> lora_distinct_;
   int lora_n_seg_ = 0;
-  Vec<float> lora_v_;
+  Vec<float> lora_v_, lora_d_;
 };
 
 }  // namespace servekit

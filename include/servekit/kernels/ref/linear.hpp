@@ -37,10 +37,10 @@ inline float widen_half(half_t h) {
 
 // out = epilogue(x @ W + b) where widen(k, n0, cols, w) writes W[k, n0 .. n0+cols) as fp32.
 template <Epilogue E, class Widen>
-void blocked_linear(float* out, const float* x, const float* b, int M, int K, int N,
-                    const Widen& widen) {
+void blocked_linear(float* out, const float* x, const float* b, const float* add, int M, int K,
+                    int N, const Widen& widen) {
   if (M < 8) {  // decode: stream bands of whole W rows, widening one row at a time
-    banded_rows<E>(out, b, M, K, N, 1, [&](int k0, int k1, float* acc) {
+    banded_rows<E>(out, b, add, M, K, N, 1, [&](int k0, int k1, float* acc) {
       float* w = thread_scratch<2>(N);  // one widened row of W
       for (int k = k0; k < k1; k++) {
         widen(k, 0, N, w);
@@ -73,7 +73,7 @@ void blocked_linear(float* out, const float* x, const float* b, int M, int K, in
       }
       for (int r = 0; r < rows; r++)
         store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b ? b + n0 : nullptr,
-                     cols);
+                     add ? add + static_cast<int64_t>(m0 + r) * N + n0 : nullptr, cols);
     }
   }
 }
@@ -84,8 +84,9 @@ void linear(float* out,                              // (M, N)
             const float* x,                          // (M, K)
             const weights::Matrix<weights::F32>& W,  // (K, N)
             const float* b,                          // (N)
-            int M) {
-  matmul<E>(out, x, W.data.data(), b, M, W.rows, W.cols);
+            int M,
+            const float* add = nullptr) {  // (M, N) added before the epilogue
+  matmul<E>(out, x, W.data.data(), b, M, W.rows, W.cols, add);
 }
 
 // fp16 and bf16: widen each streamed slice of a W row to fp32 (fp16 without branches, so the
@@ -103,10 +104,11 @@ void linear(float* out,                     // (M, N)
             const float* x,                 // (M, K)
             const weights::Matrix<Fmt>& W,  // (K, N)
             const float* b,                 // (N)
-            int M) {
+            int M,
+            const float* add = nullptr) {  // (M, N) added before the epilogue
   const auto* d = W.data.data();
   const int N = W.cols;
-  detail::blocked_linear<E>(out, x, b, M, W.rows, N, [=](int k, int n0, int cols, float* w) {
+  detail::blocked_linear<E>(out, x, b, add, M, W.rows, N, [=](int k, int n0, int cols, float* w) {
     const auto* row = d + static_cast<int64_t>(k) * N + n0;
     for (int c = 0; c < cols; c++) w[c] = widen(row[c]);
   });
@@ -122,7 +124,8 @@ void linear(float* out,                                         // (M, N)
             const float* x,                                     // (M, K)
             const weights::Matrix<weights::U8ZeroPoint<G>>& W,  // (K, N)
             const float* b,                                     // (N)
-            int M) {
+            int M,
+            const float* add = nullptr) {  // (M, N) added before the epilogue
   constexpr int NB = detail::kLinearNB, MB = detail::kLinearMB;
   const int K = W.rows, N = W.cols, GK = W.group_rows, S = W.state_cols;
   const uint8_t* q = W.q.data();
@@ -131,7 +134,7 @@ void linear(float* out,                                         // (M, N)
     // so a band may hold part of a per-tensor or per-channel "group" (GK = K): its partial
     // sums get the same scale and min as the rest.
     const int align = GK < K ? GK : 1;
-    banded_rows<E>(out, b, M, K, N, align, [&](int k0, int k1, float* acc) {
+    banded_rows<E>(out, b, add, M, K, N, align, [&](int k0, int k1, float* acc) {
       float* part = thread_scratch<2>(static_cast<std::size_t>(M) * N);  // sum x q, a segment
       float xsum[8];
       for (int g0 = k0; g0 < k1;) {
@@ -199,7 +202,7 @@ void linear(float* out,                                         // (M, N)
       }
       for (int r = 0; r < rows; r++)
         store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b ? b + n0 : nullptr,
-                     cols);
+                     add ? add + static_cast<int64_t>(m0 + r) * N + n0 : nullptr, cols);
     }
   }
 }

@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <utility>
 #include <span>
 #include <vector>
+
+#include <omp.h>
 
 #include "servekit/kernels/lora_args.hpp"
 
@@ -85,47 +88,55 @@ inline void lora_gathered(float* y, const float* x, const int32_t* ad,
 
 // Segmented (SGMV): rows ordered by adapter (a stable sort, so each group keeps batch order);
 // each group is one shrink V = X_g A^T (m, rank) and one expand Y_g += scale V B^T, with A and
-// B read once per group rather than once per row.
+// B read once per group rather than once per row. Groups write disjoint rows, so with enough
+// of them the threads take whole groups; a few large groups are split inside instead.
 inline void lora_segmented(float* y, const float* x, const int32_t* ad,
                            std::span<const LoraMats> tab, int N, int K, int Nout) {
   std::vector<int32_t> order(N);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t p, int32_t q) { return ad[p] < ad[q]; });
-  std::vector<float> v;
+  std::vector<std::pair<int, int>> groups;  // [s0, s1) in order, adapted rows only
   for (int s0 = 0; s0 < N;) {
     int s1 = s0 + 1;
     while (s1 < N && ad[order[s1]] == ad[order[s0]]) s1++;
-    const int32_t a = ad[order[s0]];
-    if (detail::adapts(tab, a)) {
-      const LoraMats& m = tab[a];
-      const int M = s1 - s0;
-      v.assign(static_cast<std::size_t>(M) * m.rank, 0.f);
-      // shrink: V (M, rank) = scale * X_g A^T
-#pragma omp parallel for schedule(static) if (M > 1)
-      for (int i = 0; i < M; i++) {
-        const float* xr = x + static_cast<int64_t>(order[s0 + i]) * K;
-        for (int j = 0; j < m.rank; j++) {
-          const float* ar = m.a + static_cast<int64_t>(j) * K;
-          float s = 0;
+    if (detail::adapts(tab, ad[order[s0]])) groups.emplace_back(s0, s1);
+    s0 = s1;
+  }
+  auto run = [&](int s0, int s1, bool split) {
+    const LoraMats& m = tab[ad[order[s0]]];
+    const int M = s1 - s0;
+    std::vector<float> v(static_cast<std::size_t>(M) * m.rank);
+    // shrink: V (M, rank) = scale * X_g A^T
+#pragma omp parallel for schedule(static) if (split && M > 1)
+    for (int i = 0; i < M; i++) {
+      const float* xr = x + static_cast<int64_t>(order[s0 + i]) * K;
+      for (int j = 0; j < m.rank; j++) {
+        const float* ar = m.a + static_cast<int64_t>(j) * K;
+        float s = 0;
 #pragma omp simd reduction(+ : s)
-          for (int k = 0; k < K; k++) s += ar[k] * xr[k];
-          v[static_cast<std::size_t>(i) * m.rank + j] = m.scale * s;
-        }
-      }
-      // expand: Y_g (M, Nout) += V B^T
-#pragma omp parallel for schedule(static)
-      for (int n = 0; n < Nout; n++) {
-        const float* br = m.b + static_cast<int64_t>(n) * m.rank;
-        for (int i = 0; i < M; i++) {
-          const float* vr = v.data() + static_cast<std::size_t>(i) * m.rank;
-          float s = 0;
-#pragma omp simd reduction(+ : s)
-          for (int j = 0; j < m.rank; j++) s += br[j] * vr[j];
-          y[static_cast<int64_t>(order[s0 + i]) * Nout + n] += s;
-        }
+        for (int k = 0; k < K; k++) s += ar[k] * xr[k];
+        v[static_cast<std::size_t>(i) * m.rank + j] = m.scale * s;
       }
     }
-    s0 = s1;
+    // expand: Y_g (M, Nout) += V B^T
+#pragma omp parallel for schedule(static) if (split)
+    for (int n = 0; n < Nout; n++) {
+      const float* br = m.b + static_cast<int64_t>(n) * m.rank;
+      for (int i = 0; i < M; i++) {
+        const float* vr = v.data() + static_cast<std::size_t>(i) * m.rank;
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int j = 0; j < m.rank; j++) s += br[j] * vr[j];
+        y[static_cast<int64_t>(order[s0 + i]) * Nout + n] += s;
+      }
+    }
+  };
+  const int G = static_cast<int>(groups.size());
+  if (G >= omp_get_max_threads()) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int g = 0; g < G; g++) run(groups[g].first, groups[g].second, false);
+  } else {
+    for (const auto& [s0, s1] : groups) run(s0, s1, true);
   }
 }
 

@@ -19,10 +19,12 @@ enum class Epilogue {
   Residual,  // out += x @ W + b   (the residual stream update)
 };
 
+// add: an addend applied before the epilogue (a LoRA delta), or nullptr.
 template <Epilogue E>
-inline void store_row(float* o, const float* acc, const float* b, int cols) {
+inline void store_row(float* o, const float* acc, const float* b, const float* add, int cols) {
   for (int c = 0; c < cols; c++) {
-    const float v = acc[c] + (b ? b[c] : 0.f);
+    float v = acc[c] + (b ? b[c] : 0.f);
+    if (add) v += add[c];
     if constexpr (E == Epilogue::Store) o[c] = v;
     if constexpr (E == Epilogue::Gelu) o[c] = gelu_tanh(v);
     if constexpr (E == Epilogue::Residual) o[c] += v;
@@ -45,7 +47,8 @@ float* thread_scratch(std::size_t n) {
 // private partial sums acc (M, N), zeroed; the partials are then added and the epilogue
 // applied, in parallel over columns.
 template <Epilogue E, class Band>
-void banded_rows(float* out, const float* b, int M, int K, int N, int align, const Band& band) {
+void banded_rows(float* out, const float* b, const float* add, int M, int K, int N, int align,
+                 const Band& band) {
   const int T = omp_get_max_threads();
   const int units = K / align;  // bands are whole multiples of align
   const int n_bands = std::max(1, std::min({T, units, std::max(1, K / 64)}));
@@ -69,7 +72,8 @@ void banded_rows(float* out, const float* b, int M, int K, int N, int align, con
         const float* a = part + (static_cast<std::size_t>(i) * M + r) * N + n0;
         for (int c = 0; c < cols; c++) sum[c] += a[c];
       }
-      store_row<E>(out + static_cast<int64_t>(r) * N + n0, sum, b ? b + n0 : nullptr, cols);
+      store_row<E>(out + static_cast<int64_t>(r) * N + n0, sum, b ? b + n0 : nullptr,
+                   add ? add + static_cast<int64_t>(r) * N + n0 : nullptr, cols);
     }
   }
 }
@@ -115,7 +119,8 @@ void matmul(float* out,      // (M, N)
             const float* x,  // (M, K)
             const float* W,  // (K, N)
             const float* b,  // (N) or nullptr
-            int M, int K, int N) {
+            int M, int K, int N,
+            const float* add = nullptr) {  // (M, N) added before the epilogue, or nullptr
   if (M >= 8) {
     // Batched decode and prefill: each task owns a panel of NB output columns and walks W in
     // (KB, NB) blocks that stay in L2 while every row tile of x reuses them; rows of W are read
@@ -140,13 +145,14 @@ void matmul(float* out,      // (M, N)
         }
         for (int r = 0; r < M; r++)
           store_row<E>(out + static_cast<int64_t>(r) * N + n0,
-                       acc + static_cast<std::size_t>(r) * NB, b ? b + n0 : nullptr, ncols);
+                       acc + static_cast<std::size_t>(r) * NB, b ? b + n0 : nullptr,
+                       add ? add + static_cast<int64_t>(r) * N + n0 : nullptr, ncols);
       }
     }
     return;
   }
   // Decode (a few rows): bandwidth-bound on W.
-  banded_rows<E>(out, b, M, K, N, 1, [&](int k0, int k1, float* acc) {
+  banded_rows<E>(out, b, add, M, K, N, 1, [&](int k0, int k1, float* acc) {
     for (int k = k0; k < k1; k++) {
       const float* w = W + static_cast<int64_t>(k) * N;
       for (int r = 0; r < M; r++) {
