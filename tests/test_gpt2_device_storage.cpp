@@ -9,6 +9,7 @@
 namespace servekit::backend {
 // Ops<Emulated> with Cuda's storage instead of std::vector.
 struct EmulatedDeviceStorage {
+  using axis = Axis;
   static constexpr std::string_view name = "emulated-device-storage";
 };
 template <>

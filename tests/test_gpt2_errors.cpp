@@ -94,3 +94,31 @@ TEST_CASE("generation stops at the context length instead of running past n_posi
   CHECK(r.finish_reason == "context");
   CHECK(r.tokens.size() == 3);
 }
+
+// Each policy axis has its own concept, so a policy in the wrong place of Config is refused
+// where the user wrote it (a compile error naming the axis' concept), not deep in the loader.
+namespace {
+template <class... P>
+concept Composes = requires {
+  typename sk::Config<P...>;
+};
+}  // namespace
+
+TEST_CASE("Config refuses a policy of another axis", "[model][errors]") {
+  using sk::dims::Gpt2Small;
+  // The course's mistake: an argument skipped, so the cache layout lands on the weights' place.
+  STATIC_REQUIRE_FALSE(Composes<Gpt2Small, sk::kv::Paged<16>>);
+  STATIC_REQUIRE(Composes<Gpt2Small, sk::weights::F32, sk::kv::Paged<16>>);
+  STATIC_REQUIRE_FALSE(Composes<Gpt2Small, sk::weights::F32, sk::lora::Gathered>);
+  STATIC_REQUIRE_FALSE(
+      Composes<Gpt2Small, sk::weights::F32, sk::kv::Contiguous, sk::backend::Host>);
+  STATIC_REQUIRE_FALSE(
+      Composes<Gpt2Small, sk::weights::F32, sk::kv::Contiguous, sk::lora::None, sk::lora::Loop>);
+  STATIC_REQUIRE_FALSE(Composes<sk::weights::F16>);
+  STATIC_REQUIRE(Composes<Gpt2Small, sk::weights::U8ZeroPoint<sk::weights::Group<64>>,
+                          sk::kv::PagedF16<8>, sk::lora::Segmented, sk::backend::Emulated>);
+  STATIC_REQUIRE_FALSE(sk::weights::WeightFormat<sk::kv::Contiguous>);
+  STATIC_REQUIRE_FALSE(sk::kv::KvLayout<sk::weights::BF16>);
+  STATIC_REQUIRE_FALSE(sk::lora::LoraDispatch<sk::backend::Cuda>);
+  STATIC_REQUIRE_FALSE(sk::backend::Backend<sk::lora::None>);
+}

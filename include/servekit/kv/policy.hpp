@@ -52,9 +52,13 @@ struct LayoutName {
 };
 }  // namespace detail
 
+// Every cache layout says so (`using axis = kv::Axis`): see weights::Axis.
+struct Axis {};
+
 // One slot per sequence holding max_len rows per layer: the padded past_key_values of HF.
 template <CacheElem E>
 struct BasicContiguous {
+  using axis = Axis;
   using Elem = E;
   static constexpr std::string_view name = detail::LayoutName<0, E>::value;
 };
@@ -66,6 +70,7 @@ using ContiguousF16 = BasicContiguous<F16>;
 template <int BlockTokens, CacheElem E = F32>
 struct Paged {
   static_assert(BlockTokens > 0, "servekit: kv::Paged<BlockTokens> needs BlockTokens > 0");
+  using axis = Axis;
   using Elem = E;
   static constexpr int block_tokens = BlockTokens;
   static constexpr std::string_view name = detail::LayoutName<BlockTokens, E>::value;
@@ -76,6 +81,7 @@ using PagedF16 = Paged<BlockTokens, F16>;
 template <class K>
 concept KvLayout = requires {
   { K::name } -> std::convertible_to<std::string_view>;
+  requires std::same_as<typename K::axis, Axis>;
 };
 
 template <class K>

@@ -14,23 +14,31 @@
 
 namespace servekit::lora {
 
+// Every LoRA dispatch policy says so (`using axis = lora::Axis`): see weights::Axis.
+struct Axis {};
+
 // No adapters: the linear layers run the base weights only.
 struct None {
+  using axis = Axis;
   static constexpr std::string_view name = "none";
 };
 struct Loop {
+  using axis = Axis;
   static constexpr std::string_view name = "lora-loop";
 };
 struct Gathered {
+  using axis = Axis;
   static constexpr std::string_view name = "lora-gathered";
 };
 struct Segmented {
+  using axis = Axis;
   static constexpr std::string_view name = "lora-segmented";
 };
 
 template <class L>
 concept LoraDispatch = requires {
   { L::name } -> std::convertible_to<std::string_view>;
+  requires std::same_as<typename L::axis, Axis>;
 };
 
 template <class L>

@@ -9,24 +9,33 @@
 
 namespace servekit::weights {
 
+// Every weight format says so (`using axis = weights::Axis`), so that a policy of another axis
+// passed in its place (Config<Gpt2Small, kv::Paged<16>>) fails at the user's line, naming this
+// concept, instead of deep inside the loader.
+struct Axis {};
+
 template <class W>
 concept WeightFormat = requires {
   { W::name } -> std::convertible_to<std::string_view>;
+  requires std::same_as<typename W::axis, Axis>;
 };
 
 // Full-precision storage: the checkpoint's values as fp32, the format every other one is
 // compared against.
 struct F32 {
+  using axis = Axis;
   static constexpr std::string_view name = "f32";
 };
 
 // IEEE half: 10 mantissa bits, range +-65504. Round to nearest even at load.
 struct F16 {
+  using axis = Axis;
   static constexpr std::string_view name = "f16";
 };
 
 // bfloat16: fp32's exponent with 7 mantissa bits. Round to nearest even at load.
 struct BF16 {
+  using axis = Axis;
   static constexpr std::string_view name = "bf16";
 };
 
@@ -103,6 +112,7 @@ concept Granularity = requires(int K) {
 // One byte per weight plus two floats per group.
 template <Granularity G>
 struct U8ZeroPoint {
+  using axis = Axis;
   using Gran = G;
   static constexpr auto name_storage = detail::join<5 + G::name.size()>("u8zp-", G::name);
   static constexpr std::string_view name = name_storage.view();
