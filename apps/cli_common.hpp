@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the subcommands of the `servekit` command share.
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
+#include <cstddef>
 #include <limits>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "servekit/core/error.hpp"
@@ -66,6 +70,49 @@ inline fs::path find_vocab(const std::string& vocab, const std::string& model) {
 // Invalid UTF-8 in generated text becomes U+FFFD instead of an exception.
 inline std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Edit distance (insertions, deletions, substitutions) between two short strings.
+inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); j++) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); i++) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); j++) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// What to say about the arguments a subcommand did not know (its remaining()): the nearest
+// known flag for a mistyped one, as git and cargo do.
+inline std::string unknown_args_message(const CLI::App& sub) {
+  std::string msg;
+  for (const std::string& arg : sub.remaining()) {
+    if (!msg.empty()) msg += "; ";
+    if (arg.empty() || arg[0] != '-') {
+      msg += "unexpected argument " + shown(arg) + " (quote a prompt that has spaces)";
+      continue;
+    }
+    const std::string flag = arg.substr(0, arg.find('='));
+    std::string best;
+    std::size_t best_d = SIZE_MAX;
+    for (const CLI::Option* o : sub.get_options()) {
+      std::vector<std::string> names;
+      for (const auto& n : o->get_lnames()) names.push_back("--" + n);
+      for (const auto& n : o->get_snames()) names.push_back("-" + n);
+      for (const auto& n : names)
+        if (const std::size_t d = edit_distance(flag, n); d < best_d) best_d = d, best = n;
+    }
+    msg += "unknown option " + shown(flag);
+    if (!best.empty() && best_d <= std::max<std::size_t>(2, flag.size() / 3))
+      msg += " (did you mean " + best + "?)";
+  }
+  return msg + " (see --help)";
 }
 
 }  // namespace servekit::cli

@@ -3,5 +3,6 @@ add_executable(servekit_cli ${CMAKE_CURRENT_LIST_DIR}/servekit_cli.cpp)
 set_target_properties(servekit_cli PROPERTIES OUTPUT_NAME servekit)
 target_link_libraries(servekit_cli PRIVATE servekit::servekit servekit_warnings CLI11::CLI11)
 target_compile_definitions(servekit_cli PRIVATE
-  SERVEKIT_DEFAULT_VOCAB="${PROJECT_SOURCE_DIR}/../shared/data/gpt2")
+  SERVEKIT_DEFAULT_VOCAB="${PROJECT_SOURCE_DIR}/../shared/data/gpt2"
+  SERVEKIT_VERSION="${PROJECT_VERSION}")
 install(TARGETS servekit_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -3,6 +3,7 @@
 // GPT-2 checkpoint (HF layout) or, without one, a seeded random GPT-2 124M; `batch` runs a file
 // of requests through the serving engine.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -63,9 +64,22 @@ struct GenerateArgs {
   std::vector<std::string> stop;
 };
 
+// Whether stdout holds a partial line (the echoed prompt and its continuation): an error
+// then starts a new line, so that it is not glued to the text.
+bool g_stdout_mid_line = false;
+
 template <class D>
 sk::model::Gpt2Tensors base_tensors(const GenerateArgs& a) {
-  return a.model.empty() ? sk::model::random_gpt2<D>(a.seed) : sk::model::load_gpt2<D>(a.model);
+  if (a.model.empty()) return sk::model::random_gpt2<D>(a.seed);
+  if (a.as_json) return sk::model::load_gpt2<D>(a.model);  // scripts read the JSON's timings
+  // A large checkpoint takes seconds to read: say what is happening.
+  std::fprintf(stderr, "servekit: loading %s (%s) ...", a.model.c_str(),
+               std::string(D::name).c_str());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t = sk::model::load_gpt2<D>(a.model);
+  std::fprintf(stderr, " %.1f s\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return t;
 }
 
 template <class Model>
@@ -78,7 +92,7 @@ template <class D>
 int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
   using Model = sk::Gpt2<sk::Config<D>>;
   if (a.adapter.empty()) {
-    auto model = a.model.empty() ? Model::random(a.seed) : Model::load(a.model);
+    Model model(base_tensors<D>(a));
     return generate_with(model, a, tok, -1);
   }
   auto adapter = sk::lora::load_adapter<D>(a.adapter);
@@ -119,8 +133,10 @@ int generate_with(Model& model, const GenerateArgs& a, const sk::text::Gpt2Token
   opt.adapter = adapter;
 
   sk::serve::StreamCallback stream;
+  const std::string prompt_text = a.prompt_ids.empty() ? a.prompt : tok.decode(prompt);
   if (!a.as_json) {
-    std::cout << a.prompt << std::flush;
+    std::cout << prompt_text << std::flush;
+    g_stdout_mid_line = true;
     stream = [](std::string_view piece, const sk::serve::GeneratedToken&) {
       std::cout << piece << std::flush;
       return true;
@@ -131,6 +147,20 @@ int generate_with(Model& model, const GenerateArgs& a, const sk::text::Gpt2Token
   const double tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / (decode_ms / 1e3) : 0.0;
   if (!a.as_json) {
     std::cout << std::endl;  // flushed before the stats line on stderr
+    g_stdout_mid_line = false;
+    if (a.top_logprobs > 0) {  // one line per generated token: its logprob, then the best K
+      std::cout << "top logprobs:\n";
+      for (std::size_t i = 0; i < r.tokens.size(); i++) {
+        const auto& t = r.tokens[i];
+        // A token may be part of a UTF-8 character: shown JSON-quoted, the part replaced.
+        std::cout << "  " << i << " " << sk::cli::dump(tok.token_bytes(t.id)) << " " << t.logprob
+                  << " |";
+        for (const auto& alt : t.top)
+          std::cout << " " << sk::cli::dump(tok.token_bytes(alt.id)) << " " << alt.logprob;
+        std::cout << "\n";
+      }
+      std::cout << std::flush;
+    }
     std::fprintf(
         stderr, "[%s] %zu prompt + %zu new tokens, finish: %s, TTFT %.1f ms, %.2f tok/s after it\n",
         Model::name().c_str(), prompt.size(), r.tokens.size(), r.finish_reason.c_str(),
@@ -141,7 +171,7 @@ int generate_with(Model& model, const GenerateArgs& a, const sk::text::Gpt2Token
   j["model"] = a.model.empty() ? "random-gpt2-124M" : a.model;
   j["config"] = Model::name();
   if (!a.adapter.empty()) j["adapter"] = {{"path", a.adapter}, {"merged", a.merge}};
-  j["prompt"] = a.prompt;
+  j["prompt"] = prompt_text;
   j["prompt_ids"] = r.prompt_ids;
   j["generated_ids"] = r.ids();
   j["text"] = r.text;
@@ -176,6 +206,7 @@ int generate_with(Model& model, const GenerateArgs& a, const sk::text::Gpt2Token
 int main(int argc, char** argv) {
   CLI::App app{"servekit: GPT-2 serving techniques, one policy at a time"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("servekit ") + SERVEKIT_VERSION);
 
   std::string tok_vocab;
   auto* tokenize =
@@ -190,10 +221,14 @@ int main(int argc, char** argv) {
   gen->add_option("--vocab", g.vocab,
                   "tokenizer folder (default: the model folder, else the GPT-2 vocabulary)");
   auto* ptext = gen->add_option("--prompt", g.prompt, "prompt text");
+  std::string positional;
+  auto* ppos = gen->add_option("text", positional, "prompt text (the same as --prompt)");
+  ppos->excludes(ptext);
   auto* pids =
       gen->add_option("--prompt-ids", g.prompt_ids_text, "prompt as token ids (comma-separated)");
   ptext->excludes(pids);
-  gen->add_option("--max-new-tokens", g.max_new_tokens, "tokens to generate")
+  ppos->excludes(pids);
+  gen->add_option("-n,--max-new-tokens", g.max_new_tokens, "tokens to generate")
       ->check(CLI::NonNegativeNumber);
   auto* greedy = gen->add_flag("--greedy", g.greedy, "greedy decoding (argmax)");
   auto* temp =
@@ -213,7 +248,8 @@ int main(int argc, char** argv) {
   gen->add_flag("--no-cache", g.no_cache, "recompute the whole sequence every step (no KV cache)");
   gen->add_flag("--json", g.as_json, "print one JSON object: ids, text, timings");
   gen->add_option("--top-logprobs", g.top_logprobs,
-                  "with --json: log-probabilities of the K best alternatives")
+                  "log-probabilities of the K best alternatives per token (a JSON field with "
+                  "--json, else a table after the text)")
       ->check(CLI::NonNegativeNumber);
 
   sk::cli::BatchArgs b;
@@ -243,7 +279,21 @@ int main(int argc, char** argv) {
   std::string batch_seed;
   batch->add_option("--seed", batch_seed, "seed of the random model (without --model)");
 
-  CLI11_PARSE(app, argc, argv);
+  // Unknown flags are collected, not rejected by CLI11, so that the error can suggest the
+  // nearest known one.
+  for (auto* sub : {tokenize, gen, batch}) sub->allow_extras();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (auto* sub : {tokenize, gen, batch})
+    if (*sub && !sub->remaining().empty()) {
+      std::fprintf(stderr, "servekit %s: error: %s\n", sub->get_name().c_str(),
+                   sk::cli::unknown_args_message(*sub).c_str());
+      return 2;
+    }
+  if (!positional.empty()) g.prompt = positional;
   try {
     if (*tokenize) return run_tokenize(tok_vocab);
     if (*batch) {
@@ -259,8 +309,10 @@ int main(int argc, char** argv) {
       return sk::dispatch_dims(
           cfg, [&]<class D>(std::type_identity<D>) { return sk::cli::run_batch<D>(b, tok); });
     }
-    if (gen->count("--prompt") + gen->count("--prompt-ids") == 0)
-      sk::fail("generate: give --prompt TEXT or --prompt-ids IDS");
+    if (gen->count("--prompt") + gen->count("--prompt-ids") + gen->count("text") == 0)
+      sk::fail(
+          "generate: give the prompt (servekit generate \"TEXT\", or --prompt TEXT, or "
+          "--prompt-ids IDS)");
     if (gen->count("--prompt-ids"))
       g.prompt_ids = sk::cli::parse_ids("--prompt-ids", g.prompt_ids_text);
     if (!g.seed_text.empty()) g.seed = sk::cli::parse_number<uint64_t>("--seed", g.seed_text);
@@ -280,6 +332,7 @@ int main(int argc, char** argv) {
     return sk::dispatch_dims(
         cfg, [&]<class D>(std::type_identity<D>) { return run_generate<D>(g, tok); });
   } catch (const std::exception& e) {
+    if (g_stdout_mid_line) std::cout << std::endl;
     std::fprintf(stderr, "servekit: error: %s\n", e.what());
     return 2;
   }

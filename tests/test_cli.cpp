@@ -290,3 +290,68 @@ TEST_CASE("the model folder's own tokenizer files win, and an incomplete pair is
   INFO(r.out);
   CHECK(r.code == 0);
 }
+
+TEST_CASE("generate behaves like the tools people know") {
+  const std::string base = "generate --model " + kTinyA + " --vocab " + kVocab;
+  SECTION("--version") {
+    auto r = run("--version");
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Contains("servekit 0."));
+  }
+  SECTION("a positional prompt and -n") {
+    // tiny-a's vocabulary is 512 ids; text needs the random GPT-2 124M (no --model).
+    auto r = run("generate \"Hello there\" -n 3 --ignore-eos");
+    INFO(r.out);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Contains("\nHello there"));
+    CHECK_THAT(r.out, Contains("3 new tokens"));
+    auto both = run(base + " \"Hello\" --prompt Hi");
+    CHECK(both.code != 0);
+    CHECK_THAT(both.out, Contains("excludes"));
+  }
+  SECTION("a line says which model is loading, and how long it took") {
+    auto r = run(base + " --prompt-ids 1,2 -n 1");
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Contains("servekit: loading " + kTinyA + " (tiny-a) ... "));
+  }
+  SECTION("--temperature 0 is greedy, as in HF and vLLM") {
+    auto g = run(base + " --prompt-ids 1,2,3 -n 6 --ignore-eos --json --greedy");
+    auto t0 = run(base + " --prompt-ids 1,2,3 -n 6 --ignore-eos --json --temperature 0");
+    REQUIRE(g.code == 0);
+    REQUIRE(t0.code == 0);
+    CHECK(json::parse(g.out)["generated_ids"] == json::parse(t0.out)["generated_ids"]);
+  }
+  SECTION("a mistyped flag gets the nearest known one") {
+    auto r = run(base + " --promt Hello");
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, Contains("unknown option '--promt' (did you mean --prompt?)"));
+    auto far = run(base + " --prompt Hello --zzzzzz");
+    CHECK(far.code == 2);
+    CHECK_THAT(far.out, Contains("unknown option '--zzzzzz' (see --help)"));
+    auto words = run(base + " Hello World");
+    CHECK(words.code == 2);
+    CHECK_THAT(words.out, Contains("unexpected argument 'World' (quote a prompt"));
+  }
+  SECTION("an error after the echoed prompt starts its own line") {
+    std::string longp;
+    for (int i = 0; i < 1100; i++) longp += " hello";  // 1100 tokens; GPT-2 has 1024 positions
+    auto r = run("generate --prompt \"" + longp + "\" -n 2");
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, Contains("hello hello\nservekit: error: ") && Contains("1024"));
+  }
+  SECTION("--top-logprobs without --json prints them after the text") {
+    auto r = run(base + " --prompt-ids 1,2,3 -n 4 --ignore-eos --top-logprobs 2");
+    INFO(r.out);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Contains("top logprobs:\n  0 "));
+    CHECK_THAT(r.out, Contains("\n  3 "));
+  }
+  SECTION("the JSON echoes the prompt text decoded from --prompt-ids") {
+    auto r = run(base + " --prompt-ids 464,318,257 -n 1 --json");
+    REQUIRE(r.code == 0);
+    const std::string text = json::parse(r.out)["prompt"];
+    CHECK_FALSE(text.empty());
+    auto back = run("tokenize --vocab " + kVocab, json{{"text", text}}.dump() + "\n");
+    CHECK(json::parse(back.out)["ids"] == json::array({464, 318, 257}));
+  }
+}
