@@ -2,8 +2,8 @@
 // Unmerged LoRA on the device kernels (kernels/lora.hpp), run by the emulator: the gathered
 // (BGMV), segmented (SGMV) and loop kernels give the host oracle's deltas for ragged batches of
 // adapters of ranks 1..16 and rows without one; each PEFT fixture adapter through its slot gives
-// HF + PEFT's logits; and the engine serving random mixes of adapters gives every request the
-// tokens it gets alone with its adapter, under every dispatch policy.
+// HF + PEFT's logits; and the engine serving random mixes of 1, 12 and 32 adapters and base
+// rows gives every request the tokens it gets alone with its adapter, under every policy.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -137,7 +137,7 @@ TEMPLATE_TEST_CASE("emulated: the engine serves many adapters at once, each requ
   auto model = Model::load(fixture_dir<D>());
   std::mt19937_64 gen(17);
   std::vector<std::string> names;
-  for (int i = 0; i < 12; i++) {
+  for (int i = 0; i < 32; i++) {
     names.push_back("rand" + std::to_string(i));
     sk::lora::RandomAdapterSpec spec{.name = names.back(),
                                      .rank = 1 + static_cast<int>(gen() % 16)};
@@ -148,9 +148,10 @@ TEMPLATE_TEST_CASE("emulated: the engine serves many adapters at once, each requ
     spec.layer_share = 0.75;
     model.add_adapter(sk::lora::random_adapter<D>(spec, gen));
   }
-  for (int n_adapters : {1, 12}) {
+  for (int n_adapters : {1, 12, 32}) {
     INFO(n_adapters << " distinct adapters");
-    auto rs = make_requests({.n = 14, .max_prompt = 40, .max_new = 16}, D::vocab, 3 + n_adapters);
+    const int n = n_adapters == 32 ? 40 : 14;
+    auto rs = make_requests({.n = n, .max_prompt = 40, .max_new = 16}, D::vocab, 3 + n_adapters);
     std::mt19937 rng(n_adapters);
     for (auto& r : rs)
       if (rng() % 4) r.adapter = names[rng() % n_adapters];
@@ -168,7 +169,7 @@ TEMPLATE_TEST_CASE("emulated: the engine serves many adapters at once, each requ
       REQUIRE(got[i].error == "");
       parted += check_same(want[i], got[i], i);
     }
-    CHECK(parted <= 1);
+    CHECK(parted <= 2);
     if (n_adapters > 1) CHECK(engine.stats().max_step_adapters > 1);
   }
 }
