@@ -30,6 +30,13 @@ using Emu = sk::backend::Emulated;
 template <class D, class Policy>
 using Lora = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>, Policy, Emu>>;
 const char* const kFixtures[] = {"r4", "r8", "r16"};
+
+// The three PEFT fixture adapters of D, in slots 0..2.
+template <class D, class Model>
+void add_fixtures(Model& model) {
+  for (const char* f : kFixtures)
+    model.add_adapter(sk::lora::load_adapter<D>(fixture_dir<D>() / "lora" / f));
+}
 }  // namespace
 
 TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][emulated]",
@@ -101,8 +108,7 @@ TEMPLATE_TEST_CASE("emulated: unmerged PEFT adapters give HF + PEFT's logits",
                    sk::lora::Segmented) {
   using D = sk::dims::TinyA;
   auto model = Lora<D, TestType>::load(fixture_dir<D>());
-  for (const char* f : kFixtures)
-    model.add_adapter(sk::lora::load_adapter<D>(fixture_dir<D>() / "lora" / f));
+  add_fixtures<D>(model);
   for (int slot = 0; slot < 3; slot++) {
     INFO("adapter " << kFixtures[slot]);
     const auto ref = sk::test::load_reference(fixture_dir<D>() / "lora" / kFixtures[slot]);
@@ -118,8 +124,7 @@ TEST_CASE("emulated: tiny-b's rsLoRA adapter unmerged gives HF + PEFT's logits",
           "[lora][emulated][hf]") {
   using D = sk::dims::TinyB;
   auto model = Lora<D, sk::lora::Segmented>::load(fixture_dir<D>());
-  for (const char* f : kFixtures)
-    model.add_adapter(sk::lora::load_adapter<D>(fixture_dir<D>() / "lora" / f));
+  add_fixtures<D>(model);
   for (int slot = 0; slot < 3; slot++) {
     const auto ref = sk::test::load_reference(fixture_dir<D>() / "lora" / kFixtures[slot]);
     const auto& c = ref.cases.front();

@@ -196,7 +196,9 @@ class AdapterStore {
     c_.disk_loads++;
     c_.disk_load_ms += r.ms;
     const std::size_t n = r.adapter->bytes();
-    if (n > opt_.host_bytes) return r;  // used, never kept
+    // Used, never kept: larger than the tier, or the id was pointed at another folder
+    // (add()) while this one was being read.
+    if (n > opt_.host_bytes || locate_locked(id) != dir) return r;
     drop(id);
     while (bytes_ + n > opt_.host_bytes && !lru_.empty()) {
       drop(lru_.back());
