@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // servekit: the command line. `tokenize` turns JSON lines of text into ids; `generate` runs a
 // GPT-2 checkpoint (HF layout) or, without one, a seeded random GPT-2 124M; `batch` runs a file
-// of requests through the serving engine.
+// of requests through the serving engine; `serve` answers HTTP (LoRAX / TGI and OpenAI APIs).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +17,7 @@
 #include "servekit/serve/generate.hpp"
 #include "servekit/text/tokenizer.hpp"
 #include "batch.hpp"
+#include "serve.hpp"
 #include "cli_common.hpp"
 
 namespace fs = std::filesystem;
@@ -279,15 +280,54 @@ int main(int argc, char** argv) {
   std::string batch_seed;
   batch->add_option("--seed", batch_seed, "seed of the random model (without --model)");
 
+  sk::cli::ServeArgs sv;
+  auto* srv = app.add_subcommand(
+      "serve", "HTTP server: LoRAX / text-generation-inference and OpenAI completions APIs");
+  srv->add_option("--model", sv.model,
+                  "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
+  srv->add_option("--vocab", sv.vocab,
+                  "tokenizer folder (default: the model folder, else the GPT-2 vocabulary)");
+  srv->add_option("--adapter,--adapters", sv.adapters,
+                  "LoRA adapters: ID=DIR, an adapter folder (id: its name), or a folder of them "
+                  "(ids: their paths below it, e.g. predibase/cnn); repeatable");
+  srv->add_option("--host", sv.host, "address to listen on (default: loopback only)");
+  srv->add_option("--port", sv.port, "port (0: any free one, printed at start)")
+      ->check(CLI::Range(0, 65535));
+  srv->add_option("--model-id", sv.model_id,
+                  "the base model's name in /info and OpenAI's `model` (default: folder name)");
+  srv->add_option("--max-batch", sv.max_batch, "sequences running at once")
+      ->check(CLI::Range(1, 4096));
+  srv->add_option("--max-batched-tokens", sv.max_batched_tokens,
+                  "new tokens per step (longer prompts are chunked)")
+      ->check(CLI::Range(1, 1 << 20));
+  srv->add_option("--kv-blocks", sv.kv_blocks,
+                  "KV-cache blocks of 16 tokens (0: max-batch full-length sequences)")
+      ->check(CLI::NonNegativeNumber);
+  srv->add_option("--max-pending", sv.max_pending,
+                  "requests admitted at once (waiting + running); more get 429")
+      ->check(CLI::Range(1, 1 << 16));
+  srv->add_option("--default-max-new-tokens", sv.default_max_new_tokens,
+                  "max_new_tokens when a request gives none")
+      ->check(CLI::Range(1, 1 << 20));
+  srv->add_option("--shutdown-grace", sv.shutdown_grace_s,
+                  "seconds admitted requests may run after SIGINT/SIGTERM before they are "
+                  "cancelled")
+      ->check(CLI::NonNegativeNumber);
+  srv->add_flag("--no-adapter-paths", sv.no_adapter_paths,
+                "refuse adapter_source \"local\" (requests naming a folder on this machine)");
+  srv->add_flag("-q,--quiet", sv.quiet, "no log line per request");
+  std::string serve_seed;
+  srv->add_option("--seed", serve_seed, "seed of the random model (without --model)");
+
   // Unknown flags are collected, not rejected by CLI11, so that the error can suggest the
   // nearest known one.
-  for (auto* sub : {tokenize, gen, batch}) sub->allow_extras();
+  for (auto* sub : {tokenize, gen, batch, srv}) sub->allow_extras();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  for (auto* sub : {tokenize, gen, batch})
+  for (auto* sub : {tokenize, gen, batch, srv})
     if (*sub && !sub->remaining().empty()) {
       std::fprintf(stderr, "servekit %s: error: %s\n", sub->get_name().c_str(),
                    sk::cli::unknown_args_message(*sub).c_str());
@@ -296,6 +336,10 @@ int main(int argc, char** argv) {
   if (!positional.empty()) g.prompt = positional;
   try {
     if (*tokenize) return run_tokenize(tok_vocab);
+    if (*srv) {
+      if (!serve_seed.empty()) sv.seed = sk::cli::parse_number<uint64_t>("--seed", serve_seed);
+      return sk::cli::run_serve(sv);
+    }
     if (*batch) {
       if (!batch_seed.empty()) b.seed = sk::cli::parse_number<uint64_t>("--seed", batch_seed);
       auto tok = sk::text::Gpt2Tokenizer::from_dir(find_vocab(b.vocab, b.model));

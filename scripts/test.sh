@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs what is missing, builds everything, runs every test (ctest). Extra args go to ctest,
+# Installs what is missing (Debian packages; the Python clients of the server tests), builds
+# everything, runs every test (ctest). Extra args go to ctest,
 # e.g. `scripts/test.sh -L host`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${SERVEKIT_BUILD_DIR:-$root/build}"
 bash "$root/scripts/build.sh"
+# The server's tests drive it with the real Python clients: their venv (made once, from PyPI).
+bash "$root/tools/server_venv.sh" >/dev/null
 cd "$build"
 ctest --output-on-failure -j"$(nproc)" "$@"

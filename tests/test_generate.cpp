@@ -2,6 +2,7 @@
 // Generation: HF's greedy continuations with and without the cache, stop rules, streaming,
 // seeded sampling.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -49,8 +50,15 @@ TEST_CASE("stop rules: max_new_tokens, EOS and stop strings; streamed pieces add
 
   SECTION("EOS ends generation and is the last token") {
     opt.stop.eos_id = base.tokens[4].id;
-    auto r = sk::serve::generate(model, tokenizer(), prompt, opt);
+    std::vector<int32_t> ids;
+    auto r = sk::serve::generate(model, tokenizer(), prompt, opt,
+                                 [&](std::string_view, const sk::serve::GeneratedToken& t) {
+                                   ids.push_back(t.id);
+                                   return true;
+                                 });
     CHECK(r.finish_reason == "eos");
+    CHECK(ids == r.ids());  // the end-of-text token is streamed too
+    CHECK(r.tokens.back().ends);
     // The first occurrence of that id ends it.
     std::size_t first = 0;
     while (base.tokens[first].id != opt.stop.eos_id) first++;
@@ -63,24 +71,35 @@ TEST_CASE("stop rules: max_new_tokens, EOS and stop strings; streamed pieces add
     const std::size_t at = full.find(stop);
     opt.stop.stop_strings = {stop};
     std::string streamed;
-    auto r =
-        sk::serve::generate(model, tokenizer(), prompt, opt, [&](std::string_view piece, auto&) {
-          streamed += piece;
-          return true;
-        });
+    std::vector<int32_t> ids;  // one call per token, held-back text or not
+    std::vector<bool> ends;    // the token that completes the stop string says it ends
+    auto r = sk::serve::generate(model, tokenizer(), prompt, opt,
+                                 [&](std::string_view piece, const sk::serve::GeneratedToken& t) {
+                                   streamed += piece;
+                                   ids.push_back(t.id);
+                                   ends.push_back(t.ends);
+                                   return true;
+                                 });
+    REQUIRE(!ends.empty());
+    CHECK(ends.back());
+    CHECK(std::count(ends.begin(), ends.end(), true) == 1);
     CHECK(r.finish_reason == "stop");
     CHECK(r.text == full.substr(0, at));
     CHECK(streamed == r.text);
+    CHECK(ids == r.ids());
   }
   SECTION("streaming without stop strings delivers the whole text") {
     std::string streamed;
+    int calls = 0;
     auto r =
         sk::serve::generate(model, tokenizer(), prompt, opt, [&](std::string_view piece, auto&) {
           streamed += piece;
+          calls++;
           return true;
         });
     CHECK(streamed == r.text);
     CHECK(r.text == base.text);
+    CHECK(calls == static_cast<int>(r.tokens.size()));
   }
   SECTION("the callback can cancel") {
     int calls = 0;

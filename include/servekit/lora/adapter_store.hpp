@@ -12,6 +12,7 @@
 // engine keeps stepping the requests it has while one waits for its adapter. Capacity is in
 // bytes because ranks and target sets differ. An adapter the host tier drops stays alive while
 // anything (a device slot, a waiting request) still holds it.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -27,6 +28,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "servekit/core/error.hpp"
 #include "servekit/lora/adapter.hpp"
@@ -128,6 +130,23 @@ class AdapterStore {
   void listen(Listener l) {
     std::lock_guard lk(mu_);
     listener_ = std::move(l);
+  }
+
+  // Whether `id` is a name given to add() (not a folder path).
+  bool registered(std::string_view id) const {
+    std::lock_guard lk(mu_);
+    return names_.contains(std::string(id));
+  }
+
+  // The registered names and the ids held in memory, sorted.
+  std::vector<std::string> ids() const {
+    std::lock_guard lk(mu_);
+    std::vector<std::string> v;
+    for (const auto& [id, dir] : names_) v.push_back(id);
+    for (const auto& [id, e] : host_)
+      if (!names_.contains(id)) v.push_back(id);
+    std::sort(v.begin(), v.end());
+    return v;
   }
 
   bool in_memory(const std::string& id) const {

@@ -450,10 +450,12 @@ class Engine {
     core_.counters.finished++;
     publish_stats();
     std::shared_ptr<Completion> done = std::move(s->done);
+    std::function<void()> on_end = s->st->request().on_end;
     Result r = s->st->take_result();
     live_.erase(id);  // s is gone: nothing of the request is touched after this
     done->set(std::move(r));
     done.reset();
+    if (on_end) on_end();
     {
       std::lock_guard lk(mu_);
       pending_.erase(id);

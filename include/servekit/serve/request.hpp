@@ -32,10 +32,13 @@ struct GeneratedToken {
   float logprob;
   std::vector<TokenLogprob> top;  // best first, top_logprobs entries
   double ms;                      // since the previous token (the first: since submission)
+  bool ends = false;              // the request ended with this token (known when it is streamed)
 };
 
-// Called on the engine thread with each piece of text as soon as it is safe to show (complete
-// UTF-8 characters, never a prefix of a stop string). Keep it cheap; return false to cancel.
+// Called on the engine thread once per generated token (the end-of-text token too), with the
+// text that became safe to show with it: complete UTF-8 characters, never a prefix of a stop
+// string, so it may be empty while text is held back; the pieces add up to Result::text. Keep
+// it cheap; return false to cancel.
 using StreamCallback = std::function<bool(std::string_view piece, const GeneratedToken& token)>;
 
 struct Request {
@@ -46,6 +49,9 @@ struct Request {
   std::optional<std::string> adapter;  // LoRA adapter id; none: the base model
   int top_logprobs = 0;                // also report this many best alternatives per token
   StreamCallback on_piece;
+  // Called on the engine thread once the request has ended, after its handle's Result is set
+  // (a server wakes the connection waiting for it). Keep it cheap; it must not throw.
+  std::function<void()> on_end;
 };
 
 // Why a request ended, as vLLM and OpenAI spell it ("error" carries Result::error).

@@ -93,6 +93,8 @@ class RequestState {
     if (finished()) return;
     res_.finish_reason = std::string(reason);
     res_.error = std::move(error);
+    if (reason != finish::cancelled && reason != finish::error && !res_.tokens.empty())
+      res_.tokens.back().ends = true;  // before it is streamed: a server marks its last event
     if (reason != finish::stop && reason != finish::error) {
       res_.text += detok_.flush();
       if (reason != finish::cancelled && !res_.tokens.empty()) emit(res_.text.size());
@@ -131,8 +133,8 @@ class RequestState {
     }
     if (cut) {
       res_.text.resize(std::max(*cut, shown_));
-      emit(res_.text.size());
       finish(finish::stop);
+      emit(res_.text.size());
       return true;
     }
     // Hold back a tail that could still become a stop string.
@@ -143,10 +145,8 @@ class RequestState {
           safe = std::min(safe, res_.text.size() - k);
           break;
         }
-    if (!emit(safe)) {
-      finish(finish::cancelled);
-      return true;
-    }
+    // Decide the end before streaming, so that the last token's call carries the flushed tail
+    // too: one call per token.
     if (generated() >= req_.stop.max_new_tokens) {
       finish(finish::length);
       return true;
@@ -156,15 +156,22 @@ class RequestState {
       finish(finish::context);
       return true;
     }
+    if (!emit(safe)) {
+      finish(finish::cancelled);
+      return true;
+    }
     return false;
   }
 
-  // Hands res_.text[shown_, upto) to the stream callback; false if it asked to cancel.
+  // Hands the newest token and res_.text[shown_, upto) (maybe empty: text held back) to the
+  // stream callback, once per token; false if it asked to cancel.
   bool emit(std::size_t upto) {
-    if (!req_.on_piece || upto <= shown_ || res_.tokens.empty()) return true;
+    if (!req_.on_piece || res_.tokens.size() <= streamed_) return true;
+    upto = std::max(upto, shown_);
     const bool go = req_.on_piece(std::string_view(res_.text).substr(shown_, upto - shown_),
                                   res_.tokens.back());
     shown_ = upto;
+    streamed_ = res_.tokens.size();
     return go;
   }
 
@@ -189,6 +196,7 @@ class RequestState {
   int32_t eos_ = -1;
   int n_positions_;
   std::size_t longest_stop_ = 0, shown_ = 0;  // shown_: bytes of text already streamed
+  std::size_t streamed_ = 0;                  // tokens already handed to on_piece
   Clock::time_point submitted_, last_;
   bool scheduled_ = false;
   std::vector<float> logp_;  // only with top_logprobs

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The OpenAI completions API (as vLLM and LoRAX also serve it): POST /v1/completions, where
+// `model` names the base model or an adapter, and its answer or stream of chunks.
+//
+//   {"model": "cnn", "prompt": "...", "max_tokens": 32, "temperature": 0, "stream": true}
+//   -> data: {"id": "cmpl-7", "object": "text_completion", "choices": [{"index": 0, "text":
+//      " the", "logprobs": null, "finish_reason": null}], ...}  ...  data: [DONE]
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "servekit/serve/http/json_fields.hpp"
+#include "servekit/serve/http/tgi.hpp"
+#include "servekit/serve/request.hpp"
+
+namespace servekit::serve::http {
+
+struct CompletionCall {
+  Request req;  // prompt (text or ids), sampling, stop rules; adapter: from `model`
+  std::string model;
+  bool stream = false, echo = false, include_usage = false;
+  bool sampling = false;  // temperature > 0: a seed is drawn when none is given
+  bool seeded = false;    // the request gave its seed
+  int logprobs = -1;      // -1: none; k >= 0: each token's log-probability and k alternatives
+};
+
+inline CompletionCall parse_completion(const json& body, const ApiLimits& lim = {}) {
+  CompletionCall c;
+  Fields f(body, "");
+  auto model = f.string("model");
+  if (!model) invalid("`model` is required (the base model's id or an adapter id; GET /v1/models)");
+  c.model = *model;
+  if (!f.has("prompt")) invalid("`prompt` is required");
+  const json& pr = f.at("prompt");
+  auto ids = [&](const json& a) {
+    std::vector<int32_t> v;
+    for (const auto& e : a) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > INT32_MAX)
+        invalid("`prompt` token ids must be integers >= 0, got ", shown(e));
+      v.push_back(static_cast<int32_t>(e.get<int64_t>()));
+    }
+    return v;
+  };
+  if (pr.is_string()) {
+    c.req.prompt = pr.get<std::string>();
+  } else if (pr.is_array() && pr.size() == 1 && pr[0].is_string()) {
+    c.req.prompt = pr[0].get<std::string>();
+  } else if (pr.is_array() && !pr.empty() && pr[0].is_number()) {
+    c.req.prompt_ids = ids(pr);
+  } else if (pr.is_array() && pr.size() == 1 && pr[0].is_array()) {
+    c.req.prompt_ids = ids(pr[0]);
+  } else if (pr.is_array() && pr.size() > 1) {
+    invalid("`prompt` has ", pr.size(), " prompts; servekit takes one per request");
+  } else {
+    invalid("`prompt` must be a string, a list of one string, or a list of token ids, got ",
+            shown(pr));
+  }
+  if (c.req.prompt.empty() && c.req.prompt_ids.empty()) invalid("`prompt` must not be empty");
+  c.req.stop.max_new_tokens =
+      static_cast<int>(f.integer("max_tokens", 0, lim.max_new_tokens).value_or(16));
+  const double temperature = f.number("temperature").value_or(1.0);
+  if (temperature < 0) invalid("`temperature` must be >= 0, got ", temperature);
+  const double top_p = f.number("top_p").value_or(1.0);
+  if (!(top_p > 0 && top_p <= 1)) invalid("`top_p` must be in (0, 1], got ", top_p);
+  const auto top_k = f.integer("top_k", -1, 1 << 30).value_or(0);  // vLLM's extension; -1: off
+  c.sampling = temperature > 0;
+  c.req.sampling.temperature = static_cast<float>(temperature);
+  c.req.sampling.top_p = static_cast<float>(top_p);
+  c.req.sampling.top_k = static_cast<int>(std::max<int64_t>(top_k, 0));
+  if (auto s = f.seed("seed")) c.req.sampling.seed = *s, c.seeded = true;
+  c.req.stop.stop_strings = f.strings("stop", lim.max_stop, lim.max_stop_bytes);
+  c.req.stop.stop_at_eos = !f.boolean("ignore_eos").value_or(false);
+  c.stream = f.boolean("stream").value_or(false);
+  c.echo = f.boolean("echo").value_or(false);
+  if (auto k = f.integer("logprobs", 0, lim.max_alternatives)) {
+    c.logprobs = static_cast<int>(*k);
+    c.req.top_logprobs = c.logprobs;
+  }
+  if (f.has("stream_options")) {
+    if (!f.at("stream_options").is_object())
+      invalid("`stream_options` must be an object, got ", shown(f.at("stream_options")));
+    Fields so(f.at("stream_options"), "stream_options.");
+    c.include_usage = so.boolean("include_usage").value_or(false);
+    so.boolean("continuous_usage_stats");
+    so.no_others();
+  }
+  if (auto n = f.integer("n", 1, 1 << 20); n && *n != 1)
+    invalid("`n` = ", *n, ": servekit returns one choice per request (n = 1)");
+  f.string("user");
+  f.unsupported("best_of", is_one);
+  f.unsupported("presence_penalty", is_zero);
+  f.unsupported("frequency_penalty", is_zero);
+  f.unsupported("repetition_penalty", is_one);
+  f.unsupported("logit_bias", [](const json& v) { return v.is_object() && v.empty(); });
+  f.unsupported("suffix", [](const json&) { return false; });
+  f.no_others();
+  return c;
+}
+
+inline std::string openai_finish(const std::string& r) {
+  return r == finish::eos || r == finish::stop ? "stop" : "length";
+}
+
+// OpenAI's logprobs object for tokens [from, to) of f.
+inline json openai_logprobs(const Finished& f, std::size_t from, std::size_t to,
+                            std::size_t text_offset) {
+  json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  const auto& ts = f.result.tokens;
+  for (std::size_t i = from; i < to && i < ts.size(); i++) {
+    const std::string& piece = i < f.pieces.size() ? f.pieces[i] : "";
+    toks.push_back(piece);
+    lps.push_back(ts[i].logprob);
+    json top = json::object();
+    for (const auto& a : ts[i].top) top[f.token_text(a.id)] = a.logprob;
+    tops.push_back(top);
+    offs.push_back(text_offset);
+    text_offset += piece.size();
+  }
+  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+inline json openai_usage(const Result& r) {
+  const int p = r.metrics.prompt_tokens, g = static_cast<int>(r.tokens.size());
+  return {{"prompt_tokens", p}, {"completion_tokens", g}, {"total_tokens", p + g}};
+}
+
+inline int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+inline json openai_chunk(const CompletionCall& c, uint64_t id, int64_t created) {
+  return {{"id", "cmpl-" + std::to_string(id)},
+          {"object", "text_completion"},
+          {"created", created},
+          {"model", c.model}};
+}
+
+inline json openai_response(const CompletionCall& c, const Finished& f, int64_t created,
+                            const std::string& prompt_text) {
+  json j = openai_chunk(c, f.result.id, created);
+  const std::string head = c.echo ? prompt_text : "";
+  json choice = {{"index", 0},
+                 {"text", head + f.result.text},
+                 {"logprobs", nullptr},
+                 {"finish_reason", openai_finish(f.result.finish_reason)}};
+  if (c.logprobs >= 0)
+    choice["logprobs"] = openai_logprobs(f, 0, f.result.tokens.size(), head.size());
+  j["choices"] = json::array({choice});
+  j["usage"] = openai_usage(f.result);
+  return j;
+}
+
+// OpenAI's error body.
+inline json openai_error(const ApiError& e) {
+  const char* type = e.status == 429   ? "rate_limit_error"
+                     : e.status == 404 ? "not_found_error"
+                     : e.status >= 500 ? "server_error"
+                                       : "invalid_request_error";
+  return {
+      {"error", {{"message", e.what()}, {"type", type}, {"param", nullptr}, {"code", e.status}}}};
+}
+
+}  // namespace servekit::serve::http

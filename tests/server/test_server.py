@@ -1,0 +1,326 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`servekit serve` driven by the real Python clients (lorax-client, text-generation, openai)
+on the tiny fixture model with its LoRA adapters, plus raw HTTP for what clients never send.
+Run by ctest (test_server_clients) with the venv of tools/server_venv.sh."""
+import asyncio
+import json
+import signal
+import subprocess
+import threading
+import time
+
+import openai
+import pytest
+import requests
+from lorax import AsyncClient, Client
+from lorax.errors import GenerationError, ValidationError
+from prometheus_client.parser import text_string_to_metric_families
+from text_generation import Client as TgiClient
+
+from servekit_server import FIXTURES, Server, servekit_bin, tiny_args
+
+PROMPT = "What is deep learning?"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with Server(tiny_args() + ["--max-batch", "8"]) as s:
+        yield s
+
+
+def metrics(url):
+    out = {}
+    for fam in text_string_to_metric_families(requests.get(url + "/metrics").text):
+        for s in fam.samples:
+            key = s.name + (json.dumps(s.labels, sort_keys=True) if s.labels else "")
+            out[key] = s.value
+    return out
+
+
+def cli_ids(prompt, n, adapter=None):
+    """What `servekit generate` (one request, no server) gives: the reference."""
+    cmd = [servekit_bin(), "generate", "--model", str(FIXTURES / "tiny-a"), "--vocab",
+           str(FIXTURES / "tiny-vocab"), "--json", "-n", str(n), "--ignore-eos", prompt]
+    if adapter:
+        cmd += ["--adapter", str(FIXTURES / "tiny-a" / "lora" / adapter)]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["generated_ids"]
+
+
+def test_generate_matches_the_cli_and_reports_details(server):
+    r = Client(server.url).generate(PROMPT, max_new_tokens=12, ignore_eos_token=True)
+    assert r.details.finish_reason.value == "length"
+    assert r.details.generated_tokens == 12
+    assert [t.id for t in r.details.tokens] == cli_ids(PROMPT, 12)
+    assert "".join(t.text for t in r.details.tokens) == r.generated_text
+    assert r.details.prompt_tokens > 0
+
+
+def test_stream_adds_up_to_the_unstreamed_answer(server):
+    c = Client(server.url)
+    whole = c.generate(PROMPT, max_new_tokens=16, ignore_eos_token=True)
+    events = list(c.generate_stream(PROMPT, max_new_tokens=16, ignore_eos_token=True))
+    assert len(events) == 16
+    assert all(e.generated_text is None for e in events[:-1])
+    assert events[-1].generated_text == whole.generated_text
+    assert "".join(e.token.text for e in events) == whole.generated_text
+    assert [e.token.id for e in events] == [t.id for t in whole.details.tokens]
+    assert events[-1].details.generated_tokens == 16
+
+
+@pytest.mark.parametrize("adapter", ["r4", "r8", "r16"])
+def test_each_request_runs_its_own_adapter(server, adapter):
+    r = Client(server.url).generate(PROMPT, adapter_id=adapter, max_new_tokens=10,
+                                    ignore_eos_token=True)
+    assert [t.id for t in r.details.tokens] == cli_ids(PROMPT, 10, adapter)
+
+
+def test_local_adapter_source_loads_a_folder(server):
+    folder = str(FIXTURES / "tiny-a" / "lora" / "r4")
+    r = Client(server.url).generate(PROMPT, adapter_id=folder, adapter_source="local",
+                                    max_new_tokens=6, ignore_eos_token=True)
+    assert [t.id for t in r.details.tokens] == cli_ids(PROMPT, 6, "r4")
+
+
+def test_three_adapters_at_once_stream_their_own_tokens(server):
+    # The course's multi-LoRA snippet: three streams, three adapters, one engine.
+    async def run(adapter):
+        toks = []
+        async for resp in AsyncClient(server.url).generate_stream(
+                PROMPT, adapter_id=adapter, max_new_tokens=20, ignore_eos_token=True):
+            toks.append(resp.token.id)
+        return toks
+
+    async def main():
+        return await asyncio.gather(*[run(a) for a in ["r4", "r8", "r16"]])
+
+    got = asyncio.run(main())
+    for adapter, toks in zip(["r4", "r8", "r16"], got):
+        assert toks == cli_ids(PROMPT, 20, adapter)
+
+
+def test_three_concurrent_streams_of_the_course(server):
+    # The course's continuous-batching snippet: max_new_tokens 100, 10, 10 at once.
+    durations = [[], [], []]
+
+    async def run(n, i):
+        t0 = time.time()
+        async for resp in AsyncClient(server.url).generate_stream(PROMPT, max_new_tokens=n,
+                                                                  ignore_eos_token=True):
+            durations[i].append(time.time() - t0)
+            t0 = time.time()
+
+    async def main():
+        await asyncio.gather(*[run(n, i) for i, n in enumerate([100, 10, 10])])
+
+    asyncio.run(main())
+    assert [len(d) for d in durations] == [100, 10, 10]
+
+
+def test_async_generate(server):
+    async def main():
+        c = AsyncClient(server.url)
+        return await asyncio.gather(*[c.generate(PROMPT, max_new_tokens=5, ignore_eos_token=True)
+                                      for _ in range(4)])
+
+    rs = asyncio.run(main())
+    assert len({r.generated_text for r in rs}) == 1  # greedy: the same for all four
+
+
+def test_stop_sequences_end_the_text_before_them(server):
+    c = Client(server.url)
+    full = c.generate(PROMPT, max_new_tokens=24, ignore_eos_token=True).generated_text
+    stop = full[len(full) // 2:len(full) // 2 + 2]
+    r = c.generate(PROMPT, max_new_tokens=24, ignore_eos_token=True, stop_sequences=[stop])
+    assert r.details.finish_reason.value == "stop_sequence"
+    assert r.generated_text == full[:full.find(stop)]
+
+
+def test_seeds_reproduce_and_are_reported(server):
+    c = Client(server.url)
+    a = c.generate(PROMPT, do_sample=True, temperature=0.9, seed=7, max_new_tokens=16,
+                   ignore_eos_token=True)
+    b = c.generate(PROMPT, do_sample=True, temperature=0.9, seed=7, max_new_tokens=16,
+                   ignore_eos_token=True)
+    d = c.generate(PROMPT, do_sample=True, temperature=0.9, seed=8, max_new_tokens=16,
+                   ignore_eos_token=True)
+    assert a.details.seed == 7
+    assert [t.id for t in a.details.tokens] == [t.id for t in b.details.tokens]
+    assert [t.id for t in a.details.tokens] != [t.id for t in d.details.tokens]
+    # No seed: the server draws one and says which, so the answer can be reproduced.
+    e = c.generate(PROMPT, do_sample=True, max_new_tokens=16, ignore_eos_token=True)
+    f = c.generate(PROMPT, do_sample=True, seed=e.details.seed, max_new_tokens=16,
+                   ignore_eos_token=True)
+    assert e.generated_text == f.generated_text
+
+
+def test_return_full_text_and_alternatives(server):
+    r = Client(server.url).generate(PROMPT, max_new_tokens=4, return_full_text=True,
+                                    return_k_alternatives=3, ignore_eos_token=True)
+    assert r.generated_text.startswith(PROMPT)
+    for t in r.details.tokens:
+        assert len(t.alternative_tokens) == 3
+        assert t.alternative_tokens[0].id == t.id  # greedy: the best is the one chosen
+
+
+def test_text_generation_client(server):
+    c = TgiClient(server.url)
+    r = c.generate(PROMPT, max_new_tokens=8)
+    s = "".join(e.token.text for e in c.generate_stream(PROMPT, max_new_tokens=8))
+    assert s == r.generated_text
+
+
+def test_openai_completions_streamed_and_not(server):
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    ids = [m.id for m in c.models.list().data]
+    assert ids[0] == "tiny-a" and {"r4", "r8", "r16"} <= set(ids)
+    whole = c.completions.create(model="r8", prompt=PROMPT, max_tokens=12, temperature=0,
+                                 extra_body={"ignore_eos": True})
+    assert whole.usage.completion_tokens == 12
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + 12
+    assert whole.choices[0].finish_reason == "length"
+    chunks = list(c.completions.create(model="r8", prompt=PROMPT, max_tokens=12, temperature=0,
+                                       stream=True, extra_body={"ignore_eos": True}))
+    assert "".join(ch.choices[0].text for ch in chunks) == whole.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == "length"
+    lp = c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=3, temperature=0,
+                              logprobs=2, extra_body={"ignore_eos": True})
+    assert len(lp.choices[0].logprobs.token_logprobs) == 3
+    with pytest.raises(openai.NotFoundError):
+        c.completions.create(model="no-such-model", prompt=PROMPT, max_tokens=3)
+    with pytest.raises(openai.BadRequestError, match="one choice"):
+        c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=3, n=2)
+
+
+BAD = [  # (what, body, status, words in the error)
+    ("malformed JSON", b'{"inputs": "x", ', 422, "not valid JSON"),
+    ("not an object", b'[1, 2]', 422, "must be a JSON object"),
+    ("no inputs", b'{"parameters": {}}', 422, "`inputs` is required"),
+    ("wrong type", b'{"inputs": "x", "parameters": {"max_new_tokens": "3"}}', 422,
+     "`parameters.max_new_tokens` must be an integer"),
+    ("negative max tokens", b'{"inputs": "x", "parameters": {"max_new_tokens": -1}}', 422,
+     "max_new_tokens"),
+    ("unsupported parameter", b'{"inputs": "x", "parameters": {"repetition_penalty": 1.2}}',
+     422, "repetition_penalty"),
+    ("unknown parameter", b'{"inputs": "x", "parameters": {"temprature": 0.5}}', 422,
+     "unknown field `parameters.temprature`"),
+    ("unknown adapter", b'{"inputs": "x", "parameters": {"adapter_id": "nope"}}', 424,
+     "adapter 'nope' is not known"),
+    ("prompt over n_positions", json.dumps({"inputs": "a b " * 200}).encode(), 422,
+     "more than n_positions = 128"),
+    ("deeply nested", b'{"inputs": "x", "parameters": {"stop": ' + b"[" * 100000 + b"]" * 100000
+     + b"}}", 422, "`parameters.stop` must be a list of strings"),
+]
+
+
+@pytest.mark.parametrize("what,body,status,words", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_gets_a_clear_4xx_and_the_server_keeps_serving(server, what, body, status, words):
+    r = requests.post(server.url + "/generate", data=body,
+                      headers={"Content-Type": "application/json"})
+    assert r.status_code == status, r.text
+    assert words in r.json()["error"]
+    assert Client(server.url).generate(PROMPT, max_new_tokens=2).details.generated_tokens >= 1
+
+
+def test_a_10_mb_body_is_refused(server):
+    r = requests.post(server.url + "/generate", data=b'{"inputs": "' + b"a" * (10 << 20) + b'"}')
+    assert r.status_code == 413
+    assert Client(server.url).generate(PROMPT, max_new_tokens=2).details.generated_tokens >= 1
+
+
+def test_lorax_client_raises_the_servers_errors(server):
+    with pytest.raises(ValidationError, match="repetition_penalty"):
+        Client(server.url).generate(PROMPT, repetition_penalty=1.5)
+    with pytest.raises(GenerationError, match="not known"):
+        Client(server.url).generate(PROMPT, adapter_id="predibase/nope")
+
+
+def test_a_client_that_goes_away_cancels_its_request(server):
+    before = metrics(server.url)
+    r = requests.post(server.url + "/generate_stream", stream=True,
+                      json={"inputs": PROMPT, "parameters": {"max_new_tokens": 120,
+                                                             "ignore_eos_token": True}})
+    lines = r.iter_lines()
+    assert next(l for l in lines if l.startswith(b"data:"))
+    r.close()  # gone after one token of 120
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        m = metrics(server.url)
+        if m.get('servekit:request_success_total{"finished_reason": "abort"}', 0) > \
+                before.get('servekit:request_success_total{"finished_reason": "abort"}', 0):
+            break
+        time.sleep(0.05)
+    m = metrics(server.url)
+    assert m['servekit:request_success_total{"finished_reason": "abort"}'] >= 1
+    assert m["servekit:num_requests_running"] == 0
+    assert m["servekit:kv_cache_usage_perc"] == 0  # its blocks are back
+
+
+def test_metrics_count_what_was_sent(server):
+    before = metrics(server.url)
+    c = Client(server.url)
+    for _ in range(3):
+        c.generate(PROMPT, max_new_tokens=5, ignore_eos_token=True)
+    c.generate(PROMPT, max_new_tokens=5, adapter_id="r4", ignore_eos_token=True)
+    requests.post(server.url + "/generate", data=b"{")
+    m = metrics(server.url)
+    d = lambda k: m.get(k, 0) - before.get(k, 0)
+    assert d('servekit:request_success_total{"finished_reason": "length"}') == 4
+    assert d("servekit:generation_tokens_total") == 20
+    assert d("servekit:time_to_first_token_seconds_count") == 4
+    assert d("servekit:time_per_output_token_seconds_count") == 16
+    assert d('servekit:request_rejected_total{"error_type": "validation"}') == 1
+    assert d('servekit:adapter_requests_total{"adapter": "r4"}') == 1
+    assert m["servekit:adapter_host_hits_total"] + m["servekit:adapter_host_misses_total"] >= 1
+
+
+def test_a_full_queue_answers_429():
+    with Server(tiny_args() + ["--max-pending", "2", "--max-batch", "2", "-q"]) as s:
+        body = {"inputs": PROMPT, "parameters": {"max_new_tokens": 100, "ignore_eos_token": True}}
+        held = [requests.post(s.url + "/generate_stream", json=body, stream=True) for _ in range(2)]
+        r = requests.post(s.url + "/generate", json=body)
+        assert r.status_code == 429
+        assert r.json()["error_type"] == "overloaded"
+        for h in held:  # the admitted ones still finish
+            n = sum(1 for l in h.iter_lines() if l.startswith(b"data:"))
+            assert n == 100
+        assert requests.post(s.url + "/generate", json=body).status_code == 200
+
+
+@pytest.mark.parametrize("grace", [30, 0])
+def test_sigterm_finishes_or_cancels_what_runs_and_exits_0(grace):
+    # GPT-2 124M (random weights): slow enough on a CPU that the stream is mid-way at SIGTERM.
+    s = Server(["--seed", "1", "-q", "--shutdown-grace", str(grace)])
+    got, first = [], threading.Event()
+
+    def stream():
+        r = requests.post(s.url + "/generate_stream", stream=True,
+                          json={"inputs": PROMPT, "parameters": {"max_new_tokens": 40,
+                                                                 "ignore_eos_token": True}})
+        for line in r.iter_lines():
+            if line.startswith(b"data:"):
+                got.append(json.loads(line[5:]))
+                first.set()
+
+    t = threading.Thread(target=stream)
+    t.start()
+    assert first.wait(60)
+    assert s.stop(signal.SIGTERM) == 0
+    t.join(timeout=60)
+    if grace:  # finished within the grace period, not cut
+        assert len(got) == 40 and got[-1]["generated_text"] is not None
+    else:  # cancelled: an error event ends the stream early
+        assert len(got) < 41 and got[-1].get("error") == "the request was cancelled"
+
+
+def test_concurrent_streams_lose_nothing_and_mix_nothing():
+    # A short run of the load benchmark's clients: correctness only, no timing asserted.
+    import load
+    with Server(tiny_args() + ["--max-batch", "16", "-q"]) as s:
+        rec = asyncio.run(load.run(s.url, clients=24, duration=4))
+        assert rec["ok"] >= 24
+        assert (rec["lost"], rec["garbled"], rec["http_errors"]) == (0, 0, 0)
+        assert rec["ok"] == rec["sent"]
+        m = metrics(s.url)
+        assert m['servekit:request_success_total{"finished_reason": "length"}'] == rec["ok"]
+        assert m["servekit:kv_cache_usage_perc"] == 0
+        assert m["servekit:num_requests_admitted"] == 0
