@@ -7,7 +7,7 @@
 // where `servekit serve` uses gathered LoRA and 16-token blocks. The course's client code then
 // talks to it unchanged apart from the URL (examples/07_server/client.py; run.sh does both).
 //
-//   07_server --model tests/fixtures/tiny-a --vocab tests/fixtures/tiny-vocab \
+//   07_server --model tests/fixtures/tiny-a --vocab tests/fixtures/tiny-vocab
 //             --adapter predibase/cnn=tests/fixtures/tiny-a/lora/r8 --port 8080
 // Stops on Ctrl-C (SIGINT) or SIGTERM, after the requests it holds have finished.
 #include <CLI/CLI.hpp>

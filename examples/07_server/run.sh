@@ -11,6 +11,7 @@ py="$(bash "$root/tools/server_venv.sh" | tail -1)"
 fx="$root/tests/fixtures"
 port="${PORT:-8080}"
 log="$(mktemp)"
+[ -x "$build/examples/07_server" ] || { echo "run.sh: no $build/examples/07_server: run scripts/build.sh" >&2; exit 1; }
 "$build/examples/07_server" --model "$fx/tiny-a" --vocab "$fx/tiny-vocab" --port "$port" \
   --adapter "predibase/hellaswag_processed=$fx/tiny-a/lora/r4" \
   --adapter "predibase/cnn=$fx/tiny-a/lora/r8" \
@@ -19,6 +20,7 @@ pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do grep -q listening "$log" && break; sleep 0.1; done
 cat "$log"
+grep -q listening "$log" || { echo "run.sh: 07_server did not start" >&2; exit 1; }
 "$py" "$root/examples/07_server/client.py" "http://127.0.0.1:$port" "$root/out/07_server"
 kill -TERM $pid
 wait $pid
