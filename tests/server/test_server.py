@@ -324,3 +324,20 @@ def test_concurrent_streams_lose_nothing_and_mix_nothing():
         assert m['servekit:request_success_total{"finished_reason": "length"}'] == rec["ok"]
         assert m["servekit:kv_cache_usage_perc"] == 0
         assert m["servekit:num_requests_admitted"] == 0
+
+
+def test_info_health_and_timing_headers(server):
+    assert requests.get(server.url + "/health").status_code == 200
+    info = requests.get(server.url + "/info").json()
+    assert info["model_id"] == "tiny-a" and info["max_input_length"] == 128
+    assert {"r4", "r8", "r16"} <= set(info["adapters"])
+    r = requests.post(server.url + "/generate",
+                      json={"inputs": PROMPT, "parameters": {"max_new_tokens": 7,
+                                                             "ignore_eos_token": True}})
+    for h in ["x-total-time", "x-queue-time", "x-inference-time", "x-time-per-token",
+              "x-time-to-first-token"]:
+        assert int(r.headers[h]) >= 0
+    assert r.headers["x-generated-tokens"] == "7"
+    assert int(r.headers["x-prompt-tokens"]) > 0
+    nf = requests.get(server.url + "/nope")
+    assert nf.status_code == 404 and "no route GET /nope" in nf.json()["error"]
