@@ -26,6 +26,8 @@ struct Gpt2Small  : Dims<12, 12,  768, 50257, 1024> { static constexpr std::stri
 struct Gpt2Medium : Dims<24, 16, 1024, 50257, 1024> { static constexpr std::string_view name = "gpt2-medium"; };
 struct Gpt2Large  : Dims<36, 20, 1280, 50257, 1024> { static constexpr std::string_view name = "gpt2-large"; };
 struct Gpt2XL     : Dims<48, 25, 1600, 50257, 1024> { static constexpr std::string_view name = "gpt2-xl"; };
+// DistilGPT2 (distilbert/distilgpt2): GPT-2 small's widths with 6 layers.
+struct DistilGpt2 : Dims< 6, 12,  768, 50257, 1024> { static constexpr std::string_view name = "distilgpt2"; };
 // The committed test checkpoints (tests/fixtures/tiny-a, tiny-b).
 struct TinyA      : Dims< 2,  4,   64,   512,  128> { static constexpr std::string_view name = "tiny-a"; };
 struct TinyB      : Dims< 3,  3,   96,  1000,   96> { static constexpr std::string_view name = "tiny-b"; };

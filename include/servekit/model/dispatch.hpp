@@ -17,7 +17,7 @@ struct DimsList {};
 
 // The shapes the CLI and examples are compiled for.
 using CompiledDims = DimsList<dims::Gpt2Small, dims::Gpt2Medium, dims::Gpt2Large, dims::Gpt2XL,
-                              dims::TinyA, dims::TinyB>;
+                              dims::DistilGpt2, dims::TinyA, dims::TinyB>;
 
 template <class D>
 bool dims_match(const model::Gpt2HfConfig& c) {

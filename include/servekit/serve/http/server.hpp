@@ -36,6 +36,7 @@
 
 #include "servekit/serve/engine.hpp"
 #include "servekit/serve/http/api_error.hpp"
+#include "servekit/serve/http/elastic_pool.hpp"
 #include "servekit/serve/http/json_fields.hpp"
 #include "servekit/serve/http/openai.hpp"
 #include "servekit/serve/http/prometheus.hpp"
@@ -76,7 +77,9 @@ class HttpServer {
     // A connection holds a thread while its request runs: room for every admitted request
     // plus a few for the 429s, /health and /metrics that must still be answered.
     const std::size_t threads = static_cast<std::size_t>(opt_.max_pending) + 16;
-    svr_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // Started as connections come and ended after 5 s without one, so an idle server gives
+    // the stacks of a busy hour back.
+    svr_.new_task_queue = [threads] { return new ElasticPool(threads, std::chrono::seconds(5)); };
     svr_.set_payload_max_length(opt_.max_body_bytes);
     svr_.set_keep_alive_timeout(2);
     svr_.set_tcp_nodelay(true);  // one small event per token: do not wait to fill a segment

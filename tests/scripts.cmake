@@ -1,0 +1,24 @@
+# SPDX-License-Identifier: Apache-2.0
+# scripts/get_gpt2.sh: its offline message (HF_ENDPOINT pointed at a closed port, so the test is
+# offline wherever it runs), its check of a folder, an unknown name; and DistilGPT2's shape
+# among the compiled ones (a distilgpt2 config.json gets past the shape check).
+if(TARGET servekit_cli)
+  set(get "${PROJECT_SOURCE_DIR}/scripts/get_gpt2.sh")
+  set(env "SERVEKIT_BUILD_DIR=${PROJECT_BINARY_DIR};HF_ENDPOINT=http://127.0.0.1:9")
+  add_test(NAME get_gpt2_offline COMMAND bash -c
+    "out=$(bash \"$0\" distilgpt2 --out \"$1\" 2>&1); rc=$?; echo \"$out\"; [ $rc -eq 3 ] && grep -q 'cannot reach http://127.0.0.1:9' <<< \"$out\" && grep -q 'hf download distilbert/distilgpt2' <<< \"$out\" && [ ! -e \"$1/model.safetensors\" ]"
+    ${get} ${CMAKE_CURRENT_BINARY_DIR}/get_gpt2_offline)
+  add_test(NAME get_gpt2_check COMMAND bash -c
+    "out=$(bash \"$0\" --check \"$1\" 2>&1); rc=$?; echo \"$out\"; [ $rc -eq 0 ] && grep -q 'loads and generates' <<< \"$out\""
+    ${get} ${SERVEKIT_FIXTURES}/tiny-a)
+  add_test(NAME get_gpt2_unknown COMMAND bash -c
+    "out=$(bash \"$0\" bert 2>&1); rc=$?; echo \"$out\"; [ $rc -eq 2 ] && grep -q \"unknown model 'bert'\" <<< \"$out\""
+    ${get})
+  # A config.json of DistilGPT2's shape and no weights: the error is the missing weights, not
+  # an unsupported shape.
+  add_test(NAME distilgpt2_shape COMMAND bash -c
+    "d=\"$1\"; mkdir -p \"$d\"; printf '{\"model_type\": \"gpt2\", \"n_layer\": 6, \"n_head\": 12, \"n_embd\": 768, \"vocab_size\": 50257, \"n_positions\": 1024, \"n_ctx\": 1024}' > \"$d/config.json\"; out=$(\"$0\" generate --model \"$d\" -n 1 hi 2>&1); echo \"$out\"; ! grep -q 'unsupported model shape' <<< \"$out\" && grep -q 'distilgpt2' <<< \"$out\" && grep -q 'safetensors' <<< \"$out\""
+    $<TARGET_FILE:servekit_cli> ${CMAKE_CURRENT_BINARY_DIR}/distilgpt2_shape)
+  set_tests_properties(get_gpt2_offline get_gpt2_check get_gpt2_unknown distilgpt2_shape
+    PROPERTIES LABELS host ENVIRONMENT "${env}")
+endif()
