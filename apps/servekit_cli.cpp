@@ -77,7 +77,13 @@ sk::model::Gpt2Tensors base_tensors(const GenerateArgs& a) {
   std::fprintf(stderr, "servekit: loading %s (%s) ...", a.model.c_str(),
                std::string(D::name).c_str());
   const auto t0 = std::chrono::steady_clock::now();
-  auto t = sk::model::load_gpt2<D>(a.model);
+  sk::model::Gpt2Tensors t;
+  try {
+    t = sk::model::load_gpt2<D>(a.model);
+  } catch (...) {
+    std::fprintf(stderr, "\n");  // the error goes on its own line, not after "loading ..."
+    throw;
+  }
   std::fprintf(stderr, " %.1f s\n",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return t;

@@ -17,7 +17,7 @@ if(TARGET servekit_cli)
   # A config.json of DistilGPT2's shape and no weights: the error is the missing weights, not
   # an unsupported shape.
   add_test(NAME distilgpt2_shape COMMAND bash -c
-    "d=\"$1\"; mkdir -p \"$d\"; printf '{\"model_type\": \"gpt2\", \"n_layer\": 6, \"n_head\": 12, \"n_embd\": 768, \"vocab_size\": 50257, \"n_positions\": 1024, \"n_ctx\": 1024}' > \"$d/config.json\"; out=$(\"$0\" generate --model \"$d\" -n 1 hi 2>&1); echo \"$out\"; ! grep -q 'unsupported model shape' <<< \"$out\" && grep -q 'distilgpt2' <<< \"$out\" && grep -q 'safetensors' <<< \"$out\""
+    "d=\"$1\"; mkdir -p \"$d\"; printf '{\"model_type\": \"gpt2\", \"n_layer\": 6, \"n_head\": 12, \"n_embd\": 768, \"vocab_size\": 50257, \"n_positions\": 1024, \"n_ctx\": 1024}' > \"$d/config.json\"; out=$(\"$0\" generate --model \"$d\" -n 1 hi 2>&1); echo \"$out\"; ! grep -q 'unsupported model shape' <<< \"$out\" && grep -q 'distilgpt2' <<< \"$out\" && grep -q '^servekit: error: .*safetensors' <<< \"$out\""
     $<TARGET_FILE:servekit_cli> ${CMAKE_CURRENT_BINARY_DIR}/distilgpt2_shape)
   set_tests_properties(get_gpt2_offline get_gpt2_check get_gpt2_unknown distilgpt2_shape
     PROPERTIES LABELS host ENVIRONMENT "${env}")
