@@ -80,7 +80,7 @@ def main():
             rec = asyncio.run(load.run(s.url, clients=c, duration=a.duration, first_id=next_id))
             done.set()
             t.join()
-            time.sleep(2)
+            time.sleep(7)  # idle connection threads end after 5 s
             next_id += rec["sent"]
             row = {"clients": c, **load.summary(rec), "rss_idle_before_mib": idle0 / 1024,
                    "rss_peak_mib": peak[0] / 1024, "rss_idle_after_mib": s.rss_kib() / 1024}
