@@ -6,19 +6,7 @@
 #   usage: tools/server_venv.sh          (SERVEKIT_SERVER_VENV=DIR puts it elsewhere)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-venv="${SERVEKIT_SERVER_VENV:-$root/.venv-server}"
-if [ ! -x "$venv/bin/python" ]; then
-  echo "tools/server_venv.sh: creating a Python venv at $venv" >&2
-  python3 -m venv "$venv"
-fi
-py="$venv/bin/python"
-# module to import -> PyPI package
-mods=(lorax openai text_generation prometheus_client requests aiohttp pytest matplotlib)
-pkgs=(lorax-client openai text-generation prometheus-client requests aiohttp pytest matplotlib)
-missing=()
-for i in "${!mods[@]}"; do "$py" -c "import ${mods[$i]}" 2>/dev/null || missing+=("${pkgs[$i]}"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "tools/server_venv.sh: pip installing into $venv: ${missing[*]}" >&2
-  "$py" -m pip install -q --disable-pip-version-check "${missing[@]}" >&2
-fi
-echo "$py"
+exec bash "$root/tools/pyvenv.sh" "${SERVEKIT_SERVER_VENV:-$root/.venv-server}" tools/server_venv.sh \
+  lorax=lorax-client openai=openai text_generation=text-generation \
+  prometheus_client=prometheus-client requests=requests aiohttp=aiohttp pytest=pytest \
+  matplotlib=matplotlib

@@ -6,18 +6,7 @@
 #   usage: tools/venv.sh [minimal]   (minimal: only tokenizers + transformers, no torch)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-venv="${SERVEKIT_TOOLS_VENV:-$root/.venv-tools}"
-if [ ! -x "$venv/bin/python" ]; then
-  echo "tools/venv.sh: creating a Python venv at $venv" >&2
-  python3 -m venv "$venv"
-fi
-py="$venv/bin/python"
-want=(transformers tokenizers safetensors numpy)
-[ "${1:-}" = minimal ] || want+=(torch peft)
-missing=()
-for p in "${want[@]}"; do "$py" -c "import $p" 2>/dev/null || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "tools/venv.sh: pip installing into $venv: ${missing[*]}" >&2
-  "$py" -m pip install -q "${missing[@]}" >&2
-fi
-echo "$py"
+want=(transformers=transformers tokenizers=tokenizers safetensors=safetensors numpy=numpy)
+[ "${1:-}" = minimal ] || want+=(torch=torch peft=peft)
+exec bash "$root/tools/pyvenv.sh" "${SERVEKIT_TOOLS_VENV:-$root/.venv-tools}" tools/venv.sh \
+  "${want[@]}"

@@ -46,11 +46,6 @@ class ElasticPool : public httplib::TaskQueue {
     reap();
   }
 
-  std::size_t threads() const {
-    std::lock_guard lk(mu_);
-    return live_;
-  }
-
  private:
   using Slot = std::list<std::thread>::iterator;
 

@@ -295,6 +295,14 @@ class HttpServer {
     return job.handle.done->wait();
   }
 
+  // The client went away: cancel its request (at its next token), wait for the engine to
+  // retire it, and count it as aborted.
+  void abandon(Job& job) {
+    job.flow->abandoned = true;
+    engine_.cancel(job.handle.id);
+    finished(job, wait(job), job.adapter, true);
+  }
+
   // Bookkeeping once a request has ended: metrics, the log line.
   void finished(const Job& job, const Result& r, const std::string& adapter, bool gone) {
     {
@@ -413,6 +421,7 @@ class HttpServer {
           Flow& f = *job->flow;
           std::size_t sent = 0;
           bool ok = true;
+          const Result* last = nullptr;  // set with the token that ended the request
           while (ok) {
             std::unique_lock lk(f.mu);
             f.cv.wait(lk, [&] { return f.ended || f.tokens.size() > sent; });
@@ -423,8 +432,8 @@ class HttpServer {
                 f.cv.wait(lk, [&] { return f.ended; });
               }
               lk.unlock();
-              const Result* last = t.ends ? &job->handle.done->wait() : nullptr;
-              ok = on_token(sink, t, piece, last);
+              if (t.ends) last = &job->handle.done->wait();
+              ok = on_token(sink, t, piece, t.ends ? last : nullptr);
               sent++;
               if (last) break;
               continue;
@@ -432,12 +441,14 @@ class HttpServer {
             lk.unlock();
             break;  // ended without a final token: cancelled or failed
           }
-          if (!ok) {  // the client went away: free its cache now
-            job->flow->abandoned = true;
-            engine_.cancel(job->handle.id);
-            const Result& r = wait(*job);
+          if (!ok) {
             done->store(true);
-            finished(*job, r, job->adapter, true);
+            // Gone after the last token: the request had ended on its own, only the delivery
+            // failed. Gone before: cancel it, which frees its cache now.
+            if (last)
+              finished(*job, *last, job->adapter, false);
+            else
+              abandon(*job);
             return false;
           }
           const Result& r = job->handle.done->wait();
@@ -449,12 +460,7 @@ class HttpServer {
         },
         [this, job, done](bool) {
           // The connection closed before the provider ran: cancel so nothing keeps running.
-          if (!done->exchange(true)) {
-            job->flow->abandoned = true;
-            engine_.cancel(job->handle.id);
-            const Result& r = wait(*job);
-            finished(*job, r, job->adapter, true);
-          }
+          if (!done->exchange(true)) abandon(*job);
         });
   }
 
