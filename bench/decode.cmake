@@ -1,3 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 add_executable(bench_decode_host ${CMAKE_CURRENT_LIST_DIR}/decode_host.cpp)
 target_link_libraries(bench_decode_host PRIVATE servekit::servekit servekit_warnings CLI11::CLI11)
+# The same benchmark with the kernels' loops on OpenMP instead of servekit's pool: the baseline
+# of bench/shared_machine.py (decode beside a competing process).
+add_executable(bench_decode_host_openmp ${CMAKE_CURRENT_LIST_DIR}/decode_host.cpp)
+target_link_libraries(bench_decode_host_openmp PRIVATE servekit::servekit servekit_warnings
+  CLI11::CLI11)
+target_compile_definitions(bench_decode_host_openmp PRIVATE SERVEKIT_OPENMP_LOOPS)

@@ -12,12 +12,20 @@
 
 namespace sk = servekit;
 
+#ifdef SERVEKIT_OPENMP_LOOPS
+constexpr const char* kLoops = "OpenMP loops";
+#else
+constexpr const char* kLoops = "servekit pool";
+#endif
+
 int main(int argc, char** argv) {
   CLI::App app{"bench_decode_host: GPT-2 124M decode on the host backend"};
-  int prefill = 128, decode = 128;
+  int prefill = 128, decode = 128, threads = 0;
   app.add_option("--prefill", prefill, "prompt tokens");
   app.add_option("--decode", decode, "decode steps");
+  app.add_option("--threads", threads, "host threads (default: every CPU)");
   CLI11_PARSE(app, argc, argv);
+  if (threads > 0) sk::set_host_threads(threads);
 
   using Model = sk::Gpt2<sk::Config<sk::dims::Gpt2Small>>;
   std::fprintf(stderr, "measuring read bandwidth ...\n");
@@ -51,8 +59,8 @@ int main(int argc, char** argv) {
   const double wbytes = static_cast<double>(model.weight_bytes());
   const double tps = decode / t_decode;
   const double roof = bw * 1e9 / wbytes;
-  std::printf("composition      %s, batch 1, %d threads\n", Model::name().c_str(),
-              omp_get_max_threads());
+  std::printf("composition      %s, batch 1, %d threads (%s)\n", Model::name().c_str(),
+              sk::host_threads(), kLoops);
   std::printf("weights          %.1f MiB read per decode step\n", wbytes / (1 << 20));
   std::printf("read bandwidth   %.2f GB/s (measured, this run)\n", bw);
   std::printf("prefill          %d tokens in %.1f ms = %.1f tokens/s\n", prefill, t_prefill * 1e3,

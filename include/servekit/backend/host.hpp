@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The host backend: plain C++ loops parallelised with OpenMP (kernels/ref). It is both the
+// The host backend: plain C++ loops run on servekit's thread pool (kernels/ref). It is both the
 // fast CPU path and the reference every other backend is tested against.
 #include <algorithm>
 #include <cstdint>

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "servekit/core/dtype.hpp"
+#include "servekit/core/thread_pool.hpp"
 #include "servekit/kv/view.hpp"
 
 namespace servekit::kernels::ref {
@@ -44,15 +45,14 @@ void kv_append(const View& kv,
                const int32_t* slot,  // (N)
                const int32_t* row,   // (N) cache row of each token
                int N, int C) {
-#pragma omp parallel for schedule(static) if (N > 1)
-  for (int r = 0; r < N; r++) {
+  parallel_for(N, [&](int r) {
     const float* src = qkv + static_cast<int64_t>(r) * 3 * C;
     const int64_t dst = kv.offset(slot[r], row[r]);
     for (int c = 0; c < C; c++) {
       store_from_f32(kv.k[dst + c], src[C + c]);
       store_from_f32(kv.v[dst + c], src[2 * C + c]);
     }
-  }
+  });
 }
 
 // Each query row r attends to cache rows first[r]..row[r] of its slot: first[r] > 0 skips a
@@ -68,12 +68,13 @@ void attention(float* out,        // (N, C)
                int N, int C, int n_head, int max_rows) {
   const int hd = C / n_head;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel
-  {
-    std::vector<float> att(max_rows);  // one row of scores per thread
-#pragma omp for collapse(2) schedule(dynamic, 4)
-    for (int r = 0; r < N; r++) {
-      for (int h = 0; h < n_head; h++) {
+  parallel_for(
+      N * n_head,
+      [&](int rh) {
+        const int r = rh / n_head, h = rh % n_head;
+        thread_local std::vector<float> scores;  // one row of scores per thread
+        if (scores.size() < static_cast<std::size_t>(max_rows)) scores.resize(max_rows);
+        float* att = scores.data();
         const float* q = qkv + static_cast<int64_t>(r) * 3 * C + h * hd;
         const int t0 = first[r], T = row[r] + 1;
         float maxv = -INFINITY;
@@ -98,9 +99,8 @@ void attention(float* out,        // (N, C)
           const auto* vt = kv.v + kv.offset(slot[r], t) + h * hd;
           for (int d = 0; d < hd; d++) o[d] += p * load_f32(vt[d]);
         }
-      }
-    }
-  }
+      },
+      4);
 }
 
 }  // namespace servekit::kernels::ref

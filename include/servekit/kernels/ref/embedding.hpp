@@ -4,6 +4,8 @@
 // this loop stays a plain gather.
 #include <cstdint>
 
+#include "servekit/core/thread_pool.hpp"
+
 namespace servekit::kernels::ref {
 
 inline void embedding(float* out,             // (N, C)
@@ -12,13 +14,12 @@ inline void embedding(float* out,             // (N, C)
                       const float* wte,       // (V, C)
                       const float* wpe,       // (P, C)
                       int N, int C) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
+  parallel_for(N, [&](int n) {
     const float* te = wte + static_cast<int64_t>(tokens[n]) * C;
     const float* pe = wpe + static_cast<int64_t>(pos[n]) * C;
     float* o = out + static_cast<int64_t>(n) * C;
     for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
-  }
+  });
 }
 
 }  // namespace servekit::kernels::ref

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "servekit/core/thread_pool.hpp"
+
 namespace servekit::kernels::ref {
 
 inline void layernorm(float* out,       // (N, C)
@@ -11,8 +13,7 @@ inline void layernorm(float* out,       // (N, C)
                       const float* w,   // (C)
                       const float* b,   // (C)
                       int N, int C, float eps) {
-#pragma omp parallel for schedule(static) if (N > 1)
-  for (int n = 0; n < N; n++) {
+  parallel_for(N, [&](int n) {
     const float* x = in + static_cast<int64_t>(n) * C;
     float* o = out + static_cast<int64_t>(n) * C;
     // Two passes (mean, then centred variance): the one-pass E[x^2]-E[x]^2 form loses digits
@@ -25,7 +26,7 @@ inline void layernorm(float* out,       // (N, C)
     var /= C;
     const float rstd = 1.f / std::sqrt(var + eps);
     for (int c = 0; c < C; c++) o[c] = (x[c] - mean) * rstd * w[c] + b[c];
-  }
+  });
 }
 
 }  // namespace servekit::kernels::ref

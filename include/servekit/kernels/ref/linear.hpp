@@ -55,27 +55,20 @@ void blocked_linear(float* out, const float* x, const float* b, const float* add
     return;
   }
   constexpr int NB = kLinearNB, MB = kLinearMB;
-  const int n_blocks = (N + NB - 1) / NB;
-  const int m_blocks = (M + MB - 1) / MB;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
-  for (int mb = 0; mb < m_blocks; mb++) {
-    for (int nb = 0; nb < n_blocks; nb++) {
-      const int m0 = mb * MB, rows = std::min(MB, M - m0);
-      const int n0 = nb * NB, cols = std::min(NB, N - n0);
-      float acc[MB][NB] = {};
-      float w[NB];  // W[k, n0 .. n0+cols) in fp32
-      for (int k = 0; k < K; k++) {
-        widen(k, n0, cols, w);
-        for (int r = 0; r < rows; r++) {
-          const float xv = x[static_cast<int64_t>(m0 + r) * K + k];
-          for (int c = 0; c < cols; c++) acc[r][c] += xv * w[c];
-        }
+  parallel_blocks<MB, NB>(M, N, [&](int m0, int rows, int n0, int cols) {
+    float acc[MB][NB] = {};
+    float w[NB];  // W[k, n0 .. n0+cols) in fp32
+    for (int k = 0; k < K; k++) {
+      widen(k, n0, cols, w);
+      for (int r = 0; r < rows; r++) {
+        const float xv = x[static_cast<int64_t>(m0 + r) * K + k];
+        for (int c = 0; c < cols; c++) acc[r][c] += xv * w[c];
       }
-      for (int r = 0; r < rows; r++)
-        store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b ? b + n0 : nullptr,
-                     add ? add + static_cast<int64_t>(m0 + r) * N + n0 : nullptr, cols);
     }
-  }
+    for (int r = 0; r < rows; r++)
+      store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b ? b + n0 : nullptr,
+                   add ? add + static_cast<int64_t>(m0 + r) * N + n0 : nullptr, cols);
+  });
 }
 }  // namespace detail
 
@@ -168,43 +161,36 @@ void linear(float* out,                                         // (M, N)
     });
     return;
   }
-  const int n_blocks = (N + NB - 1) / NB;
-  const int m_blocks = (M + MB - 1) / MB;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
-  for (int mb = 0; mb < m_blocks; mb++) {
-    for (int nb = 0; nb < n_blocks; nb++) {
-      const int m0 = mb * MB, rows = std::min(MB, M - m0);
-      const int n0 = nb * NB, cols = std::min(NB, N - n0);
-      float acc[MB][NB] = {};  // the dequantised result so far
-      float part[MB][NB];      // sum_k x_k q_kn over the current group
-      float xsum[MB];          // sum_k x_k over the current group
-      for (int k0 = 0; k0 < K; k0 += GK) {
-        for (int r = 0; r < rows; r++) {
-          xsum[r] = 0.f;
-          for (int c = 0; c < cols; c++) part[r][c] = 0.f;
-        }
-        for (int k = k0; k < k0 + GK; k++) {
-          const uint8_t* qr = q + static_cast<int64_t>(k) * N + n0;
-          for (int r = 0; r < rows; r++) {
-            const float xv = x[static_cast<int64_t>(m0 + r) * K + k];
-            xsum[r] += xv;
-            for (int c = 0; c < cols; c++) part[r][c] += xv * static_cast<float>(qr[c]);
-          }
-        }
-        const int64_t s0 = static_cast<int64_t>(k0 / GK) * S;
-        const float* sc = W.scale.data() + s0 + (G::per_column ? n0 : 0);
-        const float* zp = W.zero.data() + s0 + (G::per_column ? n0 : 0);
-        for (int r = 0; r < rows; r++)
-          for (int c = 0; c < cols; c++) {
-            const int s = G::per_column ? c : 0;
-            acc[r][c] += sc[s] * part[r][c] + zp[s] * xsum[r];
-          }
+  parallel_blocks<MB, NB>(M, N, [&](int m0, int rows, int n0, int cols) {
+    float acc[MB][NB] = {};  // the dequantised result so far
+    float part[MB][NB];      // sum_k x_k q_kn over the current group
+    float xsum[MB];          // sum_k x_k over the current group
+    for (int k0 = 0; k0 < K; k0 += GK) {
+      for (int r = 0; r < rows; r++) {
+        xsum[r] = 0.f;
+        for (int c = 0; c < cols; c++) part[r][c] = 0.f;
       }
+      for (int k = k0; k < k0 + GK; k++) {
+        const uint8_t* qr = q + static_cast<int64_t>(k) * N + n0;
+        for (int r = 0; r < rows; r++) {
+          const float xv = x[static_cast<int64_t>(m0 + r) * K + k];
+          xsum[r] += xv;
+          for (int c = 0; c < cols; c++) part[r][c] += xv * static_cast<float>(qr[c]);
+        }
+      }
+      const int64_t s0 = static_cast<int64_t>(k0 / GK) * S;
+      const float* sc = W.scale.data() + s0 + (G::per_column ? n0 : 0);
+      const float* zp = W.zero.data() + s0 + (G::per_column ? n0 : 0);
       for (int r = 0; r < rows; r++)
-        store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b ? b + n0 : nullptr,
-                     add ? add + static_cast<int64_t>(m0 + r) * N + n0 : nullptr, cols);
+        for (int c = 0; c < cols; c++) {
+          const int s = G::per_column ? c : 0;
+          acc[r][c] += sc[s] * part[r][c] + zp[s] * xsum[r];
+        }
     }
-  }
+    for (int r = 0; r < rows; r++)
+      store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc[r], b ? b + n0 : nullptr,
+                   add ? add + static_cast<int64_t>(m0 + r) * N + n0 : nullptr, cols);
+  });
 }
 
 }  // namespace servekit::kernels::ref

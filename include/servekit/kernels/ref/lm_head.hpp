@@ -4,6 +4,8 @@
 // logit is a dot product with one row of wte.
 #include <cstdint>
 
+#include "servekit/core/thread_pool.hpp"
+
 namespace servekit::kernels::ref {
 
 inline void lm_head(float* logits,     // (M, V)
@@ -11,9 +13,8 @@ inline void lm_head(float* logits,     // (M, V)
                     const float* wte,  // (V, C)
                     int M, int V, int C) {
   constexpr int VB = 64;  // vocab rows per task: amortises x across rows, keeps wte streaming
-#pragma omp parallel for schedule(static)
-  for (int v0 = 0; v0 < V; v0 += VB) {
-    const int v1 = v0 + VB < V ? v0 + VB : V;
+  parallel_for((V + VB - 1) / VB, [&](int blk) {
+    const int v0 = blk * VB, v1 = v0 + VB < V ? v0 + VB : V;
     for (int m = 0; m < M; m++) {
       const float* xr = x + static_cast<int64_t>(m) * C;
       for (int v = v0; v < v1; v++) {
@@ -24,7 +25,7 @@ inline void lm_head(float* logits,     // (M, V)
         logits[static_cast<int64_t>(m) * V + v] = acc;
       }
     }
-  }
+  });
 }
 
 }  // namespace servekit::kernels::ref

@@ -10,8 +10,7 @@
 #include <span>
 #include <vector>
 
-#include <omp.h>
-
+#include "servekit/core/thread_pool.hpp"
 #include "servekit/kernels/lora_args.hpp"
 
 namespace servekit::kernels::ref {
@@ -54,14 +53,12 @@ inline void lora_loop(float* y,           // (N, Nout)
   for (int32_t a : distinct) {
     if (!detail::adapts(tab, a)) continue;
     std::fill(d.begin(), d.end(), 0.f);
-#pragma omp parallel
-    {
-      std::vector<float> v(tab[a].rank);
-#pragma omp for schedule(static)
-      for (int r = 0; r < N; r++)
-        detail::lora_row(d.data() + static_cast<int64_t>(r) * Nout, x + static_cast<int64_t>(r) * K,
-                         tab[a], K, Nout, v.data());
-    }
+    parallel_for(N, [&](int r) {
+      thread_local std::vector<float> v;
+      v.resize(tab[a].rank);
+      detail::lora_row(d.data() + static_cast<int64_t>(r) * Nout, x + static_cast<int64_t>(r) * K,
+                       tab[a], K, Nout, v.data());
+    });
     for (int r = 0; r < N; r++)
       if (ad[r] == a)
         for (int n = 0; n < Nout; n++)
@@ -72,18 +69,14 @@ inline void lora_loop(float* y,           // (N, Nout)
 // Gathered (BGMV): each row, in parallel, reads its own adapter's A and B.
 inline void lora_gathered(float* y, const float* x, const int32_t* ad,
                           std::span<const LoraMats> tab, int N, int K, int Nout) {
-#pragma omp parallel
-  {
-    std::vector<float> v;
-#pragma omp for schedule(static)
-    for (int r = 0; r < N; r++) {
-      if (!detail::adapts(tab, ad[r])) continue;
-      const LoraMats& m = tab[ad[r]];
-      v.resize(m.rank);
-      detail::lora_row(y + static_cast<int64_t>(r) * Nout, x + static_cast<int64_t>(r) * K, m, K,
-                       Nout, v.data());
-    }
-  }
+  parallel_for(N, [&](int r) {
+    if (!detail::adapts(tab, ad[r])) return;
+    const LoraMats& m = tab[ad[r]];
+    thread_local std::vector<float> v;
+    v.resize(m.rank);
+    detail::lora_row(y + static_cast<int64_t>(r) * Nout, x + static_cast<int64_t>(r) * K, m, K,
+                     Nout, v.data());
+  });
 }
 
 // Segmented (SGMV): rows ordered by adapter (a stable sort, so each group keeps batch order);
@@ -107,8 +100,7 @@ inline void lora_segmented(float* y, const float* x, const int32_t* ad,
     const int M = s1 - s0;
     std::vector<float> v(static_cast<std::size_t>(M) * m.rank);
     // shrink: V (M, rank) = scale * X_g A^T
-#pragma omp parallel for schedule(static) if (split && M > 1)
-    for (int i = 0; i < M; i++) {
+    const auto shrink = [&](int i) {
       const float* xr = x + static_cast<int64_t>(order[s0 + i]) * K;
       for (int j = 0; j < m.rank; j++) {
         const float* ar = m.a + static_cast<int64_t>(j) * K;
@@ -117,10 +109,9 @@ inline void lora_segmented(float* y, const float* x, const int32_t* ad,
         for (int k = 0; k < K; k++) s += ar[k] * xr[k];
         v[static_cast<std::size_t>(i) * m.rank + j] = m.scale * s;
       }
-    }
+    };
     // expand: Y_g (M, Nout) += V B^T
-#pragma omp parallel for schedule(static) if (split)
-    for (int n = 0; n < Nout; n++) {
+    const auto expand = [&](int n) {
       const float* br = m.b + static_cast<int64_t>(n) * m.rank;
       for (int i = 0; i < M; i++) {
         const float* vr = v.data() + static_cast<std::size_t>(i) * m.rank;
@@ -129,12 +120,19 @@ inline void lora_segmented(float* y, const float* x, const int32_t* ad,
         for (int j = 0; j < m.rank; j++) s += br[j] * vr[j];
         y[static_cast<int64_t>(order[s0 + i]) * Nout + n] += s;
       }
+    };
+    if (split) {
+      parallel_for(M, shrink);
+      parallel_for(Nout, expand);
+    } else {
+      for (int i = 0; i < M; i++) shrink(i);
+      for (int n = 0; n < Nout; n++) expand(n);
     }
   };
   const int G = static_cast<int>(groups.size());
-  if (G >= omp_get_max_threads()) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int g = 0; g < G; g++) run(groups[g].first, groups[g].second, false);
+  if (G >= host_threads()) {
+    parallel_for(
+        G, [&](int g) { run(groups[g].first, groups[g].second, false); }, 1);
   } else {
     for (const auto& [s0, s1] : groups) run(s0, s1, true);
   }

@@ -7,8 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <omp.h>
-
+#include "servekit/core/thread_pool.hpp"
 #include "servekit/kernels/ref/gelu.hpp"
 
 namespace servekit::kernels::ref {
@@ -49,22 +48,23 @@ float* thread_scratch(std::size_t n) {
 template <Epilogue E, class Band>
 void banded_rows(float* out, const float* b, const float* add, int M, int K, int N, int align,
                  const Band& band) {
-  const int T = omp_get_max_threads();
+  const int T = host_threads();
   const int units = K / align;  // bands are whole multiples of align
   const int n_bands = std::max(1, std::min({T, units, std::max(1, K / 64)}));
   float* part = thread_scratch<0>(static_cast<std::size_t>(n_bands) * M * N);  // (bands, M, N)
-#pragma omp parallel for schedule(static) num_threads(n_bands)
-  for (int i = 0; i < n_bands; i++) {
-    const int k0 = static_cast<int>(static_cast<int64_t>(units) * i / n_bands) * align;
-    const int k1 = static_cast<int>(static_cast<int64_t>(units) * (i + 1) / n_bands) * align;
-    float* acc = part + static_cast<std::size_t>(i) * M * N;
-    std::fill(acc, acc + static_cast<std::size_t>(M) * N, 0.f);
-    band(k0, k1, acc);
-  }
+  parallel_for(
+      n_bands,
+      [&](int i) {
+        const int k0 = static_cast<int>(static_cast<int64_t>(units) * i / n_bands) * align;
+        const int k1 = static_cast<int>(static_cast<int64_t>(units) * (i + 1) / n_bands) * align;
+        float* acc = part + static_cast<std::size_t>(i) * M * N;
+        std::fill(acc, acc + static_cast<std::size_t>(M) * N, 0.f);
+        band(k0, k1, acc);
+      },
+      1);
   constexpr int NB = 256;
-#pragma omp parallel for schedule(static)
-  for (int n0 = 0; n0 < N; n0 += NB) {
-    const int cols = std::min(NB, N - n0);
+  parallel_for((N + NB - 1) / NB, [&](int p) {
+    const int n0 = p * NB, cols = std::min(NB, N - n0);
     float sum[NB];
     for (int r = 0; r < M; r++) {
       for (int c = 0; c < cols; c++) sum[c] = 0.f;
@@ -75,7 +75,20 @@ void banded_rows(float* out, const float* b, const float* add, int M, int K, int
       store_row<E>(out + static_cast<int64_t>(r) * N + n0, sum, b ? b + n0 : nullptr,
                    add ? add + static_cast<int64_t>(r) * N + n0 : nullptr, cols);
     }
-  }
+  });
+}
+
+// The prefill shape: one task per (MB, NB) block of the output, f(m0, rows, n0, cols).
+template <int MB, int NB, class F>
+void parallel_blocks(int M, int N, const F& f) {
+  const int n_blocks = (N + NB - 1) / NB, m_blocks = (M + MB - 1) / MB;
+  parallel_for(
+      m_blocks * n_blocks,
+      [&](int blk) {
+        const int m0 = blk / n_blocks * MB, n0 = blk % n_blocks * NB;
+        f(m0, std::min(MB, M - m0), n0, std::min(NB, N - n0));
+      },
+      1);
 }
 
 // Prefill micro-kernel: an MR x NR tile of the output held in registers while a K band
@@ -128,27 +141,26 @@ void matmul(float* out,      // (M, N)
     // Inside a block, 8 x 32 register tiles (measured best of 4..16 x 32..64 on AVX-512).
     constexpr int MR = 8, NR = 32, NB = 256, KB = 256;
     const int n_panels = (N + NB - 1) / NB;
-#pragma omp parallel
-    {
-      float* acc = thread_scratch<1>(static_cast<std::size_t>(M) * NB);  // (M, NB) panel sums
-#pragma omp for schedule(dynamic, 1)
-      for (int p = 0; p < n_panels; p++) {
-        const int n0 = p * NB, ncols = std::min(NB, N - n0);
-        std::fill(acc, acc + static_cast<std::size_t>(M) * NB, 0.f);
-        for (int k0 = 0; k0 < K; k0 += KB) {
-          const int k1 = std::min(K, k0 + KB);
-          for (int m0 = 0; m0 < M; m0 += MR)
-            for (int c0 = 0; c0 < ncols; c0 += NR)
-              matmul_tile<MR, NR>(acc + static_cast<std::size_t>(m0) * NB + c0, NB,
-                                  x + static_cast<int64_t>(m0) * K, K, W + n0 + c0, N, k0, k1,
-                                  std::min(MR, M - m0), std::min(NR, ncols - c0));
-        }
-        for (int r = 0; r < M; r++)
-          store_row<E>(out + static_cast<int64_t>(r) * N + n0,
-                       acc + static_cast<std::size_t>(r) * NB, b ? b + n0 : nullptr,
-                       add ? add + static_cast<int64_t>(r) * N + n0 : nullptr, ncols);
-      }
-    }
+    parallel_for(
+        n_panels,
+        [&](int p) {
+          float* acc = thread_scratch<1>(static_cast<std::size_t>(M) * NB);  // (M, NB) panel sums
+          const int n0 = p * NB, ncols = std::min(NB, N - n0);
+          std::fill(acc, acc + static_cast<std::size_t>(M) * NB, 0.f);
+          for (int k0 = 0; k0 < K; k0 += KB) {
+            const int k1 = std::min(K, k0 + KB);
+            for (int m0 = 0; m0 < M; m0 += MR)
+              for (int c0 = 0; c0 < ncols; c0 += NR)
+                matmul_tile<MR, NR>(acc + static_cast<std::size_t>(m0) * NB + c0, NB,
+                                    x + static_cast<int64_t>(m0) * K, K, W + n0 + c0, N, k0, k1,
+                                    std::min(MR, M - m0), std::min(NR, ncols - c0));
+          }
+          for (int r = 0; r < M; r++)
+            store_row<E>(out + static_cast<int64_t>(r) * N + n0,
+                         acc + static_cast<std::size_t>(r) * NB, b ? b + n0 : nullptr,
+                         add ? add + static_cast<int64_t>(r) * N + n0 : nullptr, ncols);
+        },
+        1);
     return;
   }
   // Decode (a few rows): bandwidth-bound on W.
