@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "servekit/core/error.hpp"
+#include "servekit/text/vocab_dir.hpp"
 
 namespace servekit::cli {
 
@@ -54,8 +55,8 @@ inline std::vector<int32_t> parse_ids(const std::string& flag, const std::string
 }
 
 // The vocabulary: --vocab, else the model folder (HF ships vocab.json + merges.txt beside the
-// weights, OpenAI's layout encoder.json + vocab.bpe), else $SERVEKIT_VOCAB, else the GPT-2
-// vocabulary next to the source tree.
+// weights, OpenAI's layout encoder.json + vocab.bpe), else the GPT-2 vocabulary that ships with
+// servekit ($SERVEKIT_VOCAB overrides it; text/vocab_dir.hpp).
 inline fs::path find_vocab(const std::string& vocab, const std::string& model) {
   if (!vocab.empty()) return vocab;
   // Any tokenizer file in the model folder means the folder's own tokenizer: an incomplete
@@ -63,8 +64,7 @@ inline fs::path find_vocab(const std::string& vocab, const std::string& model) {
   if (!model.empty())
     for (const char* f : {"vocab.json", "merges.txt", "encoder.json", "vocab.bpe"})
       if (fs::exists(fs::path(model) / f)) return model;
-  if (const char* env = std::getenv("SERVEKIT_VOCAB")) return env;
-  return SERVEKIT_DEFAULT_VOCAB;
+  return text::default_vocab_dir();
 }
 
 // Invalid UTF-8 in generated text becomes U+FFFD instead of an exception.

@@ -10,6 +10,5 @@ set_target_properties(servekit_cli PROPERTIES OUTPUT_NAME servekit)
 target_link_libraries(servekit_cli PRIVATE servekit::servekit servekit::http servekit_warnings
   CLI11::CLI11)
 target_compile_definitions(servekit_cli PRIVATE
-  SERVEKIT_DEFAULT_VOCAB="${PROJECT_SOURCE_DIR}/../shared/data/gpt2"
   SERVEKIT_VERSION="${PROJECT_VERSION}")
 install(TARGETS servekit_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

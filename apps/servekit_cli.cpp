@@ -210,23 +210,46 @@ int generate_with(Model& model, const GenerateArgs& a, const sk::text::Gpt2Token
 
 }  // namespace
 
+constexpr const char* kVocabHelp =
+    "tokenizer folder (default: the model folder's own, else $SERVEKIT_VOCAB, else the GPT-2 "
+    "vocabulary installed with servekit; --version shows which)";
+
 int main(int argc, char** argv) {
   CLI::App app{"servekit: GPT-2 serving techniques, one policy at a time"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("servekit ") + SERVEKIT_VERSION);
+  // The vocabulary in use is part of what an install is: shown beside the version.
+  app.set_version_flag("--version", [] {
+    std::string v = std::string("servekit ") + SERVEKIT_VERSION + "\nvocabulary: ";
+    try {
+      v += sk::text::default_vocab_dir().string();
+    } catch (const std::exception& e) {
+      v += e.what();
+    }
+    return v;
+  });
 
   std::string tok_vocab;
   auto* tokenize =
       app.add_subcommand("tokenize", "JSON lines {\"text\": ...} on stdin -> {\"ids\": [...]}");
   tokenize->add_option("--vocab", tok_vocab,
-                       "folder with encoder.json+vocab.bpe or vocab.json+merges.txt");
+                       "folder with encoder.json+vocab.bpe or vocab.json+merges.txt (default: "
+                       "$SERVEKIT_VOCAB, else the GPT-2 vocabulary installed with servekit)");
+
+  // The host kernels' threads (core/thread_pool.hpp), for generate, batch and serve.
+  int threads = 0;
+  const auto add_threads = [&](CLI::App* sub) {
+    sub->add_option("--threads", threads,
+                    "threads of the host kernels (default: $SERVEKIT_THREADS, else "
+                    "$OMP_NUM_THREADS, else every CPU this process may use)")
+        ->check(CLI::Range(1, 1024));
+  };
 
   GenerateArgs g;
   auto* gen = app.add_subcommand("generate", "generate a continuation of a prompt");
+  add_threads(gen);
   gen->add_option("--model", g.model,
                   "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
-  gen->add_option("--vocab", g.vocab,
-                  "tokenizer folder (default: the model folder, else the GPT-2 vocabulary)");
+  gen->add_option("--vocab", g.vocab, kVocabHelp);
   auto* ptext = gen->add_option("--prompt", g.prompt, "prompt text");
   std::string positional;
   auto* ppos = gen->add_option("text", positional, "prompt text (the same as --prompt)");
@@ -262,11 +285,11 @@ int main(int argc, char** argv) {
   sk::cli::BatchArgs b;
   auto* batch =
       app.add_subcommand("batch", "run a file of requests (JSON lines) through the serving engine");
+  add_threads(batch);
   batch->add_option(
       "--model", b.model,
       "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
-  batch->add_option("--vocab", b.vocab,
-                    "tokenizer folder (default: the model folder, else the GPT-2 vocabulary)");
+  batch->add_option("--vocab", b.vocab, kVocabHelp);
   batch
       ->add_option("--input", b.input,
                    "JSON lines: {\"prompt\": ..., \"max_new_tokens\": ..., \"temperature\": ...}")
@@ -289,10 +312,10 @@ int main(int argc, char** argv) {
   sk::cli::ServeArgs sv;
   auto* srv = app.add_subcommand(
       "serve", "HTTP server: LoRAX / text-generation-inference and OpenAI completions APIs");
+  add_threads(srv);
   srv->add_option("--model", sv.model,
                   "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
-  srv->add_option("--vocab", sv.vocab,
-                  "tokenizer folder (default: the model folder, else the GPT-2 vocabulary)");
+  srv->add_option("--vocab", sv.vocab, kVocabHelp);
   srv->add_option("--adapter,--adapters", sv.adapters,
                   "LoRA adapters: ID=DIR, an adapter folder (id: its name), or a folder of them "
                   "(ids: their paths below it, e.g. predibase/cnn); repeatable");
@@ -341,6 +364,7 @@ int main(int argc, char** argv) {
     }
   if (!positional.empty()) g.prompt = positional;
   try {
+    if (threads > 0) sk::set_host_threads(threads);
     if (*tokenize) return run_tokenize(tok_vocab);
     if (*srv) {
       if (!serve_seed.empty()) sv.seed = sk::cli::parse_number<uint64_t>("--seed", serve_seed);

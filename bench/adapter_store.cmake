@@ -1,5 +1,3 @@
 # SPDX-License-Identifier: Apache-2.0
 add_executable(bench_adapter_store ${CMAKE_CURRENT_LIST_DIR}/adapter_store.cpp)
 target_link_libraries(bench_adapter_store PRIVATE servekit::servekit servekit_warnings CLI11::CLI11)
-target_compile_definitions(bench_adapter_store PRIVATE
-  SERVEKIT_DEFAULT_VOCAB="${PROJECT_SOURCE_DIR}/../shared/data/gpt2")

@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
       r.prompt_ids.push_back(static_cast<int32_t>(data() % D::vocab));
     r.stop = {.max_new_tokens = tokens, .stop_at_eos = false};
   }
-  auto tok = sk::text::Gpt2Tokenizer::from_dir(SERVEKIT_DEFAULT_VOCAB);
+  auto tok = sk::text::Gpt2Tokenizer::from_dir(sk::text::default_vocab_dir());
   sk::serve::EngineOptions opt{.max_batch = batch, .max_batched_tokens = batch * prompt};
   opt.adapter_host_bytes = host_adapters * one;
   opt.adapter_device_bytes = device_adapters * one;

@@ -34,7 +34,7 @@ using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>>>;
 using ContigModel = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous>>;
 
 struct Args {
-  std::string vocab = SERVEKIT_DEFAULT_VOCAB, out = "out/bench_engine",
+  std::string vocab = sk::text::default_vocab_dir().string(), out = "out/bench_engine",
               parts = "course,poisson,sweep";
   int poisson_requests = 24, max_sweep = 64;
   std::vector<double> rates = {0.5, 1, 2, 4};

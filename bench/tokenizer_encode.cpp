@@ -65,7 +65,7 @@ double best_of(int n, F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const fs::path dir = argc > 1 ? fs::path(argv[1]) : fs::path(SERVEKIT_SHARED_DATA) / "gpt2";
+  const fs::path dir = argc > 1 ? fs::path(argv[1]) : fs::path(SERVEKIT_DATA) / "gpt2";
   const std::string text = bench_text();
   const double mb = double(text.size()) / 1e6;
 

@@ -2,4 +2,3 @@
 add_executable(02_batching ${CMAKE_CURRENT_LIST_DIR}/02_batching/main.cpp)
 target_link_libraries(02_batching PRIVATE servekit::servekit servekit_warnings CLI11::CLI11)
 target_include_directories(02_batching PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-target_compile_definitions(02_batching PRIVATE SERVEKIT_DEFAULT_VOCAB="${PROJECT_SOURCE_DIR}/../shared/data/gpt2")

@@ -2,4 +2,3 @@
 add_executable(04_quantization ${CMAKE_CURRENT_LIST_DIR}/04_quantization/main.cpp)
 target_link_libraries(04_quantization PRIVATE servekit::servekit servekit_warnings CLI11::CLI11)
 target_include_directories(04_quantization PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-target_compile_definitions(04_quantization PRIVATE SERVEKIT_DEFAULT_VOCAB="${PROJECT_SOURCE_DIR}/../shared/data/gpt2")

@@ -2,4 +2,3 @@
 add_executable(05_lora ${CMAKE_CURRENT_LIST_DIR}/05_lora/main.cpp)
 target_link_libraries(05_lora PRIVATE servekit::servekit servekit_warnings CLI11::CLI11)
 target_include_directories(05_lora PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-target_compile_definitions(05_lora PRIVATE SERVEKIT_DEFAULT_VOCAB="${PROJECT_SOURCE_DIR}/../shared/data/gpt2")

@@ -2,4 +2,3 @@
 add_executable(06_multi_lora ${CMAKE_CURRENT_LIST_DIR}/06_multi_lora/main.cpp)
 target_link_libraries(06_multi_lora PRIVATE servekit::servekit servekit_warnings CLI11::CLI11)
 target_include_directories(06_multi_lora PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-target_compile_definitions(06_multi_lora PRIVATE SERVEKIT_DEFAULT_VOCAB="${PROJECT_SOURCE_DIR}/../shared/data/gpt2")

@@ -21,7 +21,7 @@ target_link_libraries(test_gpt2_cuda PRIVATE servekit::servekit servekit_cuda_fl
   Catch2::Catch2)
 set_target_properties(test_gpt2_cuda PROPERTIES CUDA_ARCHITECTURES "80;90")
 target_compile_definitions(test_gpt2_cuda PRIVATE
-  SERVEKIT_FIXTURES="${SERVEKIT_FIXTURES}" SERVEKIT_SHARED_DATA="${SERVEKIT_SHARED_DATA}")
+  SERVEKIT_FIXTURES="${SERVEKIT_FIXTURES}" SERVEKIT_DATA="${SERVEKIT_DATA}")
 
 execute_process(COMMAND nvidia-smi -L RESULT_VARIABLE servekit_smi_rc OUTPUT_VARIABLE servekit_gpus
   ERROR_QUIET)

@@ -24,8 +24,7 @@ namespace servekit::test::engine {
 constexpr float kNearTie = 1e-3f;
 
 inline const text::Gpt2Tokenizer& tokenizer() {
-  static auto tok =
-      text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_SHARED_DATA) / "gpt2");
+  static auto tok = text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_DATA) / "gpt2");
   return tok;
 }
 

@@ -19,10 +19,12 @@ struct Run {
   std::string out;  // stdout and stderr together
 };
 
-Run run(const std::string& args, const std::string& stdin_text = "") {
+// env: "NAME=value" set for the program only (empty: the test's environment as it is).
+Run run_env(const std::string& env, const std::string& args, const std::string& stdin_text = "") {
   const fs::path in = fs::temp_directory_path() / "servekit_cli_stdin.txt";
   std::ofstream(in) << stdin_text;
-  const std::string cmd = std::string(SERVEKIT_CLI) + " " + args + " < " + in.string() + " 2>&1";
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(SERVEKIT_CLI) +
+                          " " + args + " < " + in.string() + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p);
   std::string out;
@@ -32,7 +34,11 @@ Run run(const std::string& args, const std::string& stdin_text = "") {
   return {WEXITSTATUS(status), out};
 }
 
-const std::string kVocab = std::string(SERVEKIT_SHARED_DATA) + "/gpt2";
+Run run(const std::string& args, const std::string& stdin_text = "") {
+  return run_env("", args, stdin_text);
+}
+
+const std::string kVocab = std::string(SERVEKIT_DATA) + "/gpt2";
 const std::string kTinyA = std::string(SERVEKIT_FIXTURES) + "/tiny-a";
 
 std::string join(const std::vector<int32_t>& v) {
@@ -289,6 +295,35 @@ TEST_CASE("the model folder's own tokenizer files win, and an incomplete pair is
   r = run("generate --model " + dir.string() + " --prompt-ids 1,2 --max-new-tokens 2 --json");
   INFO(r.out);
   CHECK(r.code == 0);
+}
+
+TEST_CASE("the GPT-2 vocabulary ships with servekit; SERVEKIT_VOCAB overrides it") {
+  const auto canon = [](const std::string& p) { return fs::weakly_canonical(p).string(); };
+  // The build tree's program reads the source tree's data/gpt2 (an installed one its own
+  // share/servekit/gpt2: tests/package.cmake, cli_installed).
+  auto r = run("--version");
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("vocabulary: " + canon(kVocab)));
+  const std::string hello = "{\"text\": \"Hello world\"}\n";
+  r = run("tokenize", hello);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("[15496,995]"));
+  // Another vocabulary by environment: the 512-token one gives other ids.
+  const std::string tiny = std::string(SERVEKIT_FIXTURES) + "/tiny-vocab";
+  r = run_env("SERVEKIT_VOCAB=" + tiny, "--version");
+  CHECK_THAT(r.out, Contains("vocabulary: " + tiny));
+  r = run_env("SERVEKIT_VOCAB=" + tiny, "tokenize", hello);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("\"ids\""));
+  CHECK_THAT(r.out, !Contains("[15496,995]"));
+  // A wrong SERVEKIT_VOCAB is an error naming it, not a fall back to another vocabulary.
+  r = run_env("SERVEKIT_VOCAB=/nonexistent/vocab", "tokenize", hello);
+  CHECK(r.code != 0);
+  CHECK_THAT(r.out, Contains("SERVEKIT_VOCAB=/nonexistent/vocab: no vocabulary there"));
+  // --vocab wins over the environment.
+  r = run_env("SERVEKIT_VOCAB=/nonexistent/vocab", "tokenize --vocab " + kVocab, hello);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("[15496,995]"));
 }
 
 TEST_CASE("generate behaves like the tools people know") {

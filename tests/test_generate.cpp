@@ -18,7 +18,7 @@ using Model = sk::Gpt2<sk::Config<D>>;
 namespace {
 const sk::text::Gpt2Tokenizer& tokenizer() {
   static auto tok =
-      sk::text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_SHARED_DATA) / "gpt2");
+      sk::text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_DATA) / "gpt2");
   return tok;
 }
 const std::filesystem::path kDir = std::filesystem::path(SERVEKIT_FIXTURES) / "tiny-a";

@@ -64,8 +64,7 @@ TEST_CASE("an exhausted cache is an error, and released slots come back") {
 
 TEST_CASE("generate rejects an empty or over-long prompt and bad sampling parameters") {
   auto model = Model::random(7);
-  auto tok =
-      sk::text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_SHARED_DATA) / "gpt2");
+  auto tok = sk::text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_DATA) / "gpt2");
   sk::serve::GenerateOptions opt;
   std::vector<int32_t> none;
   REQUIRE_THROWS_WITH(sk::serve::generate(model, tok, none, opt), Contains("prompt is empty"));
@@ -82,8 +81,7 @@ TEST_CASE("generate rejects an empty or over-long prompt and bad sampling parame
 
 TEST_CASE("generation stops at the context length instead of running past n_positions") {
   auto model = Model::random(3);
-  auto tok =
-      sk::text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_SHARED_DATA) / "gpt2");
+  auto tok = sk::text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_DATA) / "gpt2");
   std::vector<int32_t> p(D::n_positions - 2, 5);
   sk::serve::GenerateOptions opt;
   opt.stop.max_new_tokens = 10;

@@ -37,7 +37,7 @@ std::vector<Case> load_cases() {
 }
 
 const Gpt2Tokenizer& gpt2() {
-  static const Gpt2Tokenizer tok = Gpt2Tokenizer::from_dir(fs::path(SERVEKIT_SHARED_DATA) / "gpt2");
+  static const Gpt2Tokenizer tok = Gpt2Tokenizer::from_dir(fs::path(SERVEKIT_DATA) / "gpt2");
   return tok;
 }
 
@@ -100,7 +100,7 @@ TEST_CASE("token_bytes concatenate to decode", "[text]") {
 }
 
 TEST_CASE("OpenAI and HF file layouts give the same ids", "[text]") {
-  const fs::path src = fs::path(SERVEKIT_SHARED_DATA) / "gpt2";
+  const fs::path src = fs::path(SERVEKIT_DATA) / "gpt2";
   const fs::path dir = fs::temp_directory_path() / "servekit_test_tokenizer_hf_layout";
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -131,7 +131,7 @@ TEST_CASE("OpenAI and HF file layouts give the same ids", "[text]") {
 TEST_CASE("encode from several threads at once agrees with one thread", "[text]") {
   const auto cases = load_cases();
   // A fresh tokenizer so the threads race on filling the word cache too.
-  const auto tok = Gpt2Tokenizer::from_dir(fs::path(SERVEKIT_SHARED_DATA) / "gpt2");
+  const auto tok = Gpt2Tokenizer::from_dir(fs::path(SERVEKIT_DATA) / "gpt2");
   std::vector<std::vector<std::vector<int32_t>>> got(4);
   std::vector<std::thread> threads;
   for (size_t t = 0; t < got.size(); ++t) {

@@ -125,7 +125,7 @@ TEST_CASE("a merge whose parts are not in the vocabulary is named", "[text]") {
 }
 
 TEST_CASE("an out-of-range id names the id and the vocab size", "[text]") {
-  const auto tok = Gpt2Tokenizer::from_dir(fs::path(SERVEKIT_SHARED_DATA) / "gpt2");
+  const auto tok = Gpt2Tokenizer::from_dir(fs::path(SERVEKIT_DATA) / "gpt2");
   const std::vector<int32_t> ids = {15496, 50257};
   REQUIRE_THROWS_WITH(tok.decode(ids),
                       Contains("token id 50257") && Contains("vocab size is 50257"));

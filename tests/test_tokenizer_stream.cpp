@@ -21,7 +21,7 @@ using servekit::text::StreamDecoder;
 namespace {
 
 const Gpt2Tokenizer& gpt2() {
-  static const Gpt2Tokenizer tok = Gpt2Tokenizer::from_dir(fs::path(SERVEKIT_SHARED_DATA) / "gpt2");
+  static const Gpt2Tokenizer tok = Gpt2Tokenizer::from_dir(fs::path(SERVEKIT_DATA) / "gpt2");
   return tok;
 }
 

@@ -34,7 +34,7 @@ import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
 
 ROOT = Path(__file__).resolve().parent.parent
-GPT2_VOCAB = ROOT.parent / "shared" / "data" / "gpt2"
+GPT2_VOCAB = ROOT / "data" / "gpt2"
 N_STEPS = 12  # greedy decode steps per single-prompt case
 BATCH_STEPS = 10  # greedy decode steps for the left-padded batch
 COURSE_PROMPTS = ["The quick brown fox jumped over the", "The rain in Spain falls", "What comes up must"]

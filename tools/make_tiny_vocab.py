@@ -5,7 +5,7 @@
 scheme cut short: the 256 byte symbols in GPT-2's order, then the first 255 of GPT-2's merges
 whose parts are already in the vocabulary, then <|endoftext|> = 511 (the tiny models' EOS).
 
-Needs only the standard library and GPT-2's vocab.bpe (../shared/data/gpt2 by default):
+Needs only the standard library and GPT-2's vocab.bpe (data/gpt2 by default):
     python3 tools/make_tiny_vocab.py [--bpe PATH] [--out DIR]
 """
 import argparse
@@ -30,7 +30,7 @@ def bytes_to_unicode():
 def main():
     root = pathlib.Path(__file__).resolve().parent.parent
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bpe", default=root.parent / "shared/data/gpt2/vocab.bpe")
+    ap.add_argument("--bpe", default=root / "data/gpt2/vocab.bpe")
     ap.add_argument("--out", default=root / "tests/fixtures/tiny-vocab")
     a = ap.parse_args()
     vocab = {s: i for i, s in enumerate(bytes_to_unicode())}

@@ -344,7 +344,7 @@ def bench_text(cases):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gpt2", default=os.path.join(ROOT, "..", "shared", "data", "gpt2"))
+    ap.add_argument("--gpt2", default=os.path.join(ROOT, "data", "gpt2"))
     ap.add_argument("--bench", action="store_true")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)

@@ -51,9 +51,8 @@ int main(int argc, char** argv) {
   const char* folder = argc > 1 ? argv[1] : nullptr;
   try {
     // The model folder's own vocab.json + merges.txt, else GPT-2's vocabulary.
-    const std::string vocab = folder && std::filesystem::exists(std::string(folder) + "/vocab.json")
-                                  ? folder
-                                  : SERVEKIT_DEFAULT_VOCAB;
+    const std::filesystem::path vocab =
+        folder && sk::text::holds_vocab(folder) ? folder : sk::text::default_vocab_dir();
     auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab);
     const std::string prompt = "The quick brown fox";
     std::printf("tokens of \"%s\":", prompt.c_str());

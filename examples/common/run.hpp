@@ -13,16 +13,16 @@
 #include "servekit/model/dispatch.hpp"
 #include "servekit/model/hf_config.hpp"
 #include "servekit/text/tokenizer.hpp"
+#include "servekit/text/vocab_dir.hpp"
 
 namespace servekit::examples {
 
 // --vocab, else the model folder (HF ships vocab.json + merges.txt beside the weights), else
-// the GPT-2 vocabulary next to the source tree.
+// the GPT-2 vocabulary that ships with servekit ($SERVEKIT_VOCAB overrides it).
 inline std::filesystem::path find_vocab(const std::string& vocab, const std::string& model) {
-  namespace fs = std::filesystem;
   if (!vocab.empty()) return vocab;
-  if (!model.empty() && fs::exists(fs::path(model) / "vocab.json")) return model;
-  return SERVEKIT_DEFAULT_VOCAB;
+  if (!model.empty() && text::holds_vocab(model)) return model;
+  return text::default_vocab_dir();
 }
 
 // --model and --vocab, the options every lesson takes.

@@ -30,6 +30,7 @@
 #include "servekit/text/bpe.hpp"
 #include "servekit/text/byte_unicode.hpp"
 #include "servekit/text/pretokenize.hpp"
+#include "servekit/text/vocab_dir.hpp"
 
 namespace servekit::text {
 
@@ -108,6 +109,10 @@ struct BpeWork {
 class Gpt2Tokenizer {
  public:
   static constexpr std::string_view kEndOfText = "<|endoftext|>";
+
+  // GPT-2's vocabulary as it ships with servekit (default_vocab_dir(): $SERVEKIT_VOCAB, the
+  // installed share/servekit/gpt2, or the source tree's data/gpt2).
+  static Gpt2Tokenizer gpt2() { return from_dir(default_vocab_dir()); }
 
   // dir holds encoder.json + vocab.bpe (OpenAI) or vocab.json + merges.txt (Hugging Face).
   static Gpt2Tokenizer from_dir(const std::filesystem::path& dir) {
