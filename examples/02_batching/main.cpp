@@ -97,6 +97,16 @@ Run run_batch(Model& model, const std::vector<std::vector<int32_t>>& prompts, in
   return r;
 }
 
+// A (rows, cols) tensor printed like torch: one bracketed row per line.
+void print_rows(const char* name, const std::vector<int32_t>& t, int rows, int cols) {
+  std::printf("  %s [%d, %d]:\n", name, rows, cols);
+  for (int r = 0; r < rows; r++) {
+    std::printf("    [");
+    for (int c = 0; c < cols; c++) std::printf("%6d", t[static_cast<std::size_t>(r) * cols + c]);
+    std::printf(" ]\n");
+  }
+}
+
 template <class Model>
 int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok, Model& model) {
   std::printf("composition: %s\n", Model::name().c_str());
@@ -107,6 +117,31 @@ int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok, Model& model) {
     for (auto& t : ids.back()) t %= V;  // test-sized models have a smaller vocabulary
   }
   const int32_t pad = tok.eos_id() < V ? tok.eos_id() : V - 1;  // the course pads with EOS
+
+  // 0. What the model is given for the three prompts as one batch.
+  if constexpr (!sk::kv::is_paged<typename Model::Config::Kv>) {
+    // The course's tokenizer(prompts, padding=True) with padding_side="left", and HF's
+    // position ids: each row's real tokens count from 0 whatever its padding.
+    sk::serve::PaddedBatch pb(ids, pad);
+    const int B = pb.rows(), Tp = pb.t_pad();
+    std::printf("\nthe batch as the course builds it (left padding with id %d):\n", pad);
+    print_rows("input_ids", pb.tokens(), B, Tp);
+    print_rows("attention_mask", pb.attention_mask(), B, Tp);
+    print_rows("position_ids", pb.position_ids(), B, Tp);
+  } else {
+    // A paged cache needs no padding: the prompts go in back to back, each with its own
+    // slot and start position (model::SeqStep), and attention stays within a sequence.
+    std::printf("\nthe batch as a ragged step (no padding):\n  input_ids [");
+    int total = 0;
+    for (std::size_t i = 0; i < ids.size(); i++) {
+      if (i) std::printf(" |");
+      for (int32_t t : ids[i]) std::printf(" %d", t);
+      total += static_cast<int>(ids[i].size());
+    }
+    std::printf(" ]  (%d tokens)\n  sequences (slot, start position, tokens):", total);
+    for (std::size_t i = 0; i < ids.size(); i++) std::printf(" (%zu, 0, %zu)", i, ids[i].size());
+    std::printf("\n");
+  }
 
   // 1. The three prompts as one batch.
   Run first = run_batch(model, ids, a.tokens, pad, a.max_len);

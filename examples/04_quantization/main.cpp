@@ -7,6 +7,7 @@
 //   scale = (max - min) / 255, q = uint8(clamp((w - min) / scale, 0, 255)), w' = q scale + min
 // This example runs the same model in fp32, fp16, bf16 and zero-point uint8 per tensor (the
 // course's), per output channel and per group of 64 input rows, and shows:
+//   0. one weight matrix's corner before and after quantize -> dequantize, and the error;
 //   1. the footprint of each, and the course's get_memory_footprint() numbers rebuilt from it;
 //   2. the quantization error per tensor |w - w'| (max and mean) of each format;
 //   3. the greedy continuation of the course's prompts in fp32 beside each format;
@@ -50,6 +51,35 @@ double mib(std::size_t b) {
   return b / 1048576.0;
 }
 
+// The corner of one weight matrix that every format is shown on: h.0.attn.c_attn.weight, HF's
+// (in, out) layout, rows 0..2 and columns 0..4.
+constexpr int kCornerRows = 3, kCornerCols = 5;
+
+void print_corner(const char* what, auto value) {
+  std::printf("  %-24s", what);
+  for (int k = 0; k < kCornerRows; k++) {
+    std::printf(k ? "\n  %-24s[" : "[", "");
+    for (int n = 0; n < kCornerCols; n++) std::printf(" %+.6f", value(k, n));
+    std::printf(" ]");
+  }
+  std::printf("\n");
+}
+
+// What quantize -> dequantize does to the corner's numbers in format F.
+template <class F>
+void show_corner(const sk::model::Gpt2Tensors& t) {
+  const int C = t.config.n_embd;
+  const auto& w = t.layers[0].attn_w;  // (C, 3C)
+  const auto m = sk::weights::Matrix<F>::from_f32(w, C, 3 * C, "h.0.attn.c_attn.weight");
+  const auto orig = [&](int k, int n) { return w[static_cast<std::size_t>(k) * 3 * C + n]; };
+  std::printf("h.0.attn.c_attn.weight [%d, %d], corner [0:%d, 0:%d]:\n", C, 3 * C, kCornerRows,
+              kCornerCols);
+  print_corner("fp32", orig);
+  print_corner(("-> " + std::string(F::name) + " -> fp32").c_str(),
+               [&](int k, int n) { return m.dequant(k, n); });
+  print_corner("error", [&](int k, int n) { return m.dequant(k, n) - orig(k, n); });
+}
+
 template <class D, class F>
 Row run_format(const Args& a, const sk::model::Gpt2Tensors& t, const sk::text::Gpt2Tokenizer& tok,
                std::vector<std::vector<int32_t>>& fp32_ids) {
@@ -60,6 +90,7 @@ Row run_format(const Args& a, const sk::model::Gpt2Tensors& t, const sk::text::G
   auto cache = model.make_cache(1);
   Row r{std::string(F::name), sk::footprint(model, &cache)};
   r.fp.print();
+  show_corner<F>(t);
 
   // Quantization error per tensor, summarised: the worst matrix, the mean over matrices.
   auto errs = sk::quant_report<F>(t);
