@@ -120,3 +120,18 @@ TEST_CASE("values a float or int64 cannot hold are refused, not rounded or overf
                     R"({"a": {"dtype": "F32", "shape": [5, 0], "data_offsets": [0, 0]}})");
   CHECK(sk::io::SafetensorsFile::open(tmp / "y.safetensors").at("a").numel() == 0);
 }
+
+TEST_CASE("a tensor defined twice in a safetensors header is refused, not read as the last",
+          "[bad]") {
+  sk::testing::TempDir tmp;
+  write_safetensors(tmp / "d.safetensors",
+                    R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}, )"
+                    R"("w": {"dtype": "F16", "shape": [0], "data_offsets": [0, 0]}})");
+  REQUIRE_THROWS_WITH(sk::io::SafetensorsFile::open(tmp / "d.safetensors"),
+                      Contains("d.safetensors") && Contains("tensor \"w\" is defined twice"));
+  // The same key at a deeper level (inside two tensors' entries) is not a duplicate.
+  write_safetensors(tmp / "ok.safetensors",
+                    R"({"a": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}, )"
+                    R"("b": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})");
+  CHECK(sk::io::SafetensorsFile::open(tmp / "ok.safetensors").entries().size() == 2);
+}

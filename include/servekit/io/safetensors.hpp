@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -104,12 +105,23 @@ class SafetensorsFile {
     const std::span<const std::byte> data = all.subspan(8 + n);
 
     nlohmann::json header;
+    // A name given twice would otherwise be read as its last definition, silently.
+    std::string twice;
+    std::unordered_set<std::string> names;
+    const auto dup_check = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& k) {
+      if (depth == 1 && ev == nlohmann::json::parse_event_t::key && twice.empty() &&
+          !names.insert(k.get<std::string>()).second)
+        twice = k.get<std::string>();
+      return true;
+    };
     try {
       const char* text = reinterpret_cast<const char*>(all.data() + 8);
-      header = nlohmann::json::parse(text, text + n);
+      header = nlohmann::json::parse(text, text + n, dup_check);
     } catch (const nlohmann::json::exception& e) {
       fail(p, ": header is not valid JSON: ", e.what());
     }
+    if (!twice.empty())
+      fail(p, ": tensor ", json_brief(nlohmann::json(twice)), " is defined twice in the header");
     if (!header.is_object()) fail(p, ": header is a JSON ", header.type_name(), ", not an object");
 
     for (auto it = header.begin(); it != header.end(); ++it) {
