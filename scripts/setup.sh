@@ -4,7 +4,7 @@
 # and says which. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config catch2 nlohmann-json3-dev libcli11-dev libboost-context-dev libicu-dev
-  libcpp-httplib-dev gnuplot-nox)
+  libcpp-httplib-dev gnuplot-nox clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Builds the libFuzzer targets (fuzz/, clang) and runs each for a while from the committed seed
+# corpus. Fails if any finds a crash, a sanitizer report, a leak or a timeout; the input that
+# did it is left in build/fuzz/crashes. Prints each target's executions and coverage.
+#   usage: scripts/fuzz.sh [SECONDS per target, default 60] [TARGET ...]
+#          scripts/fuzz.sh --runs N [TARGET ...]   N inputs each from seed 1: the same inputs on
+#                                                  every machine, so a CI failure reproduces
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ "${1:-}" = --runs ]; then
+  limit=(-runs="$2" -seed=1)
+  shift 2
+else
+  limit=(-max_total_time="${1:-60}")
+  shift || true
+fi
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(tokenizer_encode safetensors_file hf_config vocab_files)
+build="${SERVEKIT_BUILD_DIR:-$root/build}/fuzz"
+if ! command -v clang++ >/dev/null; then
+  echo "fuzz: clang++ not found (Debian: clang, libclang-rt-14-dev)" >&2
+  exit 1
+fi
+cmake -S "$root/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+cmake --build "$build" -j"$(nproc)" --target $(printf 'fuzz_%s ' "${targets[@]}") >/dev/null
+mkdir -p "$build/crashes"
+status=0
+for t in "${targets[@]}"; do
+  corpus="$build/corpus/$t"  # grows as the fuzzer finds new inputs; seeded from the repo
+  mkdir -p "$corpus"
+  cp -n "$root/fuzz/corpus/$t/"* "$corpus/" 2>/dev/null || true
+  log="$build/$t.log"
+  if "$build/fuzz_$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+       -artifact_prefix="$build/crashes/$t-" "$corpus" >"$log" 2>&1; then
+    done_line=$(grep -E "^Done [0-9]+ runs" "$log" | tail -1)
+    cov=$(grep -oE "cov: [0-9]+ ft: [0-9]+" "$log" | tail -1)
+    echo "fuzz $t: ${done_line:-?}; ${cov:-?}; corpus $(ls "$corpus" | wc -l) inputs"
+  else
+    echo "fuzz $t: FAILED (log: $log)" >&2
+    grep -E "ERROR|SUMMARY|runtime error|terminate|Test unit written" "$log" | head -20 >&2
+    status=1
+  fi
+done
+exit $status
