@@ -274,16 +274,20 @@ def test_metrics_count_what_was_sent(server):
 
 
 def test_a_full_queue_answers_429():
-    with Server(tiny_args() + ["--max-pending", "2", "--max-batch", "2", "-q"]) as s:
-        body = {"inputs": PROMPT, "parameters": {"max_new_tokens": 100, "ignore_eos_token": True}}
+    # GPT-2 124M (random weights): the two admitted requests take seconds on a CPU, so they
+    # are still running when the third arrives, however loaded the machine (on the tiny model
+    # they could end in milliseconds, before it).
+    with Server(["--seed", "1", "--max-pending", "2", "--max-batch", "2", "-q"]) as s:
+        body = {"inputs": PROMPT, "parameters": {"max_new_tokens": 48, "ignore_eos_token": True}}
         held = [requests.post(s.url + "/generate_stream", json=body, stream=True) for _ in range(2)]
         r = requests.post(s.url + "/generate", json=body)
         assert r.status_code == 429
         assert r.json()["error_type"] == "overloaded"
         for h in held:  # the admitted ones still finish
             n = sum(1 for l in h.iter_lines() if l.startswith(b"data:"))
-            assert n == 100
-        assert requests.post(s.url + "/generate", json=body).status_code == 200
+            assert n == 48
+        short = {"inputs": PROMPT, "parameters": {"max_new_tokens": 2}}
+        assert requests.post(s.url + "/generate", json=short).status_code == 200
 
 
 @pytest.mark.parametrize("grace", [30, 0])
