@@ -48,8 +48,9 @@ void instantiate_all(float* f, int32_t* i, sk::half_t* h) {
   Ops::lm_head(f, f, f, 1, 512, 64);
   sk::kernels::argmax({i, f, 1, 512});
   // Both block sizes of the sampler: one warp (V <= 1024) and 256 threads.
-  Ops::sample(i, f, reinterpret_cast<const uint64_t*>(i), 0, 1, 512, 0.8f, 40, 0.9f);
-  Ops::sample(i, f, reinterpret_cast<const uint64_t*>(i), 0, 1, 50257, 0.8f, 40, 0.9f);
+  const auto* rows = reinterpret_cast<const sk::kernels::RowSampling*>(i);
+  Ops::sample(i, f, f, rows, 1, 512);
+  Ops::sample(i, f, f, rows, 1, 50257);
   const sk::kernels::LoraParams lp{f, f, i, nullptr, 1, f, 1, 64, 64, 8};
   Ops::lora<sk::lora::Loop>(lp, {i, 1});
   Ops::lora<sk::lora::Gathered>(lp, {});

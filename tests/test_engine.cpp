@@ -200,6 +200,12 @@ TEST_CASE("bad requests get clear errors and do not disturb running ones", "[eng
   bad([](serve::Request& r) { r.prompt_ids.clear(); }, "prompt is empty");
   bad([](serve::Request& r) { r.prompt_ids.assign(D::n_positions + 1, 1); },
       "513 tokens, more than n_positions = 512");
+  bad(
+      [](serve::Request& r) {
+        r.prompt_ids.assign(500, 1);
+        r.stop.max_new_tokens = 13;
+      },
+      "prompt's 500 tokens + max_new_tokens 13 = 513 is more than n_positions = 512");
   bad([](serve::Request& r) { r.prompt_ids[3] = D::vocab; }, "prompt token 3 has id 512");
   bad([](serve::Request& r) { r.prompt_ids[0] = -1; }, "outside the vocabulary");
   bad([](serve::Request& r) { r.stop.max_new_tokens = -1; }, "max_new_tokens must be >= 0");
@@ -221,7 +227,14 @@ TEST_CASE("bad requests get clear errors and do not disturb running ones", "[eng
   auto nr = engine.generate(none);
   CHECK(nr.finish_reason == "length");
   CHECK(nr.tokens.empty());
+  // Exactly the context: accepted, and it runs to its length.
+  serve::Request edge = rs[2];
+  edge.prompt_ids.assign(500, 1);
+  edge.stop.max_new_tokens = 12;
+  auto er = engine.generate(edge);
+  CHECK(er.finish_reason == "length");
+  CHECK(er.tokens.size() == 12u);
   CHECK(th.get().finish_reason == "error");
   CHECK_THAT(th.get().error, Contains("client went away"));
-  for (std::size_t i = 0; i < rs.size(); i++) check_same(want[i], hs[i].get(), i);
+  for (std::size_t i = 0; i < rs.size(); i++) check_same(want[i], hs[i].get(), i, true);
 }

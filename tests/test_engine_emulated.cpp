@@ -5,6 +5,8 @@
 #include "engine_support.hpp"
 #include "servekit/backend/emulated.hpp"
 
+using Catch::Contains;
+
 namespace sk = servekit;
 namespace serve = servekit::serve;
 namespace sched = servekit::serve::sched;
@@ -31,4 +33,57 @@ TEMPLATE_TEST_CASE("emulated: continuous and static batching == alone", "[engine
     if constexpr (std::is_same_v<TestType, Paged>) CHECK(s.preemptions > 0);
     if (!sample) run_and_compare<TestType, sched::Static>(m, rs, want, {.max_batch = 4});
   }
+}
+
+TEST_CASE("emulated: tokens are picked on the device, each row with its own parameters",
+          "[engine][emulated][sampling]") {
+  static_assert(Contig::kDeviceSampling && Paged::kDeviceSampling);
+  static_assert(!sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous>>::kDeviceSampling);
+  auto m = Contig::random(6);
+  auto cache = m.make_cache(4);
+  // Four prompts in one prefill step, each row with other parameters.
+  std::vector<int32_t> tokens;
+  std::vector<sk::model::SeqStep> seqs;
+  for (int s = 0; s < 4; s++) {
+    seqs.push_back({s, 0, 5 + s, 0});
+    for (int j = 0; j < 5 + s; j++) tokens.push_back((s * 97 + j * 31) % D::vocab);
+  }
+  const std::vector<sk::kernels::RowSampling> rows = {
+      {.seed = 1, .index = 0, .temperature = 0.f},
+      {.seed = 2, .index = 3, .temperature = 1.f},
+      {.seed = 3, .index = 0, .temperature = 0.7f, .top_k = 20},
+      {.seed = 4, .index = 9, .temperature = 1.2f, .top_p = 0.8f}};
+  std::vector<int32_t> ids(4, -2);
+  std::vector<float> lp(4), logits;
+  const sk::model::Batch batch{tokens, seqs, sk::model::Logits::Last, {}};
+  m.forward_pick(cache, batch, rows, ids, lp, &logits);
+  REQUIRE(logits.size() == 4u * D::vocab);
+  serve::Sampler host;
+  for (int s = 0; s < 4; s++) {
+    INFO("row " << s);
+    const std::span<const float> row(logits.data() + std::size_t(s) * D::vocab, D::vocab);
+    const serve::SamplingParams p{.temperature = rows[s].temperature,
+                                  .top_k = rows[s].top_k,
+                                  .top_p = rows[s].top_p,
+                                  .seed = rows[s].seed};
+    CHECK(ids[s] == host(row, p, rows[s].index));
+    CHECK(lp[s] == Approx(serve::logprob_of(row, ids[s])).margin(1e-5));
+  }
+  // The same step without the logits download picks the same tokens.
+  auto again = m.make_cache(4);
+  std::vector<int32_t> ids2(4, -2);
+  std::vector<float> lp2(4);
+  m.forward_pick(again, batch, rows, ids2, lp2);
+  CHECK(ids2 == ids);
+  CHECK(lp2 == lp);
+
+  // Bad calls name what is wrong and leave the model usable.
+  auto bad = rows;
+  bad[2].top_p = 0.f;
+  REQUIRE_THROWS_WITH(m.forward_pick(again, batch, bad, ids2, lp2),
+                      Contains("row 2") && Contains("top_p"));
+  REQUIRE_THROWS_WITH(m.forward_pick(again, batch, std::span(rows).first(3), ids2, lp2),
+                      Contains("4 sequences") && Contains("3 sampling rows"));
+  const sk::model::Batch all{tokens, seqs, sk::model::Logits::All, {}};
+  REQUIRE_THROWS_WITH(m.forward_pick(again, all, rows, ids2, lp2), Contains("Logits::All"));
 }

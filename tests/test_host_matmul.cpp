@@ -3,11 +3,13 @@
 // a plain triple loop in double, on awkward sizes, for every epilogue.
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "servekit/kernels/ref/linear.hpp"
 #include "servekit/kernels/ref/matmul.hpp"
 
 namespace k = servekit::kernels::ref;
@@ -52,4 +54,55 @@ TEST_CASE("host matmul matches a double-precision loop for every epilogue and aw
       check<k::Epilogue::Gelu>(M, K, N, rng);
       check<k::Epilogue::Residual>(M, K, N, rng);
     }
+}
+
+// Batch invariance: a row's output is the same float whatever rows share the call and however
+// many threads run it, in every weight format and on both paths (bands for M < 8, blocks for
+// more). The engine's "a request gets its tokens alone" rests on this.
+namespace {
+template <class Fmt>
+void check_invariant(int K, int N, std::mt19937& rng) {
+  constexpr int kRows = 40;
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> x(kRows * K), Wf(K * N), b(N), add(kRows * N);
+  for (auto& v : x) v = u(rng);
+  for (auto& v : Wf) v = u(rng);
+  for (auto& v : b) v = u(rng);
+  for (auto& v : add) v = u(rng);
+  const auto W = servekit::weights::Matrix<Fmt>::from_f32(Wf, K, N);
+  auto run = [&](int M, int offset) {
+    std::vector<float> out(M * N);
+    k::linear<k::Epilogue::Gelu>(out.data(), x.data() + offset * K, W, b.data(), M,
+                                 add.data() + offset * N);
+    return out;
+  };
+  const auto all = run(kRows, 0);
+  const int threads = servekit::host_threads();
+  for (int T : {1, 2, 3}) {
+    servekit::set_host_threads(T);
+    for (int M : {1, 2, 3, 7, 8, 9, 16, 33})
+      for (int offset : {0, kRows - M}) {
+        const auto got = run(M, offset);
+        for (int m = 0; m < M; m++)
+          for (int n = 0; n < N; n++) {
+            INFO(Fmt::name << " K " << K << " N " << N << ": row " << offset + m
+                           << " of a call with M " << M << " on " << T << " threads, column " << n);
+            REQUIRE(std::bit_cast<uint32_t>(got[m * N + n]) ==
+                    std::bit_cast<uint32_t>(all[(offset + m) * N + n]));
+          }
+      }
+  }
+  servekit::set_host_threads(threads);
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("a row's result does not depend on the other rows or the thread count",
+                   "[invariance]", servekit::weights::F32, servekit::weights::F16,
+                   servekit::weights::BF16,
+                   servekit::weights::U8ZeroPoint<servekit::weights::PerTensor>,
+                   servekit::weights::U8ZeroPoint<servekit::weights::PerChannel>,
+                   servekit::weights::U8ZeroPoint<servekit::weights::Group<64>>) {
+  std::mt19937 rng(9);
+  for (auto [K, N] : {std::pair{64, 96}, {128, 257}, {320, 1030}})
+    check_invariant<TestType>(K, N, rng);
 }

@@ -4,6 +4,7 @@
 // statistical check either always passes or always fails; its margin is chosen so that a
 // correct sampler fails it with probability below 1e-6 (Bernstein's inequality, union bound).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -80,6 +81,21 @@ std::vector<uint64_t> seeds_from(uint64_t salt, int n) {
   return s;
 }
 
+// Every row with the same parameters; row m draws from seeds[m] (0 without seeds) at `step`.
+void sample_all(int32_t* ids, const float* x, const uint64_t* seeds, uint64_t step, int M, int V,
+                float T, int top_k, float top_p) {
+  std::vector<kn::RowSampling> rows(M);
+  for (int m = 0; m < M; m++) {
+    rows[m] = {.seed = seeds ? seeds[m] : 0,
+               .index = step,
+               .temperature = T,
+               .top_p = top_p,
+               .top_k = top_k};
+    kn::check_row(rows[m], m);
+  }
+  kn::sample({ids, nullptr, x, rows.data(), M, V});
+}
+
 // ids of N draws from one row: N rows of the same logits, one seed each.
 std::vector<int32_t> draw(std::span<const float> x, int N, const std::vector<uint64_t>& seeds,
                           uint64_t step, float T, int top_k, float top_p) {
@@ -87,7 +103,7 @@ std::vector<int32_t> draw(std::span<const float> x, int N, const std::vector<uin
   std::vector<float> rows(static_cast<std::size_t>(N) * V);
   for (int r = 0; r < N; r++) std::copy(x.begin(), x.end(), rows.begin() + std::size_t(r) * V);
   std::vector<int32_t> ids(N, -1);
-  kn::sample({ids.data(), rows.data(), seeds.data(), step, N, V, T, top_k, top_p});
+  sample_all(ids.data(), rows.data(), seeds.data(), step, N, V, T, top_k, top_p);
   return ids;
 }
 
@@ -136,7 +152,7 @@ TEST_CASE("top_k = 1 draws the argmax; a tied maximum draws among the tied",
     }
     auto seeds = seeds_from(V, M);
     std::vector<int32_t> ids(M, -1);
-    kn::sample({ids.data(), x.data(), seeds.data(), 0, M, V, 0.8f, 1, 1.f});
+    sample_all(ids.data(), x.data(), seeds.data(), 0, M, V, 0.8f, 1, 1.f);
     for (int m = 0; m < M; m++)
       CHECK(ids[m] == sk::serve::argmax({x.data() + std::size_t(m) * V, std::size_t(V)}));
   }
@@ -267,39 +283,128 @@ TEST_CASE("GPT-2's vocabulary: a draw lands in the nucleus", "[kernels][emulated
   CHECK(g[0] == sk::serve::argmax(x));
 }
 
+TEST_CASE("each row samples with its own parameters, as it would alone",
+          "[kernels][emulated][sampling]") {
+  std::mt19937 rng(16);
+  for (int V : {300, 5000}) {
+    INFO("V = " << V);
+    const int M = 12;
+    const auto x = random_floats(std::size_t(M) * V, rng, -3.f, 3.f);
+    std::vector<kn::RowSampling> rows(M);
+    for (int m = 0; m < M; m++) {
+      rows[m] = {.seed = rng(),
+                 .index = rng() % 500,
+                 .temperature = (m % 4) * 0.4f,
+                 .top_p = m % 3 ? 0.9f : 1.f,
+                 .top_k = m % 2 ? 20 : 0};
+      kn::check_row(rows[m], m);
+    }
+    std::vector<int32_t> ids(M, -2);
+    std::vector<float> lp(M);
+    kn::sample({ids.data(), lp.data(), x.data(), rows.data(), M, V});
+    std::vector<float> want_lp;
+    for (int m = 0; m < M; m++) {
+      INFO("row " << m << ": T " << rows[m].temperature << ", top_k " << rows[m].top_k << ", top_p "
+                  << rows[m].top_p);
+      const std::span<const float> row(x.data() + std::size_t(m) * V, V);
+      int32_t one = -2;
+      float one_lp = 0;
+      kn::sample({&one, &one_lp, row.data(), &rows[m], 1, V});
+      CHECK(ids[m] == one);
+      CHECK(std::bit_cast<uint32_t>(lp[m]) == std::bit_cast<uint32_t>(one_lp));
+      if (rows[m].temperature == 0.f) CHECK(ids[m] == sk::serve::argmax(row));
+      REQUIRE((ids[m] >= 0 && ids[m] < V));
+      sk::serve::log_softmax(row, want_lp);
+      CHECK(lp[m] == Approx(want_lp[ids[m]]).margin(1e-5));
+    }
+  }
+}
+
+TEST_CASE("the device and host samplers draw the same tokens from the same stream",
+          "[kernels][emulated][sampling]") {
+  // Both turn sample_uniform(seed, index) into a token through the same filtered distribution;
+  // only the precision of the cumulative sums differs (fp32 here, double on the host), so they
+  // part only where the draw falls within rounding of a boundary.
+  std::mt19937 rng(17);
+  const int V = 2000, M = 200;
+  const auto x = random_floats(std::size_t(M) * V, rng, -4.f, 4.f);
+  sk::serve::Sampler host;
+  int agree = 0;
+  for (const auto& p : {sk::serve::SamplingParams{.temperature = 1.f},
+                        sk::serve::SamplingParams{.temperature = 0.7f, .top_k = 50},
+                        sk::serve::SamplingParams{.temperature = 1.3f, .top_p = 0.8f}}) {
+    std::vector<kn::RowSampling> rows(M);
+    for (int m = 0; m < M; m++)
+      rows[m] = {.seed = 1000u + m,
+                 .index = uint64_t(m) * 7,
+                 .temperature = p.temperature,
+                 .top_p = p.top_p,
+                 .top_k = p.top_k};
+    std::vector<int32_t> ids(M, -2);
+    kn::sample({ids.data(), nullptr, x.data(), rows.data(), M, V});
+    for (int m = 0; m < M; m++) {
+      auto q = p;
+      q.seed = rows[m].seed;
+      agree += ids[m] == host({x.data() + std::size_t(m) * V, std::size_t(V)}, q, rows[m].index);
+    }
+  }
+  INFO(agree << " of " << 3 * M << " agree");
+  CHECK(agree >= 3 * M - 3);
+}
+
+TEST_CASE("a row with no number above -inf gets id -1, which the host reports",
+          "[kernels][emulated][sampling]") {
+  const int V = 40;
+  std::vector<float> x(2 * V, -std::numeric_limits<float>::infinity());
+  for (int v = 0; v < V; v += 2) x[v] = std::nanf("");
+  x[V + 7] = 1.f;  // row 1 has one number
+  for (float T : {0.f, 1.f}) {
+    std::vector<kn::RowSampling> rows(2, {.seed = 3, .temperature = T});
+    std::vector<int32_t> ids(2, -2);
+    std::vector<float> lp(2);
+    kn::sample({ids.data(), lp.data(), x.data(), rows.data(), 2, V});
+    CHECK(ids[0] == -1);
+    CHECK(ids[1] == 7);
+    CHECK(lp[1] == 0.f);
+  }
+}
+
 TEST_CASE("Ops<Emulated>::sample is kernels::sample", "[kernels][emulated][sampling]") {
   std::mt19937 rng(15);
   const int M = 6, V = 300;
   const auto x = random_floats(std::size_t(M) * V, rng, -2.f, 2.f);
-  const auto seeds = seeds_from(3, M);
+  std::vector<kn::RowSampling> rows(M);
+  for (int m = 0; m < M; m++)
+    rows[m] = {.seed = 3u + m, .index = 9, .temperature = 0.9f, .top_p = 0.9f, .top_k = 50};
   std::vector<int32_t> a(M, -1), b(M, -2);
-  kn::sample({a.data(), x.data(), seeds.data(), 9, M, V, 0.9f, 50, 0.9f});
-  sk::backend::Ops<sk::backend::Emulated>::sample(b.data(), x.data(), seeds.data(), 9, M, V, 0.9f,
-                                                  50, 0.9f);
+  std::vector<float> la(M), lb(M);
+  kn::sample({a.data(), la.data(), x.data(), rows.data(), M, V});
+  sk::backend::Ops<sk::backend::Emulated>::sample(b.data(), lb.data(), x.data(), rows.data(), M, V);
   CHECK(a == b);
+  CHECK(la == lb);
 }
 
 TEST_CASE("kernels::sample names the parameter it cannot use",
           "[kernels][emulated][sampling][errors]") {
   float f[4] = {0.f, 1.f, 2.f, 3.f};
   int32_t id = -1;
-  uint64_t seed = 1;
-  auto run = [&](int M, int V, float T, int k, float p, const uint64_t* s = nullptr) {
-    kn::sample({&id, f, s ? s : &seed, 0, M, V, T, k, p});
+  auto run = [&](int M, int V, float T, int k, float p) {
+    sample_all(&id, f, nullptr, 0, M, V, T, k, p);
   };
   REQUIRE_THROWS_WITH(run(0, 4, 1.f, 0, 1.f), Contains("kernels::sample") && Contains("M = 0"));
   REQUIRE_THROWS_WITH(run(1, 0, 1.f, 0, 1.f), Contains("V = 0"));
-  REQUIRE_THROWS_WITH(run(1, 4, -0.5f, 0, 1.f), Contains("temperature") && Contains("-0.5"));
+  REQUIRE_THROWS_WITH(run(1, 4, -0.5f, 0, 1.f),
+                      Contains("row 0") && Contains("temperature") && Contains("-0.5"));
   REQUIRE_THROWS_WITH(run(1, 4, std::numeric_limits<float>::infinity(), 0, 1.f),
                       Contains("temperature") && Contains("inf"));
   REQUIRE_THROWS_WITH(run(1, 4, std::nanf(""), 0, 1.f), Contains("temperature") && Contains("nan"));
   REQUIRE_THROWS_WITH(run(1, 4, 1.f, -3, 1.f), Contains("top_k") && Contains("-3"));
   REQUIRE_THROWS_WITH(run(1, 4, 1.f, 0, 0.f), Contains("top_p") && Contains("got 0"));
   REQUIRE_THROWS_WITH(run(1, 4, 1.f, 0, 1.5f), Contains("top_p") && Contains("1.5"));
-  REQUIRE_THROWS_WITH(kn::sample({&id, f, nullptr, 0, 1, 4, 1.f, 0, 1.f}), Contains("seeds"));
-  // Valid edges run: V = 1, top_k >= V, top_p = 1, greedy without seeds.
+  REQUIRE_THROWS_WITH(kn::sample({&id, nullptr, f, nullptr, 1, 4}), Contains("rows"));
+  // Valid edges run: V = 1, top_k >= V, top_p = 1, greedy.
   run(1, 1, 1.f, 5, 1.f);
   CHECK(id == 0);
-  kn::sample({&id, f, nullptr, 0, 1, 4, 0.f, 0, 1.f});
+  run(1, 4, 0.f, 0, 1.f);
   CHECK(id == 3);
 }

@@ -207,6 +207,9 @@ BAD = [  # (what, body, status, words in the error)
      "adapter 'nope' is not known"),
     ("prompt over n_positions", json.dumps({"inputs": "a b " * 200}).encode(), 422,
      "more than n_positions = 128"),
+    ("prompt + max_new_tokens over n_positions",
+     json.dumps({"inputs": PROMPT, "parameters": {"max_new_tokens": 117}}).encode(), 422,
+     "12 tokens + max_new_tokens 117 = 129 is more than n_positions = 128"),
     ("deeply nested", b'{"inputs": "x", "parameters": {"stop": ' + b"[" * 100000 + b"]" * 100000
      + b"}}", 422, "`parameters.stop` must be a list of strings"),
 ]
@@ -237,11 +240,11 @@ def test_lorax_client_raises_the_servers_errors(server):
 def test_a_client_that_goes_away_cancels_its_request(server):
     before = metrics(server.url)
     r = requests.post(server.url + "/generate_stream", stream=True,
-                      json={"inputs": PROMPT, "parameters": {"max_new_tokens": 120,
+                      json={"inputs": PROMPT, "parameters": {"max_new_tokens": 110,
                                                              "ignore_eos_token": True}})
     lines = r.iter_lines()
     assert next(l for l in lines if l.startswith(b"data:"))
-    r.close()  # gone after one token of 120
+    r.close()  # gone after one token of 110
     deadline = time.time() + 30
     while time.time() < deadline:
         m = metrics(server.url)

@@ -32,6 +32,7 @@ namespace servekit::backend {
 // kSyncEachLaunch: wait after every launch, so that the caller may read the output at once.
 template <bool kSyncEachLaunch>
 struct SimtOps {
+  static constexpr bool device_sampling = true;  // the model picks tokens on the device
   using Epilogue = kernels::Epilogue;
   // Attention steps of at most this many query rows take the split-rows decode kernel.
   static constexpr int kDecodeRows = 16;
@@ -154,11 +155,11 @@ struct SimtOps {
     kernels::lm_head({logits, x, wte, M, V, C});
     done();
   }
-  // ids (M) from logits (M, V): temperature 0 is greedy; otherwise row m draws with seeds[m] at
-  // `step`, after top-k (0: off) and top-p (1: off) (kernels/sampling.hpp).
-  static void sample(int32_t* ids, const float* logits, const uint64_t* seeds, uint64_t step, int M,
-                     int V, float temperature, int top_k, float top_p) {
-    kernels::sample({ids, logits, seeds, step, M, V, temperature, top_k, top_p});
+  // ids (M) and their logprobs (M, or null) from logits (M, V), row m drawn with rows[m]
+  // (kernels/sampling.hpp): one launch for a batch whose requests sample each their own way.
+  static void sample(int32_t* ids, float* logprobs, const float* logits,
+                     const kernels::RowSampling* rows, int M, int V) {
+    kernels::sample({ids, logprobs, logits, rows, M, V});
     done();
   }
 

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Next-token selection on the device, so a decode step copies back M token ids instead of M x V
-// floats. Greedy: the argmax of each row; ties go to the lowest index, as std::max_element (and
-// so serve::argmax) does; NaNs are never chosen. Sampling: HF's warper order (temperature, then
-// top-k keeping ties with the k-th value, then top-p), without sorting the vocabulary: each
-// threshold is found by bisection on the logits' ordered bits, one block reduction per step.
+// Next-token selection on the device, so a step copies back M token ids (and their logprobs)
+// instead of M x V floats. Each row has its own parameters (RowSampling), so one launch serves
+// a batch of requests that each sample their own way. Greedy: the argmax of the row; ties go to
+// the lowest index, as serve::argmax does; NaN and -inf are never chosen. Sampling: HF's warper
+// order (temperature, then top-k keeping ties with the k-th value, then top-p), without sorting
+// the vocabulary: each threshold is found by bisection on the logits' ordered bits, one block
+// reduction per step. The draw is sample_uniform(seed, index), the host sampler's too.
 #include <cmath>
 
 #include "servekit/core/philox.hpp"
 #include "servekit/kernels/common.hpp"
+#include "servekit/kernels/sampling_args.hpp"
 
 namespace servekit::kernels {
 
@@ -66,14 +69,11 @@ using servekit::U32x4;
 // ---------------------------------------------------------------------------------------------
 
 struct SampleParams {
-  int32_t* ids;           // (M)
-  const float* logits;    // (M, V); finite or -inf (masked); NaN counts as -inf
-  const uint64_t* seeds;  // (M): row m draws from its own stream, seeds[m]
-  uint64_t step;          // the counter within every row's stream, e.g. the decode step
+  int32_t* ids;             // (M); -1 where the row has no number above -inf
+  float* logprobs;          // (M) log_softmax(logits)[ids] (raw logits, no temperature), or null
+  const float* logits;      // (M, V); NaN counts as -inf
+  const RowSampling* rows;  // (M) each row's parameters (checked with check_row)
   int M, V;
-  float temperature;  // > 0; 0: greedy (the argmax kernel, seeds unused)
-  int top_k;          // 0 or >= V: off
-  float top_p;        // (0, 1]; 1: off
 };
 
 namespace sample_cfg {
@@ -141,15 +141,51 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleParams p) 
   __shared__ SampleShared<kThreads> sh;
   const int m = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, V = p.V;
   const float* row = p.logits + static_cast<int64_t>(m) * V;  // (V)
-  const float T = p.temperature;
+  const RowSampling rs = p.rows[m];
 
-  float zmax = -INFINITY;
-  for (int v = tid; v < V; v += kThreads) zmax = fmaxf(zmax, sample_scaled(row[v], T));
-  zmax = block_reduce<kWarps>(zmax, sh.f, MaxOp{});
-  if (zmax == -INFINITY) {  // nothing to draw from: what max_element returns
-    if (tid == 0) p.ids[m] = 0;
+  // The argmax of the raw logits (NaN and -inf never win; ties to the lowest index): greedy's
+  // token, and the shift of the log-softmax.
+  float best = -INFINITY;
+  int idx = V;  // "none yet": loses every tie against a real index
+  for (int v = tid; v < V; v += kThreads)
+    if (row[v] > -INFINITY && beats(row[v], v, best, idx)) best = row[v], idx = v;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(simt::kFullMask, best, o);
+    const int oi = __shfl_xor_sync(simt::kFullMask, idx, o);
+    if (beats(ov, oi, best, idx)) best = ov, idx = oi;
+  }
+  if (lane == 0) sh.f[warp] = best, sh.i[warp] = idx;
+  __syncthreads();
+  best = sh.f[0], idx = sh.i[0];
+  for (int w = 1; w < kWarps; ++w)
+    if (beats(sh.f[w], sh.i[w], best, idx)) best = sh.f[w], idx = sh.i[w];
+  __syncthreads();
+  if (idx == V) {  // nothing to choose from: the host reports it
+    if (tid == 0) {
+      p.ids[m] = -1;
+      if (p.logprobs) p.logprobs[m] = NAN;
+    }
     return;
   }
+  float lse = 0.f;  // log sum exp(logits - best)
+  if (p.logprobs) {
+    float s = 0.f;
+    for (int v = tid; v < V; v += kThreads)
+      if (row[v] == row[v]) s += expf(row[v] - best);
+    lse = logf(block_reduce<kWarps>(s, sh.f, SumOp{}));
+  }
+  auto finish = [&](int pick) {
+    if (tid == 0) {
+      p.ids[m] = pick;
+      if (p.logprobs) p.logprobs[m] = row[pick] - best - lse;
+    }
+  };
+  // Greedy, or a +inf logit, which takes all the mass.
+  if (rs.temperature == 0.f || best == INFINITY) return finish(idx);
+
+  const float T = rs.temperature;
+  const float zmax = sample_scaled(best, T);  // x / T is monotone: the largest scaled logit
   // Unnormalised probability of v if its key is kept (>= thr); the max always is (e = 1).
   auto weight = [&](int v, uint32_t thr) {
     const float z = sample_scaled(row[v], T);
@@ -164,20 +200,20 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleParams p) 
   // top-k: the largest key t with #{key >= t} >= k is the k-th largest value's key; every logit
   // equal to it stays. Bits are set from the top while the count allows, 32 exact steps.
   uint32_t thr = 0;
-  if (p.top_k > 0 && p.top_k < V) {
+  if (rs.top_k > 0 && rs.top_k < V) {
     for (int b = 31; b >= 0; --b) {
       const uint32_t c = thr | (1u << b);
       int n = 0;
       for (int v = tid; v < V; v += kThreads) n += order_key(sample_scaled(row[v], T)) >= c;
-      if (block_reduce<kWarps>(n, sh.i, SumOp{}) >= p.top_k) thr = c;
+      if (block_reduce<kWarps>(n, sh.i, SumOp{}) >= rs.top_k) thr = c;
     }
   }
   // top-p over the top-k survivors: the largest key t whose kept mass still reaches top_p of
   // theirs, i.e. the smallest set of highest logits with that mass (ties at the edge all stay).
   // A candidate at or below the top-k key sums the same terms in the same order as `mass`, so it
   // always passes and the bisection never drops below the top-k set.
-  if (p.top_p < 1.f) {
-    const float target = p.top_p * kept_mass(thr);
+  if (rs.top_p < 1.f) {
+    const float target = rs.top_p * kept_mass(thr);
     uint32_t t = 0;
     for (int b = 31; b >= 0; --b) {
       const uint32_t c = t | (1u << b);
@@ -212,7 +248,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleParams p) 
     total += sh.f[w];
   }
   __syncthreads();
-  const float target = sample_uniform(p.seeds[m], p.step) * total;
+  const float target = sample_uniform(rs.seed, rs.index) * total;
   float run = before + excl;
   int pick = V;
   for (int v = lo; v < hi; ++v) {
@@ -224,19 +260,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleParams p) 
   }
   pick = block_reduce<kWarps>(pick, sh.i, MinOp{});
   last = block_reduce<kWarps>(last, sh.i, MaxOp{});
-  if (tid == 0) p.ids[m] = pick < V ? pick : last;
+  finish(pick < V ? pick : last);
 }
 
-// Greedy when temperature is 0, otherwise one draw per row; both leave ids on the device.
+// Each row greedy or one draw, with its own parameters; ids (and logprobs) stay on the device.
 inline void sample(const SampleParams& p, simt::stream_handle stream = nullptr) {
   if (p.M < 1 || p.V < 1) fail("kernels::sample: cannot run M = ", p.M, ", V = ", p.V);
-  if (!(p.temperature >= 0.f) || std::isinf(p.temperature))
-    fail("kernels::sample: temperature must be > 0 (or 0 for greedy), got ", p.temperature);
-  if (p.top_k < 0) fail("kernels::sample: top_k must be >= 0 (0: off), got ", p.top_k);
-  if (!(p.top_p > 0.f && p.top_p <= 1.f))
-    fail("kernels::sample: top_p must be in (0, 1] (1: off), got ", p.top_p);
-  if (p.temperature == 0.f) return argmax({p.ids, p.logits, p.M, p.V}, stream);
-  if (p.seeds == nullptr) fail("kernels::sample: seeds is null; sampling needs one seed per row");
+  if (p.rows == nullptr) fail("kernels::sample: rows is null; every row needs its parameters");
   using namespace sample_cfg;
   if (p.V <= kSmallV)
     simt::launch(simt::kernel<sample_kernel<kSmallThreads>>, dim3(p.M), dim3(kSmallThreads), 0,

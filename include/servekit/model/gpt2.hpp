@@ -21,6 +21,7 @@
 #include "servekit/core/error.hpp"
 #include "servekit/backend/host.hpp"
 #include "servekit/kernels/lora_args.hpp"
+#include "servekit/kernels/sampling_args.hpp"
 #include "servekit/kv/cache.hpp"
 #include "servekit/lora/adapter.hpp"
 #include "servekit/lora/policy.hpp"
@@ -118,60 +119,7 @@ class Gpt2 {
 
   // Runs one step. logits: (S, V) for Logits::Last, (N, V) for Logits::All.
   void forward(Cache& cache, const model::Batch& b, std::vector<float>& logits) {
-    const int N = validate(cache, b);
-    const int S = static_cast<int>(b.seqs.size());
-    reserve_rows(cache, b);  // may throw (out of blocks); then nothing was allocated
-    const bool last = b.logits == model::Logits::Last;
-    const int M = last ? S : N;  // rows that get logits
-    resize(N);
-    // (6, N) ints, built on the host: token, slot, position, first and own cache row of each
-    // new token, then the last row of each sequence. Device storage uploads them in one copy;
-    // host storage builds them in place.
-    std::vector<int32_t>& h = host_idx();
-    // LoRA: then (N) each row's adapter slot, (N) the adapted rows grouped by adapter, (N + 1)
-    // segment bounds and (N) segment slots, for the device kernels.
-    h.resize((6 + (kLora ? 4 : 0)) * static_cast<std::size_t>(N) + (kLora ? 1 : 0));
-    int32_t *tok = h.data(), *slot = tok + N, *pos = slot + N, *first = pos + N, *row = first + N;
-    int32_t* last_row = row + N;  // (S)
-    std::copy_n(b.tokens.begin(), N, tok);
-    int r = 0;
-    for (int i = 0; i < S; i++) {
-      const auto& s = b.seqs[i];
-      for (int j = 0; j < s.n_new; j++, r++) {
-        slot[r] = s.slot, pos[r] = s.n_past + j;
-        first[r] = s.row_offset, row[r] = s.row_offset + s.n_past + j;
-      }
-      last_row[i] = r - 1;
-    }
-    if constexpr (kLora) plan_lora(b, h.data() + 6 * static_cast<std::size_t>(N), N);
-    if constexpr (!Storage::is_host) Storage::upload(idx_, std::span<const int32_t>(h));
-    // The same pointers into the kernels' copy.
-    tok = idx_.data(), slot = tok + N, pos = slot + N, first = pos + N, row = first + N;
-    last_row = row + N;
-    if constexpr (kLora) lora_idx_ = idx_.data() + 6 * static_cast<std::size_t>(N);
-    using E = typename Ops::Epilogue;
-    using T = lora::Target;
-    float* x = x_.data();  // (N, C) residual stream
-    Ops::embedding(x, tok, pos, wte_.data(), wpe_.data(), N, C);
-    for (int l = 0; l < L; l++) {
-      const Layer& w = layers_[l];
-      const auto kv = cache.view(l);
-      Ops::layernorm(ln_.data(), x, w.ln_1_w.data(), w.ln_1_b.data(), N, C, eps_);
-      linear<E::Store>(qkv_.data(), ln_.data(), w.attn, w.attn_b.data(), N, l, T::Attn);  // (N, 3C)
-      Ops::kv_append(kv, qkv_.data(), slot, row, N, C);
-      Ops::attention(att_.data(), qkv_.data(), kv, slot, first, row, N, C, H, cache.max_len());
-      linear<E::Residual>(x, att_.data(), w.attn_proj, w.attn_proj_b.data(), N, l, T::AttnProj);
-      Ops::layernorm(ln_.data(), x, w.ln_2_w.data(), w.ln_2_b.data(), N, C, eps_);
-      linear<E::Gelu>(fc_.data(), ln_.data(), w.fc, w.fc_b.data(), N, l, T::Fc);  // (N, 4C)
-      linear<E::Residual>(x, fc_.data(), w.mlp_proj, w.mlp_proj_b.data(), N, l, T::MlpProj);
-    }
-    // Only the rows whose logits are wanted go through ln_f and the (large) lm_head.
-    const float* rows = x;  // (M, C)
-    if (last) {
-      Ops::gather_rows(att_.data(), x, last_row, M, C);
-      rows = att_.data();
-    }
-    Ops::layernorm(ln_.data(), rows, ln_f_w_.data(), ln_f_b_.data(), M, C, eps_);
+    const int M = run(cache, b);
     logits.resize(static_cast<std::size_t>(M) * V);
     if constexpr (Storage::is_host) {
       Ops::lm_head(logits.data(), ln_.data(), wte_.data(), M, V, C);
@@ -179,6 +127,37 @@ class Gpt2 {
       logits_.resize(logits.size());
       Ops::lm_head(logits_.data(), ln_.data(), wte_.data(), M, V, C);
       Storage::download(std::span<float>(logits), logits_);  // waits for the step
+    }
+  }
+
+  // Backends whose Ops sample on the device (Emulated, Cuda) offer forward_pick.
+  static constexpr bool kDeviceSampling = requires { Ops::device_sampling; };
+
+  // Runs one step (Logits::Last) and picks each sequence's next token on the device, so only
+  // the (S) ids and their logprobs come back, not (S, V) logits. rows: (S) each sequence's
+  // sampling parameters; an id of -1 means the row had no number above -inf. logits, when not
+  // null, gets the (S, V) logits too (a request asked for its top logprobs).
+  void forward_pick(Cache& cache, const model::Batch& b, std::span<const kernels::RowSampling> rows,
+                    std::span<int32_t> ids, std::span<float> logprobs,
+                    std::vector<float>* logits = nullptr) requires kDeviceSampling {
+    const std::size_t S = b.seqs.size();
+    if (b.logits != model::Logits::Last)
+      fail("forward_pick: picks one token per sequence; the batch asks for Logits::All");
+    if (rows.size() != S || ids.size() != S || logprobs.size() != S)
+      fail("forward_pick: ", S, " sequences but ", rows.size(), " sampling rows, ", ids.size(),
+           " ids and ", logprobs.size(), " logprobs");
+    for (std::size_t m = 0; m < S; m++) kernels::check_row(rows[m], static_cast<int>(m));
+    const int M = run(cache, b);
+    logits_.resize(static_cast<std::size_t>(M) * V);
+    Ops::lm_head(logits_.data(), ln_.data(), wte_.data(), M, V, C);
+    Storage::upload(pick_rows_, rows);
+    pick_ids_.resize(M), pick_lp_.resize(M);
+    Ops::sample(pick_ids_.data(), pick_lp_.data(), logits_.data(), pick_rows_.data(), M, V);
+    Storage::download(ids, pick_ids_);  // waits for the step
+    Storage::download(logprobs, pick_lp_);
+    if (logits) {
+      logits->resize(static_cast<std::size_t>(M) * V);
+      Storage::download(std::span<float>(*logits), logits_);
     }
   }
 
@@ -256,6 +235,65 @@ class Gpt2 {
   float layer_norm_eps() const { return eps_; }
 
  private:
+  // The step up to ln_f: the (M, C) rows that get logits are in ln_. Returns M.
+  int run(Cache& cache, const model::Batch& b) {
+    const int N = validate(cache, b);
+    const int S = static_cast<int>(b.seqs.size());
+    reserve_rows(cache, b);  // may throw (out of blocks); then nothing was allocated
+    const bool last = b.logits == model::Logits::Last;
+    const int M = last ? S : N;  // rows that get logits
+    resize(N);
+    // (6, N) ints, built on the host: token, slot, position, first and own cache row of each
+    // new token, then the last row of each sequence. Device storage uploads them in one copy;
+    // host storage builds them in place.
+    std::vector<int32_t>& h = host_idx();
+    // LoRA: then (N) each row's adapter slot, (N) the adapted rows grouped by adapter, (N + 1)
+    // segment bounds and (N) segment slots, for the device kernels.
+    h.resize((6 + (kLora ? 4 : 0)) * static_cast<std::size_t>(N) + (kLora ? 1 : 0));
+    int32_t *tok = h.data(), *slot = tok + N, *pos = slot + N, *first = pos + N, *row = first + N;
+    int32_t* last_row = row + N;  // (S)
+    std::copy_n(b.tokens.begin(), N, tok);
+    int r = 0;
+    for (int i = 0; i < S; i++) {
+      const auto& s = b.seqs[i];
+      for (int j = 0; j < s.n_new; j++, r++) {
+        slot[r] = s.slot, pos[r] = s.n_past + j;
+        first[r] = s.row_offset, row[r] = s.row_offset + s.n_past + j;
+      }
+      last_row[i] = r - 1;
+    }
+    if constexpr (kLora) plan_lora(b, h.data() + 6 * static_cast<std::size_t>(N), N);
+    if constexpr (!Storage::is_host) Storage::upload(idx_, std::span<const int32_t>(h));
+    // The same pointers into the kernels' copy.
+    tok = idx_.data(), slot = tok + N, pos = slot + N, first = pos + N, row = first + N;
+    last_row = row + N;
+    if constexpr (kLora) lora_idx_ = idx_.data() + 6 * static_cast<std::size_t>(N);
+    using E = typename Ops::Epilogue;
+    using T = lora::Target;
+    float* x = x_.data();  // (N, C) residual stream
+    Ops::embedding(x, tok, pos, wte_.data(), wpe_.data(), N, C);
+    for (int l = 0; l < L; l++) {
+      const Layer& w = layers_[l];
+      const auto kv = cache.view(l);
+      Ops::layernorm(ln_.data(), x, w.ln_1_w.data(), w.ln_1_b.data(), N, C, eps_);
+      linear<E::Store>(qkv_.data(), ln_.data(), w.attn, w.attn_b.data(), N, l, T::Attn);  // (N, 3C)
+      Ops::kv_append(kv, qkv_.data(), slot, row, N, C);
+      Ops::attention(att_.data(), qkv_.data(), kv, slot, first, row, N, C, H, cache.max_len());
+      linear<E::Residual>(x, att_.data(), w.attn_proj, w.attn_proj_b.data(), N, l, T::AttnProj);
+      Ops::layernorm(ln_.data(), x, w.ln_2_w.data(), w.ln_2_b.data(), N, C, eps_);
+      linear<E::Gelu>(fc_.data(), ln_.data(), w.fc, w.fc_b.data(), N, l, T::Fc);  // (N, 4C)
+      linear<E::Residual>(x, fc_.data(), w.mlp_proj, w.mlp_proj_b.data(), N, l, T::MlpProj);
+    }
+    // Only the rows whose logits are wanted go through ln_f and the (large) lm_head.
+    const float* rows = x;  // (M, C)
+    if (last) {
+      Ops::gather_rows(att_.data(), x, last_row, M, C);
+      rows = att_.data();
+    }
+    Ops::layernorm(ln_.data(), rows, ln_f_w_.data(), ln_f_b_.data(), M, C, eps_);
+    return M;
+  }
+
   // One linear of layer l. With LoRA, the rows' adapter deltas are computed first, into a
   // zeroed (N, Nout) buffer, and the linear adds that buffer before its epilogue (so c_fc's
   // delta reaches the GELU's input, as in PEFT).
@@ -442,7 +480,11 @@ class Gpt2 {
   // last row of each sequence. idx_host_ stages it for device storage.
   Vec<int32_t> idx_;
   std::vector<int32_t> idx_host_;
-  Vec<float> logits_;  // (M, V) on the device; unused on host storage
+  Vec<float> logits_;  // (M, V) on the device; unused by forward on host storage
+  // forward_pick: each row's sampling parameters, and the picked ids and their logprobs.
+  Vec<kernels::RowSampling> pick_rows_;
+  Vec<int32_t> pick_ids_;
+  Vec<float> pick_lp_;
   std::vector<kv::Reserve> reserve_;
   // Unmerged adapters by slot; on device storage, each one's A and B matrices uploaded.
   std::vector<std::shared_ptr<const lora::Adapter>> adapters_;

@@ -264,6 +264,11 @@ class Engine {
              ")");
     if (r.stop.max_new_tokens < 0)
       fail("request: max_new_tokens must be >= 0, got ", r.stop.max_new_tokens);
+    // As vLLM and TGI do: a request that could run past the context is refused, not cut.
+    if (static_cast<long>(prompt.size()) + r.stop.max_new_tokens > P)
+      fail("request: the prompt's ", prompt.size(), " tokens + max_new_tokens ",
+           r.stop.max_new_tokens, " = ", prompt.size() + r.stop.max_new_tokens,
+           " is more than n_positions = ", P, " of ", Model::Dims::name);
     if (r.stop.eos_id >= V) fail("request: eos_id ", r.stop.eos_id, " is outside [0, ", V, ")");
     if (r.top_logprobs < 0 || r.top_logprobs > V)
       fail("request: top_logprobs must be in [0, ", V, "], got ", r.top_logprobs);
@@ -278,7 +283,7 @@ class Engine {
     }
     if constexpr (Core<Cache>::paged) {
       constexpr int B = Cache::B;
-      const int rows = std::min<long>(P, prompt.size() + std::max(0, r.stop.max_new_tokens - 1));
+      const int rows = static_cast<int>(prompt.size()) + std::max(0, r.stop.max_new_tokens - 1);
       if ((rows + B - 1) / B > cache_.n_blocks())
         fail("request: needs up to ", rows, " cache rows (", (rows + B - 1) / B,
              " blocks), more than the whole pool of ", cache_.n_blocks(), " blocks of ", B);
@@ -386,8 +391,24 @@ class Engine {
           core_.counters.prompt_tokens += std::min(w.n_new, s.st->prompt_len() - s.n_cached);
       }
     }
+    // Device backends pick every row's token on the device and download only the ids (and the
+    // logits when a request wants its top logprobs); the host samples from the logits.
+    bool with_logits = !Model::kDeviceSampling;
     try {
-      model_.forward(cache_, {tokens_, seqs_, model::Logits::Last, seq_adapters_}, logits_);
+      const model::Batch batch{tokens_, seqs_, model::Logits::Last, seq_adapters_};
+      if constexpr (Model::kDeviceSampling) {
+        rows_.clear();
+        for (const Work& w : plan_) {
+          if (w.pad > 0) rows_.push_back({});
+          rows_.push_back(w.seq->ghost ? kernels::RowSampling{} : w.seq->st->sampling_row());
+          with_logits |= w.seq->st->request().top_logprobs > 0;
+        }
+        ids_.resize(rows_.size()), logprobs_.resize(rows_.size());
+        model_.forward_pick(cache_, batch, rows_, ids_, logprobs_,
+                            with_logits ? &logits_ : nullptr);
+      } else {
+        model_.forward(cache_, batch, logits_);
+      }
     } catch (const std::exception& e) {
       // The step's rows may be half-written: every sequence in it ends with the error, the
       // others go on.
@@ -402,13 +423,19 @@ class Engine {
     for (const Work& w : plan_) {
       if (w.pad > 0) row++;
       Seq* s = w.seq;
-      const std::span<const float> logits(logits_.data() + static_cast<std::size_t>(row++) * V, V);
+      const int r = row++;
+      const auto logits = with_logits
+                              ? std::span<const float>(logits_.data() + std::size_t(r) * V, V)
+                              : std::span<const float>();
       s->n_cached += w.n_new;
       if (s->ghost || s->uncached() > 0) continue;  // a pad row, or a prompt chunk
       const int before = s->st->generated();
       bool done;
       try {
-        done = s->st->on_logits(logits, sampler_);
+        if constexpr (Model::kDeviceSampling)
+          done = s->st->on_pick(ids_[r], logprobs_[r], logits);
+        else
+          done = s->st->on_logits(logits, sampler_);
       } catch (const std::exception& e) {
         s->st->finish(finish::error, e.what());
         done = true;
@@ -565,7 +592,11 @@ class Engine {
   Cache cache_;
   Core<Cache> core_;
   Sched sched_;
-  Sampler sampler_;
+  Sampler sampler_;  // host backends
+  // Device backends: each row's sampling parameters, then the picked ids and their logprobs.
+  std::vector<kernels::RowSampling> rows_;
+  std::vector<int32_t> ids_;
+  std::vector<float> logprobs_;
   // Engine-thread state.
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> live_;
   std::vector<Work> plan_;

@@ -2,8 +2,9 @@
 #pragma once
 // Sequential generation of one request, on the caller's thread: prefill the prompt, then one
 // decode step per token (or, without the cache, a full recompute of the sequence per token:
-// lesson 1's baseline). The stop rules, streaming and timings are RequestState's, the same ones
-// every engine scheduler uses (serve/engine.hpp).
+// lesson 1's baseline). Tokens are picked where the engine picks them: on the device for
+// Emulated and Cuda (Gpt2::forward_pick), by the host Sampler on Host. The stop rules, streaming
+// and timings are RequestState's, the same ones every engine scheduler uses (serve/engine.hpp).
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -55,11 +56,22 @@ GenerateResult generate(Model& model, const text::Gpt2Tokenizer& tok,
     model::SeqStep step{0, start, static_cast<int32_t>(seq.size()) - start};
     const auto ad =
         opt.adapter >= 0 ? std::span<const int32_t>(&opt.adapter, 1) : std::span<const int32_t>();
-    model.forward(cache,
-                  {std::span(seq).subspan(start), std::span(&step, 1), model::Logits::Last, ad},
-                  logits);
-    n_past = static_cast<int>(seq.size());
-    st.on_logits(logits, sampler);
+    const model::Batch batch{std::span(seq).subspan(start), std::span(&step, 1),
+                             model::Logits::Last, ad};
+    if constexpr (Model::kDeviceSampling) {  // the engine's way: pick on the device
+      const kernels::RowSampling row = st.sampling_row();
+      int32_t id;
+      float logprob;
+      const bool top = opt.top_logprobs > 0;
+      model.forward_pick(cache, batch, std::span(&row, 1), std::span(&id, 1),
+                         std::span(&logprob, 1), top ? &logits : nullptr);
+      n_past = static_cast<int>(seq.size());
+      st.on_pick(id, logprob, top ? std::span<const float>(logits) : std::span<const float>());
+    } else {
+      model.forward(cache, batch, logits);
+      n_past = static_cast<int>(seq.size());
+      st.on_logits(logits, sampler);
+    }
   }
   return st.take_result();
 }

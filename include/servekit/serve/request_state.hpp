@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "servekit/core/error.hpp"
+#include "servekit/kernels/sampling_args.hpp"
 #include "servekit/serve/request.hpp"
 #include "servekit/serve/sampling.hpp"
 #include "servekit/text/stream_decoder.hpp"
@@ -74,9 +75,22 @@ class RequestState {
   bool on_logits(std::span<const float> logits, Sampler& sampler,
                  Clock::time_point now = Clock::now()) {
     if (finished()) fail("request ", id(), ": logits after it finished");
+    const int32_t id = sampler(logits, req_.sampling, static_cast<uint64_t>(generated()));
+    return on_pick(id, req_.top_logprobs > 0 ? 0.f : logprob_of(logits, id), logits, now);
+  }
+
+  // Where the token was picked on the device (Gpt2::forward_pick): the id (-1: the row had no
+  // number above -inf) and its logprob; logits: the row, downloaded only when the request wants
+  // its top logprobs (then they and the logprob come from it), else empty.
+  bool on_pick(int32_t id, float logprob, std::span<const float> logits,
+               Clock::time_point now = Clock::now()) {
+    if (finished()) fail("request ", this->id(), ": a token after it finished");
+    if (id < 0) fail("sampling: every one of the logits is NaN or -inf");
+    if (req_.top_logprobs > 0 && logits.empty())
+      fail("request ", this->id(), ": top logprobs asked for, but no logits came with the token");
     GeneratedToken g{};
-    g.id = sampler(logits, req_.sampling, static_cast<uint64_t>(generated()));
-    g.logprob = req_.top_logprobs > 0 ? top_logprobs(logits, g) : logprob_of(logits, g.id);
+    g.id = id;
+    g.logprob = req_.top_logprobs > 0 ? top_logprobs(logits, g) : logprob;
     g.ms = ms_between(last_, now);
     if (res_.tokens.empty())
       res_.metrics.ttft_ms = ms_between(submitted_, now);
@@ -86,6 +100,16 @@ class RequestState {
     res_.tokens.push_back(std::move(g));
     tokens_.push_back(res_.tokens.back().id);
     return on_token(res_.tokens.back());
+  }
+
+  // This request's parameters for the device sampler's next draw.
+  kernels::RowSampling sampling_row() const {
+    const SamplingParams& p = req_.sampling;
+    return {.seed = p.seed,
+            .index = static_cast<uint64_t>(generated()),
+            .temperature = p.temperature,
+            .top_p = p.top_p,
+            .top_k = p.top_k};
   }
 
   // Ends the request now (cancelled, error, ...): what was generated stays in the result.

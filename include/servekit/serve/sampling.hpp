@@ -2,9 +2,10 @@
 #pragma once
 // Next-token selection on the host: greedy, or sampling with HF's warper order (temperature,
 // then top-k, then top-p). The random number of a request's n-th generated token is
-// sample_uniform(seed, n) (core/philox.hpp), the same draw the device kernel makes, so a seeded
-// request gets the same tokens whatever else shares its steps and after a preemption. Not
-// bit-compatible with torch's RNG.
+// sample_uniform(seed, n) (core/philox.hpp), the same draw the device kernel makes, walked
+// over the kept tokens in the same (vocabulary) order, so a seeded request gets the same tokens
+// whatever else shares its steps and after a preemption, and host and device agree unless the
+// draw falls within rounding of a boundary. Not bit-compatible with torch's RNG.
 //
 // NaN logits are never chosen (they count as -inf, as in the device kernel); a row with no
 // finite logit is an error, never a silent pick. Probabilities are exp((l - max) / T) in
@@ -108,29 +109,39 @@ class Sampler {
     for (int i = 0; i < keep; i++)
       sum += prob_[i] = std::exp((static_cast<double>(logits[idx_[i]]) - m) / p.temperature);
     if (p.top_p < 1.f) {
-      // Keep the smallest prefix whose mass reaches top_p (at least one token).
+      // Keep the smallest prefix whose mass reaches top_p (at least one token), and the ties of
+      // its last logit, as the device kernel does.
       double cum = 0;
       int k = 0;
       while (k < keep) {
         cum += prob_[k++];
         if (cum >= p.top_p * sum) break;
       }
+      while (k < keep && logits[idx_[k]] == logits[idx_[k - 1]]) cum += prob_[k++];
       keep = k;
       sum = cum;
     }
+    // The draw walks the kept tokens in vocabulary order, as the device kernel does, so that the
+    // two pick the same token from the same uniform whenever their logits agree.
     // sum >= 1: the best candidate has weight exp(0) = 1, so the draw is always defined.
+    weight_.assign(V, 0.0);
+    for (int i = 0; i < keep; i++) weight_[idx_[i]] = prob_[i];
     const double r = static_cast<double>(sample_uniform(p.seed, index)) * sum;
     double cum = 0;
-    for (int i = 0; i < keep; i++) {
-      cum += prob_[i];
-      if (r < cum) return idx_[i];
+    int last = best;
+    for (int v = 0; v < V; v++) {
+      if (weight_[v] == 0) continue;
+      cum += weight_[v];
+      if (r < cum) return v;
+      last = v;
     }
-    return idx_[keep - 1];  // rounding at the very top of the range: the last kept token
+    return last;  // rounding at the very top of the range: the last kept token
   }
 
  private:
   std::vector<int> idx_;
   std::vector<double> prob_;
+  std::vector<double> weight_;  // (V) the kept tokens' weights in vocabulary order
 };
 
 }  // namespace servekit::serve

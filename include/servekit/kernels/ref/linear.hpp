@@ -39,16 +39,16 @@ inline float widen_half(half_t h) {
 template <Epilogue E, class Widen>
 void blocked_linear(float* out, const float* x, const float* b, const float* add, int M, int K,
                     int N, const Widen& widen) {
-  if (M < 8) {  // decode: stream bands of whole W rows, widening one row at a time
-    banded_rows<E>(out, b, add, M, K, N, 1, [&](int k0, int k1, float* acc) {
-      float* w = thread_scratch<2>(N);  // one widened row of W
-      for (int k = k0; k < k1; k++) {
-        widen(k, 0, N, w);
+  if (M < 8) {  // decode: each thread streams its band of columns of every W row, widened
+    banded_rows<E>(out, b, add, M, N, [&](int n0, int n1, float* acc) {
+      float* w = thread_scratch<2>(N);  // the band of one widened row of W
+      for (int k = 0; k < K; k++) {
+        widen(k, n0, n1 - n0, w);
         for (int r = 0; r < M; r++) {
           const float xv = x[static_cast<int64_t>(r) * K + k];
-          float* a = acc + static_cast<int64_t>(r) * N;
+          float* a = acc + static_cast<int64_t>(r) * N + n0;
 #pragma omp simd
-          for (int c = 0; c < N; c++) a[c] += xv * w[c];
+          for (int c = 0; c < n1 - n0; c++) a[c] += xv * w[c];
         }
       }
     });
@@ -123,40 +123,36 @@ void linear(float* out,                                         // (M, N)
   const int K = W.rows, N = W.cols, GK = W.group_rows, S = W.state_cols;
   const uint8_t* q = W.q.data();
   if (M < 8) {
-    // Decode: bands of whole rows, cut on group boundaries. The factorisation is linear in k,
-    // so a band may hold part of a per-tensor or per-channel "group" (GK = K): its partial
-    // sums get the same scale and min as the rest.
-    const int align = GK < K ? GK : 1;
-    banded_rows<E>(out, b, add, M, K, N, align, [&](int k0, int k1, float* acc) {
-      float* part = thread_scratch<2>(static_cast<std::size_t>(M) * N);  // sum x q, a segment
+    // Decode: each thread owns a band of columns and walks the groups in order, as the
+    // prefill blocks below do (the same sums in the same order: batch invariance).
+    banded_rows<E>(out, b, add, M, N, [&](int n0, int n1, float* acc) {
+      const int cols = n1 - n0;
+      float* part = thread_scratch<2>(static_cast<std::size_t>(M) * cols);  // (M, cols) sum x q
       float xsum[8];
-      for (int g0 = k0; g0 < k1;) {
-        const int g1 = std::min(k1, (g0 / GK + 1) * GK);  // the band's part of one group
-        std::fill(part, part + static_cast<std::size_t>(M) * N, 0.f);
+      for (int k0 = 0; k0 < K; k0 += GK) {
+        std::fill(part, part + static_cast<std::size_t>(M) * cols, 0.f);
         for (int r = 0; r < M; r++) xsum[r] = 0.f;
-        for (int k = g0; k < g1; k++) {
-          const uint8_t* qr = q + static_cast<int64_t>(k) * N;
+        for (int k = k0; k < k0 + GK; k++) {
+          const uint8_t* qr = q + static_cast<int64_t>(k) * N + n0;
           for (int r = 0; r < M; r++) {
             const float xv = x[static_cast<int64_t>(r) * K + k];
             xsum[r] += xv;
-            float* p = part + static_cast<int64_t>(r) * N;
+            float* p = part + static_cast<int64_t>(r) * cols;
 #pragma omp simd
-            for (int c = 0; c < N; c++) p[c] += xv * static_cast<float>(qr[c]);
+            for (int c = 0; c < cols; c++) p[c] += xv * static_cast<float>(qr[c]);
           }
         }
-        const int64_t s0 = static_cast<int64_t>(g0 / GK) * S;
-        const float* sc = W.scale.data() + s0;
-        const float* zp = W.zero.data() + s0;
+        const int64_t s0 = static_cast<int64_t>(k0 / GK) * S;
+        const float* sc = W.scale.data() + s0 + (G::per_column ? n0 : 0);
+        const float* zp = W.zero.data() + s0 + (G::per_column ? n0 : 0);
         for (int r = 0; r < M; r++) {
-          float* a = acc + static_cast<int64_t>(r) * N;
-          const float* p = part + static_cast<int64_t>(r) * N;
-          if constexpr (G::per_column) {
-            for (int c = 0; c < N; c++) a[c] += sc[c] * p[c] + zp[c] * xsum[r];
-          } else {
-            for (int c = 0; c < N; c++) a[c] += sc[0] * p[c] + zp[0] * xsum[r];
+          float* a = acc + static_cast<int64_t>(r) * N + n0;
+          const float* p = part + static_cast<int64_t>(r) * cols;
+          for (int c = 0; c < cols; c++) {
+            const int s = G::per_column ? c : 0;
+            a[c] += sc[s] * p[c] + zp[s] * xsum[r];
           }
         }
-        g0 = g1;
       }
     });
     return;

@@ -40,42 +40,36 @@ float* thread_scratch(std::size_t n) {
   return buf.data();
 }
 
-// The decode shape (a few rows of x): bandwidth-bound on W. Each thread streams a contiguous
-// band of W's rows, [k0, k1) with k0 a multiple of `align` (a format's group), one sequential
-// read and the prefetcher's best case, and band(k0, k1, acc) adds that band's contribution to
-// private partial sums acc (M, N), zeroed; the partials are then added and the epilogue
-// applied, in parallel over columns.
+// The decode shape (a few rows of x): bandwidth-bound on W. Each thread owns a band of output
+// columns [n0, n1) and streams W's rows through it in order, k = 0 .. K-1; band(n0, n1, acc)
+// writes the band's sums into acc (M, N), whose band it gets zeroed. Cutting columns, never K,
+// keeps every output's sum in the same order as the prefill path's whatever M and the thread
+// count, so a row's result does not depend on what else shares the step: the engine's batches
+// are bitwise batch-invariant on the host (tests/test_host_matmul.cpp checks every format).
 template <Epilogue E, class Band>
-void banded_rows(float* out, const float* b, const float* add, int M, int K, int N, int align,
-                 const Band& band) {
-  const int T = host_threads();
-  const int units = K / align;  // bands are whole multiples of align
-  const int n_bands = std::max(1, std::min({T, units, std::max(1, K / 64)}));
-  float* part = thread_scratch<0>(static_cast<std::size_t>(n_bands) * M * N);  // (bands, M, N)
+void banded_rows(float* out, const float* b, const float* add, int M, int N, const Band& band) {
+  constexpr int kMinCols = 64;  // runs of >= 256 B of each W row: the prefetcher still streams
+  const int n_bands = std::max(1, std::min(host_threads(), N / kMinCols));
+  float* acc = thread_scratch<0>(static_cast<std::size_t>(M) * N);  // (M, N)
   parallel_for(
       n_bands,
       [&](int i) {
-        const int k0 = static_cast<int>(static_cast<int64_t>(units) * i / n_bands) * align;
-        const int k1 = static_cast<int>(static_cast<int64_t>(units) * (i + 1) / n_bands) * align;
-        float* acc = part + static_cast<std::size_t>(i) * M * N;
-        std::fill(acc, acc + static_cast<std::size_t>(M) * N, 0.f);
-        band(k0, k1, acc);
+        // Band edges on 16-float (64 B) lines, so two threads never share a cache line of acc.
+        auto edge = [&](int j) {
+          return j == n_bands ? N : static_cast<int>(static_cast<int64_t>(N) * j / n_bands) & ~15;
+        };
+        const int n0 = edge(i), n1 = edge(i + 1);
+        if (n1 <= n0) return;
+        for (int r = 0; r < M; r++)
+          std::fill(acc + static_cast<int64_t>(r) * N + n0, acc + static_cast<int64_t>(r) * N + n1,
+                    0.f);
+        band(n0, n1, acc);
+        for (int r = 0; r < M; r++)
+          store_row<E>(out + static_cast<int64_t>(r) * N + n0,
+                       acc + static_cast<int64_t>(r) * N + n0, b ? b + n0 : nullptr,
+                       add ? add + static_cast<int64_t>(r) * N + n0 : nullptr, n1 - n0);
       },
       1);
-  constexpr int NB = 256;
-  parallel_for((N + NB - 1) / NB, [&](int p) {
-    const int n0 = p * NB, cols = std::min(NB, N - n0);
-    float sum[NB];
-    for (int r = 0; r < M; r++) {
-      for (int c = 0; c < cols; c++) sum[c] = 0.f;
-      for (int i = 0; i < n_bands; i++) {
-        const float* a = part + (static_cast<std::size_t>(i) * M + r) * N + n0;
-        for (int c = 0; c < cols; c++) sum[c] += a[c];
-      }
-      store_row<E>(out + static_cast<int64_t>(r) * N + n0, sum, b ? b + n0 : nullptr,
-                   add ? add + static_cast<int64_t>(r) * N + n0 : nullptr, cols);
-    }
-  });
 }
 
 // The prefill shape: one task per (MB, NB) block of the output, f(m0, rows, n0, cols).
@@ -164,14 +158,14 @@ void matmul(float* out,      // (M, N)
     return;
   }
   // Decode (a few rows): bandwidth-bound on W.
-  banded_rows<E>(out, b, add, M, K, N, 1, [&](int k0, int k1, float* acc) {
-    for (int k = k0; k < k1; k++) {
+  banded_rows<E>(out, b, add, M, N, [&](int n0, int n1, float* acc) {
+    for (int k = 0; k < K; k++) {
       const float* w = W + static_cast<int64_t>(k) * N;
       for (int r = 0; r < M; r++) {
         const float xv = x[static_cast<int64_t>(r) * K + k];
         float* a = acc + static_cast<int64_t>(r) * N;
 #pragma omp simd
-        for (int c = 0; c < N; c++) a[c] += xv * w[c];
+        for (int c = n0; c < n1; c++) a[c] += xv * w[c];
       }
     }
   });
