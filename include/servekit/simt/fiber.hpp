@@ -96,7 +96,14 @@ class Fiber {
   }
   Fiber(const Fiber&) = delete;
   Fiber& operator=(const Fiber&) = delete;
-  ~Fiber() { munmap(base_, map_bytes_); }
+  ~Fiber() {
+#if defined(SERVEKIT_SIMT_ASAN)
+    // A fiber ends suspended, so its frames' redzones are still poisoned; left so, they would
+    // poison whatever is mapped here next (another thread's stack and thread_locals).
+    __asan_unpoison_memory_region(base_ + page_, map_bytes_ - page_);
+#endif
+    munmap(base_, map_bytes_);
+  }
 
   // Restart from the entry function, abandoning whatever was suspended on the stack (after a
   // deadlock or an exception, the other threads of the block are never resumed).

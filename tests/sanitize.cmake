@@ -1,0 +1,72 @@
+# SPDX-License-Identifier: Apache-2.0
+# AddressSanitizer + UndefinedBehaviorSanitizer builds (label `sanitize`): the CLI with the test
+# that drives it, the host tests of everything that reads untrusted input or hands results
+# across lifetimes (checkpoints, configs, tokenizer, generate, the engine), and the engine and
+# the device sampler under emulation. detect_stack_use_after_return=1 catches a reference to a
+# dead stack frame, the kind of bug that once made every CLI run exit with a random status while
+# the plain build passed by the luck of the stack's contents. Any report fails the test
+# (-fno-sanitize-recover). Only these targets are built twice, to keep CI's time down; the
+# threaded code has its ThreadSanitizer build in engine.cmake and thread_pool's tests.
+set(SERVEKIT_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all
+  -fno-omit-frame-pointer -g -O1)
+set(SERVEKIT_ASAN_OPTIONS "ASAN_OPTIONS=detect_stack_use_after_return=1:detect_leaks=1:strict_string_checks=1"
+  "UBSAN_OPTIONS=print_stacktrace=1")
+
+function(servekit_sanitize target)
+  target_compile_options(${target} PRIVATE ${SERVEKIT_SANITIZE_FLAGS})
+  target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+endfunction()
+
+if(TARGET servekit_cli)
+  # The CLI itself, as servekit under build/tests/asan/ (its vocabulary is found the same way).
+  add_executable(servekit_cli_asan ${PROJECT_SOURCE_DIR}/apps/servekit_cli.cpp
+    ${PROJECT_SOURCE_DIR}/apps/serve.cpp)
+  set_target_properties(servekit_cli_asan PROPERTIES OUTPUT_NAME servekit
+    RUNTIME_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/asan)
+  target_link_libraries(servekit_cli_asan PRIVATE servekit::servekit servekit::http
+    servekit_warnings CLI11::CLI11)
+  # Only the shapes the tests load (model/dispatch.hpp): a third of the compile time.
+  target_compile_definitions(servekit_cli_asan PRIVATE SERVEKIT_VERSION="${PROJECT_VERSION}"
+    SERVEKIT_COMPILED_DIMS_FOR_TESTS)
+  servekit_sanitize(servekit_cli_asan)
+
+  servekit_test(test_cli_asan LABELS host sanitize SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cli.cpp)
+  target_compile_definitions(test_cli_asan PRIVATE SERVEKIT_CLI="$<TARGET_FILE:servekit_cli_asan>"
+    SERVEKIT_COMPILED_DIMS_FOR_TESTS)
+  add_dependencies(test_cli_asan servekit_cli_asan)
+  servekit_sanitize(test_cli_asan)
+  set_tests_properties(test_cli_asan PROPERTIES ENVIRONMENT "${SERVEKIT_ASAN_OPTIONS}")
+endif()
+
+# One executable per file, as in the plain build (files share helper names). test_engine's
+# invariance cases (40 requests of up to 500 tokens, per scheduler) are left to the plain build:
+# under ASan they take minutes and add nothing the other engine cases do not exercise (submit,
+# cancel, preemption, stop rules, results handed across threads).
+foreach(t test_bad_inputs test_safetensors test_load_gpt2 test_tokenizer_errors test_engine)
+  servekit_test(${t}_asan LABELS host sanitize SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.cpp)
+  servekit_sanitize(${t}_asan)
+  set_tests_properties(${t}_asan PROPERTIES ENVIRONMENT "${SERVEKIT_ASAN_OPTIONS}")
+endforeach()
+set_property(TEST test_engine_asan PROPERTY COMMAND
+  $<TARGET_FILE:test_engine_asan> "~every scheduler gives each request its tokens alone*")
+
+if(TARGET servekit_simt)
+  # The device sampler and the emulator under it. The emulator's fibers switch stacks under
+  # ASan's annotations (simt/fiber.hpp), so use-after-return detection works there too.
+  servekit_test(test_kernels_sampling_asan LABELS emulated sanitize
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_sampling.cpp LIBS servekit_simt)
+  servekit_sanitize(test_kernels_sampling_asan)
+  set_tests_properties(test_kernels_sampling_asan PROPERTIES ENVIRONMENT "${SERVEKIT_ASAN_OPTIONS}")
+endif()
+
+# ThreadSanitizer: the host thread pool and the kernels that run on it (the engine's threads
+# have test_engine_tsan in engine.cmake, built the same way: Catch's main compiled with TSan).
+add_executable(test_pool_tsan ${CMAKE_CURRENT_LIST_DIR}/test_thread_pool.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/test_host_matmul.cpp ${CMAKE_CURRENT_LIST_DIR}/catch_main.cpp)
+target_link_libraries(test_pool_tsan PRIVATE servekit::servekit servekit_warnings Catch2::Catch2)
+target_compile_options(test_pool_tsan PRIVATE -fsanitize=thread -g -O1)
+target_link_options(test_pool_tsan PRIVATE -fsanitize=thread)
+add_test(NAME test_pool_tsan
+  COMMAND setarch ${CMAKE_HOST_SYSTEM_PROCESSOR} -R $<TARGET_FILE:test_pool_tsan>)
+set_tests_properties(test_pool_tsan PROPERTIES LABELS "host;sanitize"
+  ENVIRONMENT "OMP_NUM_THREADS=1;SERVEKIT_THREADS=3;TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1")
