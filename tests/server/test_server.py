@@ -194,6 +194,8 @@ def test_openai_completions_streamed_and_not(server):
 BAD = [  # (what, body, status, words in the error)
     ("malformed JSON", b'{"inputs": "x", ', 422, "not valid JSON"),
     ("not an object", b'[1, 2]', 422, "must be a JSON object"),
+    ("number overflow", b'{"inputs": "x", "parameters": {"max_new_tokens": 9e999}}', 422,
+     "number overflow"),
     ("no inputs", b'{"parameters": {}}', 422, "`inputs` is required"),
     ("wrong type", b'{"inputs": "x", "parameters": {"max_new_tokens": "3"}}', 422,
      "`parameters.max_new_tokens` must be an integer"),

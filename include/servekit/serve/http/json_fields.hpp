@@ -126,7 +126,7 @@ inline json parse_body(const std::string& body) {
   json j;
   try {
     j = json::parse(body, nullptr, true, false);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     invalid("the body is not valid JSON: ", e.what());
   }
   if (!j.is_object()) invalid("the body must be a JSON object, got ", j.type_name());
