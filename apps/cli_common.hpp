@@ -54,19 +54,6 @@ inline std::vector<int32_t> parse_ids(const std::string& flag, const std::string
   }
 }
 
-// The vocabulary: --vocab, else the model folder (HF ships vocab.json + merges.txt beside the
-// weights, OpenAI's layout encoder.json + vocab.bpe), else the GPT-2 vocabulary that ships with
-// servekit ($SERVEKIT_VOCAB overrides it; text/vocab_dir.hpp).
-inline fs::path find_vocab(const std::string& vocab, const std::string& model) {
-  if (!vocab.empty()) return vocab;
-  // Any tokenizer file in the model folder means the folder's own tokenizer: an incomplete
-  // pair is then an error naming what is missing, never a silent fall back to GPT-2's.
-  if (!model.empty())
-    for (const char* f : {"vocab.json", "merges.txt", "encoder.json", "vocab.bpe"})
-      if (fs::exists(fs::path(model) / f)) return model;
-  return text::default_vocab_dir();
-}
-
 // Invalid UTF-8 in generated text becomes U+FFFD instead of an exception.
 inline std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);

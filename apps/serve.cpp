@@ -118,7 +118,7 @@ int run_serve(const ServeArgs& a) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before the engine's and server's threads exist
   std::signal(SIGPIPE, SIG_IGN);              // a client gone mid-write is an error return
-  auto tok = text::Gpt2Tokenizer::from_dir(find_vocab(a.vocab, a.model));
+  auto tok = text::Gpt2Tokenizer::from_dir(text::vocab_dir_for(a.vocab, a.model));
   if (a.model.empty()) {
     std::fprintf(stderr,
                  "servekit serve: no --model given: serving a seeded random GPT-2 124M; its text "

@@ -27,10 +27,10 @@ using json = nlohmann::json;
 namespace {
 
 using sk::cli::dump;
-using sk::cli::find_vocab;
+using sk::text::vocab_dir_for;
 
 int run_tokenize(const std::string& vocab) {
-  auto tok = sk::text::Gpt2Tokenizer::from_dir(find_vocab(vocab, ""));
+  auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab_dir_for(vocab, ""));
   std::string line;
   int lineno = 0, bad = 0;
   while (std::getline(std::cin, line)) {
@@ -372,7 +372,7 @@ int main(int argc, char** argv) {
     }
     if (*batch) {
       if (!batch_seed.empty()) b.seed = sk::cli::parse_number<uint64_t>("--seed", batch_seed);
-      auto tok = sk::text::Gpt2Tokenizer::from_dir(find_vocab(b.vocab, b.model));
+      auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab_dir_for(b.vocab, b.model));
       if (b.model.empty()) {
         std::fprintf(stderr,
                      "servekit: no --model given: using a seeded random GPT-2 124M; its text is "
@@ -393,7 +393,7 @@ int main(int argc, char** argv) {
     if (!g.greedy &&
         gen->count("--temperature") + gen->count("--top-k") + gen->count("--top-p") == 0)
       g.greedy = true;  // no sampling option given: greedy, the reproducible default
-    auto tok = sk::text::Gpt2Tokenizer::from_dir(find_vocab(g.vocab, g.model));
+    auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab_dir_for(g.vocab, g.model));
     if (g.model.empty()) {
       std::fprintf(
           stderr,

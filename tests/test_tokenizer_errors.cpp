@@ -135,3 +135,20 @@ TEST_CASE("an out-of-range id names the id and the vocab size", "[text]") {
   REQUIRE_THROWS_WITH(dec.push(60000), Contains("token id 60000"));
   CHECK_NOTHROW(tok.token_bytes(50256));
 }
+
+TEST_CASE("vocab_dir_for: --vocab, else the model folder's own files, else GPT-2's") {
+  namespace text = servekit::text;
+  const fs::path dir = fs::temp_directory_path() / "servekit_vocab_dir_for";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  CHECK(text::vocab_dir_for("/some/vocab", dir) == "/some/vocab");
+  CHECK(text::vocab_dir_for({}, dir) == text::default_vocab_dir());  // no tokenizer files
+  CHECK(text::vocab_dir_for({}, {}) == text::default_vocab_dir());
+  // One file of a pair: the folder's own tokenizer, which then fails naming what is missing,
+  // never a silent fall back to GPT-2's ids.
+  std::ofstream(dir / "merges.txt") << "#version: 0.2\n";
+  CHECK(text::vocab_dir_for({}, dir) == dir);
+  REQUIRE_THROWS_WITH(Gpt2Tokenizer::from_dir(text::vocab_dir_for({}, dir)),
+                      Contains("vocab.json"));
+  fs::remove_all(dir);
+}

@@ -50,10 +50,9 @@ sk::serve::Result run(const char* folder, const sk::text::Gpt2Tokenizer& tok,
 int main(int argc, char** argv) {
   const char* folder = argc > 1 ? argv[1] : nullptr;
   try {
-    // The model folder's own vocab.json + merges.txt, else GPT-2's vocabulary.
-    const std::filesystem::path vocab =
-        folder && sk::text::holds_vocab(folder) ? folder : sk::text::default_vocab_dir();
-    auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab);
+    // The model folder's own tokenizer files, else GPT-2's vocabulary.
+    auto tok = sk::text::Gpt2Tokenizer::from_dir(
+        sk::text::vocab_dir_for({}, folder ? folder : std::filesystem::path()));
     const std::string prompt = "The quick brown fox";
     std::printf("tokens of \"%s\":", prompt.c_str());
     for (int32_t id : tok.encode(prompt)) std::printf(" %d", id);

@@ -17,14 +17,6 @@
 
 namespace servekit::examples {
 
-// --vocab, else the model folder (HF ships vocab.json + merges.txt beside the weights), else
-// the GPT-2 vocabulary that ships with servekit ($SERVEKIT_VOCAB overrides it).
-inline std::filesystem::path find_vocab(const std::string& vocab, const std::string& model) {
-  if (!vocab.empty()) return vocab;
-  if (!model.empty() && text::holds_vocab(model)) return model;
-  return text::default_vocab_dir();
-}
-
 // --model and --vocab, the options every lesson takes.
 inline void add_model_options(CLI::App& app, std::string& model, std::string& vocab) {
   app.add_option("--model", model, "Hugging Face GPT-2 folder (default: random GPT-2 124M)");
@@ -36,7 +28,7 @@ inline void add_model_options(CLI::App& app, std::string& model, std::string& vo
 template <class F>
 int run_lesson(const char* name, const std::string& model, const std::string& vocab, F&& lesson) {
   try {
-    auto tok = text::Gpt2Tokenizer::from_dir(find_vocab(vocab, model));
+    auto tok = text::Gpt2Tokenizer::from_dir(text::vocab_dir_for(vocab, model));
     if (model.empty()) return lesson(std::type_identity<dims::Gpt2Small>{}, tok);
     auto cfg = model::read_gpt2_config(std::filesystem::path(model) / "config.json");
     return dispatch_dims(cfg, [&]<class D>(std::type_identity<D> d) { return lesson(d, tok); });

@@ -42,17 +42,35 @@ inline std::vector<std::filesystem::path> vocab_search_path() {
 }
 
 inline std::filesystem::path default_vocab_dir() {
-  const auto places = vocab_search_path();
   // A set but wrong SERVEKIT_VOCAB is an error, not a silent fall back to another vocabulary.
-  if (const char* env = std::getenv("SERVEKIT_VOCAB"); env && *env && !holds_vocab(env))
-    fail("SERVEKIT_VOCAB=", env,
-         ": no vocabulary there (needs encoder.json + vocab.bpe or vocab.json + merges.txt)");
+  const auto places = vocab_search_path();
+  if (const char* env = std::getenv("SERVEKIT_VOCAB"); env && *env) {
+    if (!holds_vocab(places.front()))
+      fail("SERVEKIT_VOCAB=", env,
+           ": no vocabulary there (needs encoder.json + vocab.bpe or vocab.json + merges.txt)");
+    return places.front();
+  }
   for (const auto& p : places)
     if (holds_vocab(p)) return p;
   std::string tried;
   for (const auto& p : places) tried += "\n  " + p.string();
   fail("the GPT-2 vocabulary was not found; looked in:", tried,
        "\nset SERVEKIT_VOCAB or pass --vocab to a folder with encoder.json + vocab.bpe");
+}
+
+// The tokenizer folder for a program given --vocab (may be empty) and a model folder (may be
+// empty): --vocab wins; then a model folder with any tokenizer file is the folder's own
+// tokenizer (an incomplete pair is then an error naming what is missing, never a silent fall
+// back to GPT-2's); else default_vocab_dir().
+inline std::filesystem::path vocab_dir_for(const std::filesystem::path& vocab,
+                                           const std::filesystem::path& model) {
+  namespace fs = std::filesystem;
+  if (!vocab.empty()) return vocab;
+  std::error_code ec;
+  if (!model.empty())
+    for (const char* f : {"vocab.json", "merges.txt", "encoder.json", "vocab.bpe"})
+      if (fs::exists(model / f, ec)) return model;
+  return default_vocab_dir();
 }
 
 }  // namespace servekit::text
