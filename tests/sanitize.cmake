@@ -18,9 +18,10 @@ function(servekit_sanitize target)
 endfunction()
 
 if(TARGET servekit_cli)
-  # The CLI itself, as servekit under build/tests/asan/ (its vocabulary is found the same way).
+  # The CLI itself, as servekit under build/tests/asan/ (its vocabulary is found the same way),
+  # without the HTTP server, which test_cli does not drive (support/serve_absent.cpp).
   add_executable(servekit_cli_asan ${PROJECT_SOURCE_DIR}/apps/servekit_cli.cpp
-    ${PROJECT_SOURCE_DIR}/apps/serve.cpp)
+    ${CMAKE_CURRENT_LIST_DIR}/support/serve_absent.cpp)
   set_target_properties(servekit_cli_asan PROPERTIES OUTPUT_NAME servekit
     RUNTIME_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/asan)
   target_link_libraries(servekit_cli_asan PRIVATE servekit::servekit servekit::http

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `servekit` command as scripts use it: JSON in, JSON out, clear errors, exit codes.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +12,7 @@
 
 #include "servekit/model/dispatch.hpp"
 #include "support/reference.hpp"
+#include "support/vocab_prefix.hpp"
 
 namespace fs = std::filesystem;
 namespace sk = servekit;
@@ -210,6 +213,18 @@ TEST_CASE("generate: clear errors for bad models and prompts") {
     // The largest seed is a seed.
     auto r = run(g + "--prompt-ids 1,2 --seed 18446744073709551615 --max-new-tokens 2 --json");
     CHECK(r.code == 0);
+  }
+  SECTION("a tokenizer smaller than the model is refused before generating") {
+    const fs::path small =
+        fs::temp_directory_path() / ("servekit_cli_small_vocab_" + std::to_string(::getpid()));
+    sk::testing::write_gpt2_vocab_prefix(kVocab, small, 300);
+    auto r = run("generate --model " + kTinyA + " --vocab " + small.string() +
+                 " --prompt-ids 1,2 --max-new-tokens 40 --json");
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, Contains((small / "vocab.json").string()) && Contains("has 300 tokens") &&
+                          Contains("vocab_size is 512"));
+    CHECK_THAT(r.out, !Contains("\"text\""));  // nothing was generated first
+    fs::remove_all(small);
   }
   SECTION("no prompt at all") {
     auto r = run("generate --model " + kTinyA + " --vocab " + kVocab);

@@ -6,7 +6,10 @@
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
 #include "engine_support.hpp"
+#include "support/vocab_prefix.hpp"
 
 namespace sk = servekit;
 namespace serve = servekit::serve;
@@ -237,4 +240,17 @@ TEST_CASE("bad requests get clear errors and do not disturb running ones", "[eng
   CHECK(th.get().finish_reason == "error");
   CHECK_THAT(th.get().error, Contains("client went away"));
   for (std::size_t i = 0; i < rs.size(); i++) check_same(want[i], hs[i].get(), i, true);
+}
+
+TEST_CASE("an engine refuses a tokenizer with fewer tokens than the model", "[engine]") {
+  auto& m = model<Paged>();
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("servekit_engine_small_vocab_" + std::to_string(::getpid()));
+  sk::testing::write_gpt2_vocab_prefix(std::filesystem::path(SERVEKIT_DATA) / "gpt2", dir, 400);
+  const auto small = sk::text::Gpt2Tokenizer::from_dir(dir);
+  using E = serve::Engine<Paged, sched::Continuous>;
+  REQUIRE_THROWS_WITH(
+      E(m, small, {.max_batch = 2, .kv_blocks = 16}),
+      Contains("engine") && Contains("has 400 tokens") && Contains("vocab_size is 512"));
+  std::filesystem::remove_all(dir);
 }

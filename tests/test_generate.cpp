@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Generation: HF's greedy continuations with and without the cache, stop rules, streaming,
 // seeded sampling.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
@@ -10,6 +12,7 @@
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/generate.hpp"
 #include "support/reference.hpp"
+#include "support/vocab_prefix.hpp"
 
 namespace sk = servekit;
 using D = sk::dims::TinyA;
@@ -200,4 +203,29 @@ TEST_CASE("a request's n-th draw is keyed by (seed, n), not by how many draws ca
   std::vector<int32_t> seq;
   for (int n = 0; n < 20; n++) seq.push_back(a(logits, p, n));
   for (int n = 19; n >= 0; n--) CHECK(b(logits, p, n) == seq[n]);
+}
+
+TEST_CASE("a tokenizer with fewer tokens than the model is refused before anything runs") {
+  auto model = Model::load(kDir);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("servekit_generate_small_vocab_" + std::to_string(::getpid()));
+  sk::testing::write_gpt2_vocab_prefix(std::filesystem::path(SERVEKIT_DATA) / "gpt2", dir, 300);
+  const auto small = sk::text::Gpt2Tokenizer::from_dir(dir);
+  REQUIRE(small.vocab_size() == 300);
+  const std::vector<int32_t> prompt{1, 2};
+  sk::serve::GenerateOptions opt;
+  int streamed = 0;
+  REQUIRE_THROWS_WITH(sk::serve::generate(model, small, prompt, opt,
+                                          [&](std::string_view, const sk::serve::GeneratedToken&) {
+                                            ++streamed;
+                                            return true;
+                                          }),
+                      Catch::Contains("generate") &&
+                          Catch::Contains((dir / "vocab.json").string()) &&
+                          Catch::Contains("has 300 tokens") &&
+                          Catch::Contains("vocab_size is 512") && Catch::Contains("ids 300..511"));
+  CHECK(streamed == 0);
+  // The model's own size or more is fine: tiny models share GPT-2's 50257 tokens.
+  CHECK_NOTHROW(sk::serve::generate(model, tokenizer(), prompt, opt));
+  std::filesystem::remove_all(dir);
 }

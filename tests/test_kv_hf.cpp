@@ -23,7 +23,7 @@ constexpr float kTol = 1e-4f;  // fp32 compute on both sides; only summation ord
 std::vector<int32_t> read_i64(const sk::io::SafetensorsFile& st, const std::string& name) {
   const auto& t = st.at(name);
   std::vector<int64_t> v(t.numel());
-  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+  sk::io::read_bytes(t, std::as_writable_bytes(std::span(v)));
   return {v.begin(), v.end()};
 }
 }  // namespace

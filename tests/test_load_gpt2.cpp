@@ -353,7 +353,7 @@ TEST_CASE("the committed fixtures load", "[load_gpt2][fixtures]") {
     REQUIRE(e.dtype == DType::F32);
     REQUIRE(e.shape == std::vector<int64_t>{256, 64});
     std::vector<float> raw(256 * 64);
-    std::memcpy(raw.data(), e.bytes.data(), e.bytes.size());
+    io::read_bytes(e, std::as_writable_bytes(std::span(raw)));
     CHECK(t.layers[1].mlp_proj_w == raw);
   }
   SECTION("tiny-b: bf16, no prefix, explicit lm_head, mask buffers") {
@@ -367,9 +367,10 @@ TEST_CASE("the committed fixtures load", "[load_gpt2][fixtures]") {
     const auto& e = st.at("h.2.attn.c_attn.weight");
     REQUIRE(e.dtype == DType::BF16);
     REQUIRE(e.shape == std::vector<int64_t>{96, 288});
+    const std::vector<std::byte> raw = io::read_bytes(e);
     for (std::size_t i = 0; i < t.layers[2].attn_w.size(); ++i) {
       uint16_t b;
-      std::memcpy(&b, e.bytes.data() + 2 * i, 2);
+      std::memcpy(&b, raw.data() + 2 * i, 2);
       REQUIRE(t.layers[2].attn_w[i] == bf16_to_float(bf16_t{b}));
     }
     // A tiny-b checkpoint is not a tiny-a one.

@@ -2,6 +2,7 @@
 // SafetensorsFile: round trips of every dtype, and every way a file can be malformed, each
 // checked for an error that names the file and the tensor or field at fault.
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <random>
 #include <string>
@@ -88,8 +89,9 @@ TEST_CASE("every dtype round-trips its bytes", "[safetensors]") {
     const auto& e = f.at(std::string("t_") + std::string(name(t)));
     INFO(name(t));
     CHECK(e.dtype == t);
-    REQUIRE(e.bytes.size() == payloads[k].size());
-    CHECK(std::memcmp(e.bytes.data(), payloads[k].data(), e.bytes.size()) == 0);
+    const std::vector<std::byte> got = io::read_bytes(e);
+    REQUIRE(got.size() == payloads[k].size());
+    CHECK(std::memcmp(got.data(), payloads[k].data(), got.size()) == 0);
     if (!is_float_storage(t))
       REQUIRE_THROWS_WITH(io::read_as_f32(e), Contains("all.safetensors") &&
                                                   Contains("'t_" + std::string(name(t))) &&
@@ -275,7 +277,7 @@ TEST_CASE("F8 tensors are known but cannot be read as floats", "[safetensors][ba
 }
 
 TEST_CASE("tensors are readable at unaligned offsets", "[safetensors]") {
-  // A header whose length is not a multiple of 4 leaves F32 data unaligned in the mapping.
+  // A header whose length is not a multiple of 4 leaves F32 data at unaligned file offsets.
   TempDir tmp;
   auto w = two_tensors();
   std::string header = w.header().dump();
@@ -285,4 +287,46 @@ TEST_CASE("tensors are readable at unaligned offsets", "[safetensors]") {
   std::vector<float> a(6);
   std::memcpy(a.data(), w.data().data(), 24);
   CHECK(io::read_as_f32(f.at("a")) == a);
+}
+
+TEST_CASE("16-bit tensors larger than the read chunk convert whole", "[safetensors]") {
+  TempDir tmp;
+  const std::size_t n = (std::size_t(1) << 20) * 2 + 37;  // two chunks and a tail
+  const auto v = random_floats(n, 9);
+  SafetensorsWriter w;
+  w.add("h", {int64_t(n)}, v, DType::F16);
+  w.add("b", {int64_t(n)}, v, DType::BF16);
+  w.write(tmp / "big.safetensors");
+  const auto f = SafetensorsFile::open(tmp / "big.safetensors");
+  const auto h = io::read_as_f32(f.at("h")), b = io::read_as_f32(f.at("b"));
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    bad += h[i] != half_to_float(float_to_half(v[i])) || b[i] != bf16_to_float(float_to_bf16(v[i]));
+  CHECK(bad == 0);
+}
+
+// A memory-mapped checkpoint cut short under the reader used to kill the process with SIGBUS.
+TEST_CASE("a file truncated after opening gives an error naming the file and tensor",
+          "[safetensors][bad]") {
+  TempDir tmp;
+  const auto v = random_floats(4096, 4);
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    INFO(name(t));
+    SafetensorsWriter w;
+    w.add("first", {64}, random_floats(64, 5), t);
+    w.add("last", {4096}, v, t);
+    const auto path = tmp / (std::string("cut_") + std::string(name(t)) + ".safetensors");
+    w.write(path);
+    const auto f = SafetensorsFile::open(path);
+    const uint64_t full = std::filesystem::file_size(path);
+    std::filesystem::resize_file(path, full - 1000);
+    CHECK(io::read_as_f32(f.at("first")).size() == 64);  // still whole
+    REQUIRE_THROWS_WITH(io::read_as_f32(f.at("last")),
+                        Contains(path.string()) && Contains("tensor 'last'") &&
+                            Contains("ends at byte " + std::to_string(full - 1000)) &&
+                            Contains("truncated"));
+    REQUIRE_THROWS_WITH(io::read_bytes(f.at("last")), Contains("tensor 'last'"));
+    std::filesystem::resize_file(path, 0);
+    REQUIRE_THROWS_WITH(io::read_as_f32(f.at("first")), Contains("tensor 'first'"));
+  }
 }

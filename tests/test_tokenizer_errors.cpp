@@ -50,6 +50,17 @@ nlohmann::json byte_vocab() {
   return v;
 }
 
+// The message of the error that loading (vocab, merges) throws: it must throw.
+std::string load_error(const fs::path& vocab, const fs::path& merges) {
+  try {
+    (void)Gpt2Tokenizer::from_files(vocab, merges);
+  } catch (const servekit::Error& e) {
+    return e.what();
+  }
+  FAIL("the tokenizer loaded");
+  return {};
+}
+
 }  // namespace
 
 TEST_CASE("from_dir names the files it looked for", "[text]") {
@@ -95,6 +106,22 @@ TEST_CASE("a malformed vocabulary is reported with its file", "[text]") {
   const auto no_byte = dir.write("no_byte.json", v.dump());
   REQUIRE_THROWS_WITH(Gpt2Tokenizer::from_files(no_byte, merges),
                       Contains("no_byte.json") && Contains("no token for byte 65"));
+  // Ids past int64 are shown as written, not wrapped to a negative number.
+  for (const char* id : {"9223372036854775808", "18446744073709551615", "-1"}) {
+    std::string text = byte_vocab().dump();
+    text.insert(text.size() - 1, std::string(",\"huge\":") + id);
+    const auto huge = dir.write("huge.json", text);
+    REQUIRE_THROWS_WITH(Gpt2Tokenizer::from_files(huge, merges),
+                        Contains("\"huge\" has id " + std::string(id) + ", outside 0..258"));
+  }
+  // A 1 MB token is quoted by its first bytes and its length, not echoed whole.
+  v = byte_vocab();
+  v[std::string(1'000'000, 'q')] = -3;
+  const auto long_key = dir.write("long_key.json", v.dump());
+  const std::string msg = load_error(long_key, merges);
+  CHECK(msg.size() < 400);
+  CHECK_THAT(msg, Contains("long_key.json") && Contains("qqqq...") &&
+                      Contains("(1000000 bytes) has id -3"));
 }
 
 TEST_CASE("a malformed merges line is reported with file and line number", "[text]") {
@@ -109,6 +136,19 @@ TEST_CASE("a malformed merges line is reported with file and line number", "[tex
     REQUIRE_THROWS_WITH(Gpt2Tokenizer::from_files(vocab, merges),
                         Contains("merges.txt line 3") && Contains("two tokens"));
   }
+  // A 5 MB line is quoted by its first bytes and its length, not echoed whole.
+  const auto merges =
+      dir.write("merges.txt", "#version: 0.2\n" + std::string(5'000'000, 'z') + "\n");
+  std::string msg = load_error(vocab, merges);
+  CHECK(msg.size() < 400);
+  CHECK_THAT(msg,
+             Contains("merges.txt line 2") && Contains("zzz...") && Contains("(5000000 bytes)"));
+  // A long token that is not in the vocabulary is quoted the same way.
+  const auto oov =
+      dir.write("merges.txt", "#version: 0.2\n" + std::string(2'000'000, 'y') + " a\n");
+  msg = load_error(vocab, oov);
+  CHECK(msg.size() < 400);
+  CHECK_THAT(msg, Contains("(2000000 bytes) is not in the vocabulary"));
 }
 
 TEST_CASE("a merge whose parts are not in the vocabulary is named", "[text]") {

@@ -72,7 +72,7 @@ inline Reference load_reference(const std::filesystem::path& dir) {
   const auto& mask = st.at("batch.attention_mask");
   r.batch.t_pad = static_cast<int>(mask.shape.at(1));
   r.batch.attention_mask.resize(mask.numel());
-  std::memcpy(r.batch.attention_mask.data(), mask.bytes.data(), mask.bytes.size());
+  io::read_bytes(mask, std::as_writable_bytes(std::span(r.batch.attention_mask)));
   return r;
 }
 

@@ -5,6 +5,7 @@
 // levels deep (a malformed or hostile file) cannot overflow the stack while we describe it.
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 namespace servekit {
 
@@ -24,6 +25,18 @@ inline std::string json_brief(const nlohmann::json& j) {
   }
   if (j.is_object()) return "an object of " + std::to_string(j.size()) + " keys";
   return scalar(j);
+}
+
+// Text from a file as an error message quotes it: a 50 MB line is shown by its first bytes and
+// its length, and bytes that are not UTF-8 are shown as U+FFFD.
+inline std::string string_brief(std::string_view s) {
+  constexpr std::size_t keep = 60;
+  const std::string head(s.substr(0, keep));
+  std::string out =
+      nlohmann::json(head).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (s.size() > keep)
+    out.insert(out.size() - 1, "...") += " (" + std::to_string(s.size()) + " bytes)";
+  return out;
 }
 
 }  // namespace servekit

@@ -2,15 +2,18 @@
 #pragma once
 // Reading .safetensors files: an 8-byte little-endian header length N, N bytes of JSON
 // ({"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {..}}), then the
-// data region that the offsets index. The file is memory-mapped; entries are views into it.
+// data region that the offsets index. Only the header is read on open; a tensor's bytes are
+// read when it is converted (read_as_f32, read_bytes).
 //
 // Everything in the header is validated on open, so a TensorEntry can be trusted afterwards:
-// its bytes lie inside the file, match shape x dtype size, and overlap no other tensor.
+// its bytes lie inside the file (as it was when opened), match shape x dtype size, and overlap
+// no other tensor.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,7 +26,7 @@
 #include "servekit/core/dtype.hpp"
 #include "servekit/core/error.hpp"
 #include "servekit/core/json_brief.hpp"
-#include "servekit/io/mmap_file.hpp"
+#include "servekit/io/read_file.hpp"
 
 namespace servekit::io {
 
@@ -31,8 +34,10 @@ struct TensorEntry {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
-  std::span<const std::byte> bytes;  // view into the mapped file
-  std::string file;                  // the file it lives in, for error messages
+  uint64_t offset = 0;  // of its first byte in the file
+  uint64_t nbytes = 0;
+  std::shared_ptr<const ReadOnlyFile> source;
+  std::string file;  // the file it lives in, for error messages
 
   // The parser has checked that the product of the non-zero dims fits int64.
   int64_t numel() const {
@@ -62,7 +67,7 @@ class SafetensorsFile {
 
   static SafetensorsFile open(const std::filesystem::path& path) {
     SafetensorsFile f;
-    f.map_ = MappedFile::open(path);
+    f.file_ = ReadOnlyFile::open(path);
     f.parse();
     return f;
   }
@@ -86,23 +91,27 @@ class SafetensorsFile {
   }
   const std::vector<TensorEntry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  const std::filesystem::path& path() const { return map_.path(); }
+  const std::filesystem::path& path() const { return file_->path(); }
 
  private:
-  std::string path_str() const { return map_.path().string(); }
+  std::string path_str() const { return file_->path().string(); }
 
   void parse() {
     const std::string p = path_str();
-    const std::span<const std::byte> all = map_.bytes();
-    if (all.size() < 8)
-      fail(p, ": file is ", all.size(), " bytes, shorter than the 8-byte header length");
+    const uint64_t file_size = file_->size();
+    if (file_size < 8)
+      fail(p, ": file is ", file_size, " bytes, shorter than the 8-byte header length");
+    std::byte len[8];
+    file_->read_at(0, len, "header length");
     uint64_t n = 0;  // little-endian on disk
-    for (int i = 7; i >= 0; --i) n = (n << 8) | uint64_t(all[std::size_t(i)]);
+    for (int i = 7; i >= 0; --i) n = (n << 8) | uint64_t(len[i]);
     if (n > max_header_bytes)
       fail(p, ": header length ", n, " is over the ", max_header_bytes, "-byte limit");
-    if (n > all.size() - 8)
-      fail(p, ": header length ", n, " runs past the end of the file (", all.size(), " bytes)");
-    const std::span<const std::byte> data = all.subspan(8 + n);
+    if (n > file_size - 8)
+      fail(p, ": header length ", n, " runs past the end of the file (", file_size, " bytes)");
+    std::string text(std::size_t(n), '\0');
+    file_->read_at(8, std::as_writable_bytes(std::span(text)), "header");
+    const uint64_t data_begin = 8 + n, data_size = file_size - data_begin;
 
     nlohmann::json header;
     // A name given twice would otherwise be read as its last definition, silently.
@@ -115,8 +124,7 @@ class SafetensorsFile {
       return true;
     };
     try {
-      const char* text = reinterpret_cast<const char*>(all.data() + 8);
-      header = nlohmann::json::parse(text, text + n, dup_check);
+      header = nlohmann::json::parse(text.begin(), text.end(), dup_check);
     } catch (const nlohmann::json::exception& e) {
       fail(p, ": header is not valid JSON: ", e.what());
     }
@@ -129,7 +137,7 @@ class SafetensorsFile {
         parse_metadata(it.value());
         continue;
       }
-      entries_.push_back(parse_entry(it.key(), it.value(), data));
+      entries_.push_back(parse_entry(it.key(), it.value(), data_begin, data_size));
     }
 
     // Overlap check: sorted by start, each tensor must begin at or after the previous one's end.
@@ -138,8 +146,8 @@ class SafetensorsFile {
     std::vector<std::size_t> order(entries_.size());
     for (std::size_t i = 0; i < entries_.size(); ++i) {
       order[i] = i;
-      offs[i] = {uint64_t(entries_[i].bytes.data() - data.data()),
-                 uint64_t(entries_[i].bytes.data() - data.data()) + entries_[i].bytes.size()};
+      offs[i] = {entries_[i].offset - data_begin,
+                 entries_[i].offset - data_begin + entries_[i].nbytes};
     }
     std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
       return offs[a] != offs[b] ? offs[a] < offs[b] : entries_[a].name < entries_[b].name;
@@ -169,8 +177,8 @@ class SafetensorsFile {
     }
   }
 
-  TensorEntry parse_entry(const std::string& name, const nlohmann::json& j,
-                          std::span<const std::byte> data) const {
+  TensorEntry parse_entry(const std::string& name, const nlohmann::json& j, uint64_t data_begin,
+                          uint64_t data_size) const {
     const std::string p = path_str();
     auto where = [&] { return p + ": tensor '" + name + "'"; };
     if (!j.is_object()) fail(where(), ": entry is a JSON ", j.type_name(), ", not an object");
@@ -214,52 +222,71 @@ class SafetensorsFile {
            ", not [begin, end] with non-negative integers");
     const uint64_t begin = (*of)[0].get<uint64_t>(), end = (*of)[1].get<uint64_t>();
     if (begin > end) fail(where(), ": data_offsets ", json_brief(*of), " has begin > end");
-    if (end > data.size())
-      fail(where(), ": data_offsets ", json_brief(*of), " end past the data region (", data.size(),
+    if (end > data_size)
+      fail(where(), ": data_offsets ", json_brief(*of), " end past the data region (", data_size,
            " bytes)");
     uint64_t nbytes = 0;
     if (__builtin_mul_overflow(numel, uint64_t(size(e.dtype)), &nbytes) || nbytes != end - begin)
       fail(where(), ": shape ", shape_str(e.shape), " of ", e.dtype, " needs ", nbytes,
            " bytes but data_offsets ", json_brief(*of), " span ", end - begin);
-    e.bytes = data.subspan(begin, end - begin);
+    e.offset = data_begin + begin;
+    e.nbytes = end - begin;
+    e.source = file_;
     return e;
   }
 
-  MappedFile map_;
+  std::shared_ptr<const ReadOnlyFile> file_;
   std::vector<TensorEntry> entries_;
   std::unordered_map<std::string, std::size_t> index_;
   std::map<std::string, std::string> metadata_;
 };
 
-// Converts a F32/F16/BF16 tensor to fp32. The data region need not be aligned (the header
-// length is arbitrary), so elements are read with memcpy.
+// A tensor's raw bytes, as stored (little-endian).
+inline void read_bytes(const TensorEntry& e, std::span<std::byte> out) {
+  if (out.size() != e.nbytes)
+    fail(e.file, ": tensor '", e.name, "' has ", e.nbytes, " bytes but the output holds ",
+         out.size());
+  e.source->read_at(e.offset, out, "tensor '" + e.name + "'");
+}
+
+inline std::vector<std::byte> read_bytes(const TensorEntry& e) {
+  std::vector<std::byte> out(std::size_t(e.nbytes));
+  read_bytes(e, out);
+  return out;
+}
+
+// Converts a F32/F16/BF16 tensor to fp32. 16-bit tensors are read a chunk at a time, so the
+// staging costs 2 MB whatever the tensor's size.
 inline void read_as_f32(const TensorEntry& e, std::span<float> out) {
   const std::size_t n = std::size_t(e.numel());
   if (out.size() != n)
     fail(e.file, ": tensor '", e.name, "' has ", n, " elements ", shape_str(e.shape),
          " but the output holds ", out.size());
-  const std::byte* src = e.bytes.data();
-  const std::ptrdiff_t count = std::ptrdiff_t(n);
+  const std::string what = "tensor '" + e.name + "'";
   switch (e.dtype) {
     case DType::F32:
-      if (n) std::memcpy(out.data(), src, n * 4);
+      e.source->read_at(e.offset, std::as_writable_bytes(out), what);
       return;
     case DType::F16:
+    case DType::BF16: {
+      constexpr std::size_t chunk = std::size_t(1) << 20;
+      std::vector<uint16_t> bits(std::min(n, chunk));
+      for (std::size_t at = 0; at < n; at += chunk) {
+        const std::size_t len = std::min(chunk, n - at);
+        const std::span<uint16_t> c(bits.data(), len);
+        e.source->read_at(e.offset + 2 * at, std::as_writable_bytes(c), what);
+        const std::ptrdiff_t count = std::ptrdiff_t(len);
+        float* dst = out.data() + at;
+        if (e.dtype == DType::F16) {
 #pragma omp parallel for schedule(static) if (count > (1 << 16))
-      for (std::ptrdiff_t i = 0; i < count; ++i) {
-        half_t h;
-        std::memcpy(&h.bits, src + 2 * i, 2);
-        out[std::size_t(i)] = half_to_float(h);
+          for (std::ptrdiff_t i = 0; i < count; ++i) dst[i] = half_to_float(half_t{c[i]});
+        } else {
+#pragma omp parallel for schedule(static) if (count > (1 << 16))
+          for (std::ptrdiff_t i = 0; i < count; ++i) dst[i] = bf16_to_float(bf16_t{c[i]});
+        }
       }
       return;
-    case DType::BF16:
-#pragma omp parallel for schedule(static) if (count > (1 << 16))
-      for (std::ptrdiff_t i = 0; i < count; ++i) {
-        bf16_t b;
-        std::memcpy(&b.bits, src + 2 * i, 2);
-        out[std::size_t(i)] = bf16_to_float(b);
-      }
-      return;
+    }
     default:
       fail(e.file, ": tensor '", e.name, "' has dtype ", e.dtype,
            "; only F32, F16 and BF16 can be read as floats");

@@ -84,7 +84,7 @@ class Engine {
   // The model and tokenizer must outlive the engine.
   Engine(Model& model, const text::Gpt2Tokenizer& tok, EngineOptions opt = {}, Sched sched = {})
       : model_(model),
-        tok_(tok),
+        tok_(covering(tok)),  // first: before the cache is sized and allocated
         opt_(check(opt)),
         cache_(make_cache(model, opt_)),
         core_(cache_, opt_, P),
@@ -584,6 +584,11 @@ class Engine {
     }
     std::lock_guard lk(stats_mu_);
     stats_ = s;
+  }
+
+  static const text::Gpt2Tokenizer& covering(const text::Gpt2Tokenizer& tok) {
+    require_tokenizer_covers(tok, V, "engine");
+    return tok;
   }
 
   Model& model_;

@@ -33,6 +33,7 @@ GenerateResult generate(Model& model, const text::Gpt2Tokenizer& tok,
                         const StreamCallback& on_piece = {}) {
   constexpr int P = Model::Dims::n_positions;
   constexpr int V = Model::Dims::vocab;
+  require_tokenizer_covers(tok, V, "generate");
   if (prompt.empty()) fail("generate: the prompt is empty (no tokens)");
   if (static_cast<int>(prompt.size()) > P)
     fail("generate: the prompt has ", prompt.size(), " tokens, more than n_positions = ", P);

@@ -30,6 +30,19 @@ inline double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// A tokenizer with fewer tokens than the model's vocabulary is refused before anything runs:
+// otherwise the model may sample an id the tokenizer cannot decode, which would fail mid-stream.
+// A larger one is fine (tiny test models share GPT-2's); a prompt's ids are checked per request.
+inline void require_tokenizer_covers(const text::Gpt2Tokenizer& tok, int model_vocab,
+                                     const char* who) {
+  if (tok.vocab_size() < model_vocab)
+    fail(who, ": the tokenizer ", tok.vocab_file().string(), " has ", tok.vocab_size(),
+         " tokens but the model's vocab_size is ", model_vocab, ", so ids ", tok.vocab_size(), "..",
+         model_vocab - 1,
+         " could be generated and never decoded; use the model's own "
+         "vocab.json + merges.txt");
+}
+
 class RequestState {
  public:
   // prompt: the request's token ids (checked by the caller against the model); n_positions:

@@ -136,6 +136,7 @@ class Gpt2Tokenizer {
     auto tables = std::make_shared<Tables>();
     load_vocab(vocab_json, *tables);
     load_merges(merges, vocab_json, *tables);
+    tables->vocab_file = vocab_json;
     t.tables_ = std::move(tables);
     t.cache_ = std::make_shared<detail::WordCache>();
     return t;
@@ -176,6 +177,8 @@ class Gpt2Tokenizer {
 
   int32_t eos_id() const { return tables_->eos; }
   int32_t vocab_size() const { return int32_t(tables_->offset.size()) - 1; }
+  // The vocab.json (or encoder.json) it was read from, for messages.
+  const std::filesystem::path& vocab_file() const { return tables_->vocab_file; }
   size_t merge_count() const { return tables_->merges.size(); }
   size_t cached_words() const { return cache_->size(); }
 
@@ -187,6 +190,7 @@ class Gpt2Tokenizer {
     int32_t byte_id[256];  // token of each single byte: where every word starts
     MergeTable merges;
     int32_t eos = -1;
+    std::filesystem::path vocab_file;
   };
 
   Gpt2Tokenizer() = default;
@@ -219,16 +223,22 @@ class Gpt2Tokenizer {
     std::vector<std::string> by_id(static_cast<size_t>(n));
     std::vector<bool> seen(static_cast<size_t>(n), false);
     for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string token = string_brief(it.key());
       if (!it.value().is_number_integer())
-        fail("tokenizer vocab ", path.string(), ": token \"", it.key(), "\" has a non-integer id ",
+        fail("tokenizer vocab ", path.string(), ": token ", token, " has a non-integer id ",
              json_brief(it.value()));
+      // An id past int64 (2^63) is unsigned in the JSON library: compare before converting,
+      // and print it as written.
+      const bool in_range = it.value().is_number_unsigned()
+                                ? it.value().get<uint64_t>() < uint64_t(n)
+                                : it.value().get<int64_t>() >= 0 && it.value().get<int64_t>() < n;
+      if (!in_range)
+        fail("tokenizer vocab ", path.string(), ": token ", token, " has id ",
+             json_brief(it.value()), ", outside 0..", n - 1, " (ids must be dense)");
       const int64_t id = it.value().get<int64_t>();
-      if (id < 0 || id >= n)
-        fail("tokenizer vocab ", path.string(), ": token \"", it.key(), "\" has id ", id,
-             ", outside 0..", n - 1, " (ids must be dense)");
       if (seen[size_t(id)])
-        fail("tokenizer vocab ", path.string(), ": id ", id, " is used twice (again by \"",
-             it.key(), "\")");
+        fail("tokenizer vocab ", path.string(), ": id ", id, " is used twice (again by ", token,
+             ")");
       seen[size_t(id)] = true;
       by_id[size_t(id)] = detail::unmap_bytes(it.key());
       if (it.key() == kEndOfText) t.eos = int32_t(id);
@@ -263,14 +273,14 @@ class Gpt2Tokenizer {
       if (line.empty() || sp == std::string::npos || sp == 0 || sp + 1 == line.size() ||
           line.find(' ', sp + 1) != std::string::npos)
         fail("tokenizer merges ", path.string(), " line ", line_no,
-             ": expected two tokens separated by one space, got \"", line, "\"");
+             ": expected two tokens separated by one space, got ", string_brief(line));
       const std::string left = detail::unmap_bytes(std::string_view(line).substr(0, sp));
       const std::string right = detail::unmap_bytes(std::string_view(line).substr(sp + 1));
       auto id = [&](const std::string& bytes, std::string_view written) {
         auto it = t.id_of.find(bytes);
         if (it == t.id_of.end())
-          fail("tokenizer merges ", path.string(), " line ", line_no, ": \"", written,
-               "\" is not in the vocabulary ", vocab.string());
+          fail("tokenizer merges ", path.string(), " line ", line_no, ": ", string_brief(written),
+               " is not in the vocabulary ", vocab.string());
         return it->second;
       };
       const int32_t a = id(left, std::string_view(line).substr(0, sp));
