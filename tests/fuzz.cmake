@@ -7,6 +7,6 @@ if(NOT SERVEKIT_CLANGXX)
   message(STATUS "servekit: no clang++, fuzz_smoke not registered")
   return()
 endif()
-add_test(NAME fuzz_smoke COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/fuzz.sh --runs 20000)
+add_test(NAME fuzz_smoke COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/fuzz.sh --runs 10000)
 set_tests_properties(fuzz_smoke PROPERTIES LABELS "fuzz" ENVIRONMENT
   "SERVEKIT_BUILD_DIR=${PROJECT_BINARY_DIR}" TIMEOUT 900)

@@ -28,8 +28,10 @@ Model& model() {
   return m;
 }
 
-TEMPLATE_TEST_CASE("every scheduler gives each request its tokens alone (greedy)", "[engine]",
-                   Contig, Paged) {
+// [invariance]: the long comparisons of many requests, which the sanitizer build leaves to this
+// one (tests/sanitize.cmake).
+TEMPLATE_TEST_CASE("every scheduler gives each request its tokens alone (greedy)",
+                   "[engine][invariance]", Contig, Paged) {
   auto& m = model<TestType>();
   auto rs = make_requests({}, D::vocab, 1);
   auto want = alone(m, rs);
@@ -56,15 +58,16 @@ TEMPLATE_TEST_CASE("every scheduler gives each request its tokens alone (greedy)
   }
 }
 
-TEST_CASE("without the cache the sequential scheduler recomputes and agrees", "[engine]") {
+TEST_CASE("without the cache the sequential scheduler recomputes and agrees",
+          "[engine][invariance]") {
   auto& m = model<Contig>();
   auto rs = make_requests({.n = 6, .max_prompt = 40, .max_new = 20}, D::vocab, 2);
   auto want = alone(m, rs);
   run_and_compare<Contig, sched::Sequential<sched::NoCache>>(m, rs, want, {.max_batch = 1});
 }
 
-TEMPLATE_TEST_CASE("seeded sampling draws the same tokens whatever shares the steps", "[engine]",
-                   Contig, Paged) {
+TEMPLATE_TEST_CASE("seeded sampling draws the same tokens whatever shares the steps",
+                   "[engine][invariance]", Contig, Paged) {
   auto& m = model<TestType>();
   auto rs = make_requests({.n = 24, .max_prompt = 120, .max_new = 80, .sample = true}, D::vocab, 3);
   auto want = alone(m, rs);
@@ -83,7 +86,8 @@ TEMPLATE_TEST_CASE("seeded sampling draws the same tokens whatever shares the st
   CHECK(same < 4);
 }
 
-TEST_CASE("static batching runs each batch until its longest request ends", "[engine]") {
+TEST_CASE("static batching runs each batch until its longest request ends",
+          "[engine][invariance]") {
   // The course's workload: 32 requests in batches of 8, every 8th wants 100 tokens, the
   // others 10. Static: 4 batches x 100 steps. Continuous refills freed slots at once.
   auto& m = model<Contig>();

@@ -4,6 +4,7 @@
 // the paged layout, head dims 16..128, several sequences of different lengths (1..300) in one
 // call, a left-padded one (first row > 0) and a chunk that continues an earlier prefill.
 #include <algorithm>
+#include <bit>
 #include <numeric>
 
 #include "servekit/kernels/attention_decode.hpp"
@@ -23,7 +24,7 @@ struct Seq {
   int n_new;  // the last n_new rows are this call's queries
 };
 
-constexpr int kMaxLen = 320;  // rows per slot (contiguous) / per block table row (paged)
+constexpr int kMaxLen = 640;  // rows per slot (contiguous) / per block table row (paged)
 constexpr int kBlock = 16;    // paged block size
 
 // A cache layer with random contents in every row, in one layout.
@@ -154,6 +155,76 @@ TEST_CASE("split-rows decode attention matches the reference", "[kernels][emulat
   }
   SECTION("the decode kernel also serves several query rows per sequence") {
     check_attention<float, false>(Kernel::Decode, 96, 3, kPrefill);
+  }
+}
+
+// Bitwise: the row's output as the prefill kernel gives it (whole, or in chunks of 37 rows) and
+// as the decode kernel gives it (every row its own query, up to 10 splits, so the workspace path
+// runs too). This is what keeps a request's tokens independent of the steps it shares.
+template <class T, bool kPaged>
+void check_same_bits(int C, int n_head) {
+  std::mt19937 rng(5 + C);
+  const std::vector<Seq> seqs = {
+      {0, 600, 600}, {5, 130, 130}, {0, 128, 128}, {0, 1, 1}, {3, 40, 40}};
+  TestCache<T, kPaged> cache(static_cast<int>(seqs.size()), C, rng);
+  const auto view = cache.view();
+  std::vector<int32_t> slot, first, row;
+  for (std::size_t s = 0; s < seqs.size(); s++)
+    for (int i = 0; i < seqs[s].len; i++) {
+      slot.push_back(static_cast<int32_t>(s));
+      first.push_back(seqs[s].first);
+      row.push_back(seqs[s].first + i);
+    }
+  const int N = static_cast<int>(slot.size());
+  const auto qkv = random_floats(static_cast<std::size_t>(N) * 3 * C, rng, -2.f, 2.f);
+  const float scale = 1.f / std::sqrt(static_cast<float>(C / n_head));
+  // Rows [r0, r0 + n) of the list in one call of either kernel, into out.
+  auto run = [&](Kernel which, int r0, int n, std::vector<float>& out) {
+    const kn::AttentionParams p{out.data() + static_cast<std::size_t>(r0) * C,
+                                qkv.data() + static_cast<std::size_t>(r0) * 3 * C,
+                                kn::device_view(view),
+                                slot.data() + r0,
+                                first.data() + r0,
+                                row.data() + r0,
+                                n,
+                                C,
+                                n_head,
+                                scale};
+    if (which == Kernel::Prefill) {
+      kn::attention_prefill(p);
+    } else {
+      std::vector<float> ws(kn::decode_workspace_floats(n, C, n_head, kn::decode_splits(kMaxLen)));
+      kn::attention_decode(p, kMaxLen, ws.data());
+    }
+  };
+  auto whole = poisoned(static_cast<std::size_t>(N) * C), chunked = whole, decoded = whole,
+       few = whole;
+  run(Kernel::Prefill, 0, N, whole);
+  run(Kernel::Decode, 0, N, decoded);
+  for (int r0 = 0, s = 0; s < static_cast<int>(seqs.size()); r0 += seqs[s++].len)
+    for (int c = 0; c < seqs[s].len; c += 37)
+      run(Kernel::Prefill, r0 + c, std::min(37, seqs[s].len - c), chunked);
+  for (int r0 = 0; r0 < N; r0 += 3) run(Kernel::Decode, r0, std::min(3, N - r0), few);
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < whole.size(); i++)
+    differ += std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(chunked[i]) ||
+              std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(decoded[i]) ||
+              std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(few[i]);
+  CHECK(differ == 0);
+  // And the bits are attention's: the reference agrees to rounding.
+  auto want = poisoned(whole.size());
+  sk::kernels::ref::attention(want.data(), qkv.data(), view, slot.data(), first.data(), row.data(),
+                              N, C, n_head, kMaxLen);
+  require_close(whole, want, 1e-5f, 1e-5f);
+}
+
+TEST_CASE("a query row gets the same bits from either attention kernel, however it is batched",
+          "[kernels][emulated][attention]") {
+  SECTION("contiguous f32, head_dim 64") {
+    check_same_bits<float, false>(128, 2);
+  }
+  SECTION("paged f16, head_dim 16") {
+    check_same_bits<sk::half_t, true>(64, 4);
   }
 }
 

@@ -2,6 +2,7 @@
 // Linear kernels under emulation against the host reference: the fp32 SIMT GEMM / GEMV and the
 // fp16 / bf16 tensor-core GEMM, every epilogue, awkward shapes (no dimension a tile multiple),
 // outputs poisoned with NaN (Residual: random, since it accumulates into out).
+#include <bit>
 #include <cmath>
 
 #include "servekit/backend/emulated.hpp"
@@ -95,6 +96,34 @@ TEMPLATE_TEST_CASE("tensor-core linear matches the reference within the 16-bit r
         check_mma<E::Gelu, TestType>(M, K, N, rng);
         check_mma<E::Residual, TestType>(M, K, N, rng);
       }
+}
+
+// Bitwise: each row of a 40-row call against the same row computed in calls of 1..17 rows
+// at other offsets. For fp32 that is the tiled GEMM against the GEMV (M <= 8); the tensor-core
+// kernel serves every M.
+template <class Fmt>
+void check_row_bits(int K, int N, std::mt19937& rng) {
+  INFO(Fmt::name << ": K = " << K << ", N = " << N);
+  constexpr int M = 40;
+  const auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
+  const auto W =
+      sk::weights::Matrix<Fmt>::from_f32(random_floats(static_cast<std::size_t>(K) * N, rng), K, N);
+  const auto b = random_floats(N, rng);
+  auto run = [&](float* out, int r0, int rows) {
+    sk::backend::Ops<sk::backend::Emulated>::linear<E::Gelu>(
+        out, x.data() + static_cast<std::size_t>(r0) * K, W, b.data(), rows);
+  };
+  CHECK(row_bits_differ(M, N, run) == 0);
+}
+
+TEST_CASE("a row of a device linear has the same bits whatever the call's row count",
+          "[kernels][emulated][linear]") {
+  std::mt19937 rng(31);
+  for (int K : {24, 200, 768}) {
+    check_row_bits<sk::weights::F32>(K, 70, rng);
+    check_row_bits<sk::weights::F16>(K, 70, rng);
+    check_row_bits<sk::weights::BF16>(K, 70, rng);
+  }
 }
 
 TEST_CASE("linear launchers name the shape they cannot run", "[kernels][emulated][errors]") {

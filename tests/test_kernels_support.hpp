@@ -2,6 +2,7 @@
 #pragma once
 // Helpers of the emulated kernel tests: random inputs, NaN-poisoned outputs, and a comparison
 // that reports the first element out of tolerance (an unwritten, still-NaN element fails it).
+#include <bit>
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -48,6 +49,25 @@ void require_close(std::span<const float> got, std::span<const float> want, Tol 
 inline void require_close(std::span<const float> got, std::span<const float> want,
                           float abs = 1e-5f, float rel = 1e-5f) {
   require_close(got, want, [&](std::size_t i) { return abs + std::abs(want[i]) * rel; });
+}
+
+// Floats that differ, bit for bit, between the rows of one M-row call and the same rows computed
+// in calls of 1, 3, 8, 9 and 17 rows at other offsets. run(out, r0, n) writes rows [r0, r0 + n)
+// of an (M, N) result into out: the kernels must not let a row's bits depend on the others.
+template <class Run>
+std::size_t row_bits_differ(int M, int N, Run&& run) {
+  auto all = poisoned(static_cast<std::size_t>(M) * N);
+  run(all.data(), 0, M);
+  std::size_t differ = 0;
+  for (int n_rows : {1, 3, 8, 9, 17})
+    for (int r0 = 0; r0 + n_rows <= M; r0 += n_rows + 2) {
+      auto part = poisoned(static_cast<std::size_t>(n_rows) * N);
+      run(part.data(), r0, n_rows);
+      for (std::size_t i = 0; i < part.size(); i++)
+        differ += std::bit_cast<uint32_t>(part[i]) !=
+                  std::bit_cast<uint32_t>(all[static_cast<std::size_t>(r0) * N + i]);
+    }
+  return differ;
 }
 
 }  // namespace kernels_test

@@ -3,6 +3,7 @@
 // against the host reference on the same quantised Matrix: per tensor, per channel and groups
 // of several sizes (some smaller than a k tile, some not dividing it), every epilogue, awkward
 // shapes, outputs poisoned with NaN (Residual: random, since it accumulates into out).
+#include <bit>
 #include <cmath>
 
 #include "servekit/backend/emulated.hpp"
@@ -118,6 +119,34 @@ TEST_CASE("uint8 linear with groups matches the reference", "[kernels][emulated]
   SECTION("G = 32") {
     check_format<w::U8ZeroPoint<w::Group<32>>>({32, 96}, rng);
   }
+}
+
+// Bitwise: each row of a 40-row call (tiled GEMM) against the same row computed in calls of
+// 1..17 rows at other offsets (GEMV for up to 8), with groups that end inside a K slice, at its
+// end, and span slices (per tensor / per channel).
+template <class Fmt>
+void check_row_bits(int K, int N, std::mt19937& rng) {
+  INFO("K = " << K << ", N = " << N);
+  constexpr int M = 40;
+  const auto W = w::Matrix<Fmt>::from_f32(weights_for(K, N, rng), K, N);
+  const auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
+  const auto b = random_floats(N, rng);
+  CHECK(row_bits_differ(M, N, [&](float* out, int r0, int rows) {
+          kn::linear_u8<E::Gelu>(
+              params(out, x.data() + static_cast<std::size_t>(r0) * K, W, b.data(), rows));
+        }) == 0);
+}
+
+TEST_CASE("a row of the uint8 linear has the same bits whatever the call's row count",
+          "[kernels][emulated][linear][u8]") {
+  std::mt19937 rng(24);
+  for (int K : {24, 200, 768}) {
+    check_row_bits<w::U8ZeroPoint<w::PerTensor>>(K, 70, rng);
+    check_row_bits<w::U8ZeroPoint<w::PerChannel>>(K, 70, rng);
+    check_row_bits<w::U8ZeroPoint<w::Group<8>>>(K, 70, rng);
+  }
+  check_row_bits<w::U8ZeroPoint<w::Group<24>>>(768, 70, rng);  // groups cross slice ends
+  check_row_bits<w::U8ZeroPoint<w::Group<64>>>(768, 70, rng);
 }
 
 TEST_CASE("Ops<Emulated>::linear runs the uint8 kernel on a Matrix", "[kernels][emulated][u8]") {

@@ -6,9 +6,12 @@
 // weighted V per query (online softmax), so the (T x T) score matrix never exists.
 //
 // A tile may straddle two sequences of a packed batch (or hold pad and real rows of a
-// left-padded one): the block then makes one pass per cache slot in the tile, each pass
-// streaming only that slot's rows. Each query row r sees cache rows first[r]..row[r].
-#include "servekit/kernels/common.hpp"
+// left-padded one): the block then makes one pass per (cache slot, first row) in the tile, each
+// pass streaming only those rows. Each query row r sees cache rows first[r]..row[r].
+//
+// The order of the sums is attention_state.hpp's, which the decode kernel follows too: keys in
+// tiles of 32 from first[r], a split's state merged into the total every kSplitRows rows.
+#include "servekit/kernels/attention_state.hpp"
 
 namespace servekit::kernels {
 
@@ -25,9 +28,9 @@ struct AttentionParams {
 };
 
 namespace flash {
-constexpr int BQ = 16, BK = 32, kWarps = 4, kQPerWarp = BQ / kWarps;
+constexpr int BQ = 16, BK = attn::BK, kWarps = 4, kQPerWarp = BQ / kWarps;
 constexpr int kThreads = kWarps * 32;
-static_assert(BK == 32, "one key per lane");
+constexpr int kTilesPerSplit = attn::kSplitRows / BK;
 
 template <int kHd>
 struct SharedStorage {
@@ -37,7 +40,7 @@ struct SharedStorage {
   float p[kWarps][BK];  // one warp's probabilities, read back by every lane
   int active[BQ];       // the query belongs to the current pass
   int done[BQ];
-  int cur_slot, lo, hi;  // the pass: its slot and the cache rows it streams
+  int cur_slot, lo, hi;  // the pass: its slot and the cache rows it streams (lo: their first)
 };
 }  // namespace flash
 
@@ -67,9 +70,10 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
         if (s.done[i]) continue;
         const int r = q0 + i;
         if (cur < 0) cur = p.slot[r], lo = p.first[r], hi = p.row[r];
-        if (p.slot[r] != cur) continue;
+        // Tiles count from the query's own first row, so a pass holds one first row.
+        if (p.slot[r] != cur || p.first[r] != lo) continue;
         s.active[i] = 1, s.done[i] = 1;
-        lo = imin(lo, p.first[r]), hi = imax(hi, p.row[r]);
+        hi = imax(hi, p.row[r]);
       }
       s.cur_slot = cur, s.lo = lo, s.hi = hi;
     }
@@ -77,14 +81,12 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
     const int cur = s.cur_slot, lo = s.lo, hi = s.hi;
     if (cur < 0) break;
 
-    float m[kQPerWarp], l[kQPerWarp], acc[kQPerWarp][kDpl];
+    // Per query: the state of the split being walked, and the total of the splits before it.
+    attn::State<kDpl> split[kQPerWarp], total[kQPerWarp];
 #pragma unroll
-    for (int a = 0; a < kQPerWarp; ++a) {
-      m[a] = -INFINITY, l[a] = 0.f;
-#pragma unroll
-      for (int c = 0; c < kDpl; ++c) acc[a][c] = 0.f;
-    }
-    for (int t0 = lo; t0 <= hi; t0 += BK) {
+    for (int a = 0; a < kQPerWarp; ++a)
+      split[a] = attn::empty_state<kDpl>(), total[a] = attn::empty_state<kDpl>();
+    for (int t0 = lo, tile = 0; t0 <= hi; t0 += BK, ++tile) {
 #pragma unroll 1
       for (int i = threadIdx.x; i < BK * kHd; i += kThreads) {
         const int j = i / kHd, d = i % kHd, t = t0 + j;
@@ -96,35 +98,24 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
         s.k[j][d] = kv_k, s.v[j][d] = kv_v;
       }
       __syncthreads();
+      const bool split_ends = (tile + 1) % kTilesPerSplit == 0 || t0 + BK > hi;
 #pragma unroll
       for (int a = 0; a < kQPerWarp; ++a) {
         const int qi = warp * kQPerWarp + a;
         const int r = q0 + qi, t = t0 + lane;
-        // Inactive queries (another pass's) and keys outside [first, row] score -inf; a tile
-        // with no visible key leaves the state as it was (corr = 1, p = 0).
-        const bool valid = s.active[qi] && t <= hi && t >= p.first[r] && t <= p.row[r];
+        // Inactive queries (another pass's) and keys past the query's row score -inf.
         float sc = -INFINITY;
-        if (valid) {
+        if (s.active[qi] && t <= p.row[r]) {
           sc = 0.f;
 #pragma unroll
           for (int d = 0; d < kHd; ++d) sc = fmaf(s.q[qi][d], s.k[lane][d], sc);
         }
-        const float m_new = fmaxf(m[a], warp_max(sc));
-        const float corr = m_new == -INFINITY ? 1.f : expf(m[a] - m_new);
-        const float pr = valid ? expf(sc - m_new) : 0.f;
-        l[a] = l[a] * corr + warp_sum(pr);
-        m[a] = m_new;
-        s.p[warp][lane] = pr;
-        __syncwarp();
-#pragma unroll
-        for (int c = 0; c < kDpl; ++c) {
-          const int d = imin(lane + 32 * c, kHd - 1);  // lanes past head_dim redo the last
-          float o = acc[a][c] * corr;
-#pragma unroll 8
-          for (int j = 0; j < BK; ++j) o = fmaf(s.p[warp][j], s.v[j][d], o);
-          acc[a][c] = o;
+        attn::tile_step<kHd>(split[a], sc, s.p[warp], lane,
+                             [&](int j, int d) { return s.v[j][d]; });
+        if (split_ends) {
+          attn::merge(total[a], split[a]);
+          split[a] = attn::empty_state<kDpl>();
         }
-        __syncwarp();
       }
       __syncthreads();
     }
@@ -133,11 +124,10 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
       const int qi = warp * kQPerWarp + a;
       if (!s.active[qi]) continue;
       float* o = p.out + static_cast<int64_t>(q0 + qi) * p.C + h * kHd;
-      const float inv = 1.f / l[a];
 #pragma unroll
       for (int c = 0; c < kDpl; ++c) {
         const int d = lane + 32 * c;
-        if (d < kHd) o[d] = acc[a][c] * inv;
+        if (d < kHd) o[d] = total[a].acc[c] / total[a].l;
       }
     }
   }

@@ -113,6 +113,16 @@ __host__ __device__ constexpr int imax(int a, int b) {
   return a > b ? a : b;
 }
 
+// The order in which every device linear sums over K: kKSlices contiguous slices of
+// k_slice_len(K) rows (a multiple of 16), each summed from zero in k order, the slice sums then
+// added in slice order. The GEMV shapes give each slice its own threads; the tiled GEMMs fold
+// their accumulators where a slice ends. A row's result then has the same bits whichever
+// kernel (so whatever the batch's row count M) computed it.
+constexpr int kKSlices = 4;
+__host__ __device__ constexpr int k_slice_len(int K) {
+  return ceil_div(ceil_div(K, kKSlices), 16) * 16;
+}
+
 // The attention kernels hold a head's features in registers (head_dim / 32 per lane), so
 // head_dim is a template argument; this is the one place a runtime value becomes one.
 template <class F>

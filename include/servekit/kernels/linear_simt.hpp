@@ -5,8 +5,9 @@
 //    (4 x 4) register tile; A and B tiles of BK = 16 staged in shared memory, so each loaded
 //    element feeds 4 multiply-adds from registers.
 //  - GEMV-shaped (M <= 8, decode): W is read exactly once. Each thread owns one output column
-//    and one slice of K; 64 consecutive columns per block make every warp's W read 128
-//    contiguous bytes. The K slices are summed in shared memory.
+//    and one of the kKSlices contiguous slices of K (common.hpp); 64 consecutive columns per
+//    block make every warp's W read 128 contiguous bytes. The slices are summed in shared
+//    memory, in order, as the tiled kernel folds them: both give a row the same bits.
 #include "servekit/kernels/common.hpp"
 
 namespace servekit::kernels {
@@ -37,7 +38,8 @@ __global__ void __launch_bounds__(simt_gemm::kThreads) linear_simt_kernel(const 
   __shared__ __align__(16) SharedStorage s;
   const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  float acc[TM][TN] = {};
+  float acc[TM][TN] = {}, total[TM][TN] = {};  // the current K slice's sums; the slices' before
+  const int ks = k_slice_len(p.K);
   for (int k0 = 0; k0 < p.K; k0 += BK) {
     // Out-of-range elements are staged as zeros, so the inner loop needs no bounds checks.
 #pragma unroll
@@ -66,6 +68,12 @@ __global__ void __launch_bounds__(simt_gemm::kThreads) linear_simt_kernel(const 
         for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
     __syncthreads();
+    if ((k0 + BK) % ks == 0 || k0 + BK >= p.K) {  // a K slice ends with this tile
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) total[i][j] += acc[i][j], acc[i][j] = 0.f;
+    }
   }
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
@@ -76,22 +84,32 @@ __global__ void __launch_bounds__(simt_gemm::kThreads) linear_simt_kernel(const 
       const int n = n0 + tx * TN + j;
       if (n < p.N)
         store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
-                          with_addend(acc[i][j] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
+                          with_addend(total[i][j] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
     }
   }
 }
 
 namespace simt_gemv {
-constexpr int kMaxM = 8;    // rows of x per launch
-constexpr int kCols = 64;   // output columns per block
-constexpr int kSlices = 4;  // K slices per block
-constexpr int kThreads = kCols * kSlices;
-constexpr int kChunk = 256;  // K values of x staged at a time
+constexpr int kMaxM = 8;                   // rows of x per launch
+constexpr int kCols = 64;                  // output columns per block
+constexpr int kSlices = kKSlices;          // one K slice per thread of a column
+constexpr int kThreads = kCols * kSlices;  // 256
+constexpr int kChunk = 64;                 // K values of each slice's x staged at a time
 
 struct SharedStorage {
-  float x[kMaxM][kChunk];
+  float x[kSlices][kMaxM][kChunk];
   float part[kSlices - 1][kMaxM][kCols];  // slices 1.. hand their sums to slice 0
 };
+
+// x[m][slice * ks + c0 + j] for j < kChunk, zero past the slice or past K.
+__device__ SERVEKIT_SIMT_INLINE void stage_x(SharedStorage& s, const float* x, int M, int K, int ks,
+                                             int c0) {
+  for (int i = threadIdx.x; i < kSlices * M * kChunk; i += kThreads) {
+    const int t = i / (M * kChunk), m = i / kChunk % M, j = i % kChunk;
+    const int k = t * ks + c0 + j;
+    s.x[t][m][j] = c0 + j < ks && k < K ? x[static_cast<int64_t>(m) * K + k] : 0.f;
+  }
+}
 }  // namespace simt_gemv
 
 template <Epilogue E>
@@ -101,20 +119,18 @@ __global__ void __launch_bounds__(simt_gemv::kThreads) linear_gemv_kernel(const 
   const int col = threadIdx.x % kCols, slice = threadIdx.x / kCols;
   const int n = blockIdx.x * kCols + col;
   const bool in_range = n < p.N;
+  const int ks = k_slice_len(p.K), k_begin = slice * ks, k_end = imin(p.K, k_begin + ks);
   float acc[kMaxM] = {};
-  for (int k0 = 0; k0 < p.K; k0 += kChunk) {
-    const int len = imin(kChunk, p.K - k0);
-    for (int i = threadIdx.x; i < p.M * kChunk; i += kThreads) {
-      const int m = i / kChunk, k = i % kChunk;
-      s.x[m][k] = k < len ? p.x[static_cast<int64_t>(m) * p.K + k0 + k] : 0.f;
-    }
+  for (int c0 = 0; c0 < ks; c0 += kChunk) {
+    stage_x(s, p.x, p.M, p.K, ks, c0);
     __syncthreads();
     if (in_range) {
-      for (int k = slice; k < len; k += kSlices) {
-        const float w = p.w[static_cast<int64_t>(k0 + k) * p.N + n];
+      const int len = imin(kChunk, k_end - k_begin - c0);  // <= 0 past a short last slice
+      for (int j = 0; j < len; ++j) {
+        const float w = p.w[static_cast<int64_t>(k_begin + c0 + j) * p.N + n];
 #pragma unroll
         for (int m = 0; m < kMaxM; ++m)
-          if (m < p.M) acc[m] = fmaf(s.x[m][k], w, acc[m]);
+          if (m < p.M) acc[m] = fmaf(s.x[slice][m][j], w, acc[m]);
       }
     }
     __syncthreads();

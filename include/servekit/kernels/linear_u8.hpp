@@ -5,16 +5,20 @@
 // group of G input rows every weight of column n is q * scale + min, so
 //   sum_k x_k w_kn = scale_gn * sum_k x_k q_kn + min_gn * sum_k x_k        (k in group g)
 // The k-loop multiplies x by the raw byte widened to fp32 and also sums x; each thread folds
-// its two partial sums into its accumulator with the group's (scale, min) when k leaves the
-// group: once per G rows (per tensor and per channel: G = K, so once at the end). This is the
-// host kernel's factorisation (kernels/ref/linear.hpp), so both round the same quantities.
+// its two partial sums into its accumulator with the group's (scale, min) when k leaves a
+// segment: a group, or the part of one inside a K slice (common.hpp's order: slices summed
+// from zero, then added in order). This is the host kernel's factorisation
+// (kernels/ref/linear.hpp), so both round the same kinds of quantities.
 //  - tiled GEMM (prefill): linear_simt's 64x64 tile per 256 threads, 4x4 per thread, BK 16,
 //    with the W tile staged as bytes (1 KiB instead of 4 KiB of shared memory per stage).
-//  - GEMV-shaped (M <= 8, decode): one column and one of 4 interleaved K slices per thread, x
-//    staged 256 values at a time; each W byte is read exactly once.
+//  - GEMV-shaped (M <= 8, decode): one column and one contiguous K slice per thread, as
+//    linear_simt's GEMV; each W byte is read exactly once.
+// Both fold at the same k and add the same slices in the same order: a row gets the same bits
+// from either.
 #include <cstdint>
 
 #include "servekit/kernels/common.hpp"
+#include "servekit/kernels/linear_simt.hpp"  // simt_gemv's x staging
 
 namespace servekit::kernels {
 
@@ -41,6 +45,14 @@ __device__ SERVEKIT_SIMT_INLINE GroupState group_state(const LinearU8Params& p, 
   const int64_t s = static_cast<int64_t>(g) * p.state_cols + (p.state_cols == 1 ? 0 : n);
   return {p.scale[s], p.zero[s]};
 }
+// A segment ends after row k: its group ends, or its K slice (ks rows) does.
+__device__ SERVEKIT_SIMT_INLINE bool segment_ends(int k, int G, int ks) {
+  return (k + 1) % G == 0 || (k + 1) % ks == 0;
+}
+// acc + the segment's dequantised sum; one expression for both kernels.
+__device__ SERVEKIT_SIMT_INLINE float folded(float acc, GroupState st, float part, float xsum) {
+  return acc + fmaf(st.scale, part, st.min * xsum);
+}
 
 namespace u8_gemm {
 constexpr int BM = 64, BN = 64, BK = 16, TM = 4, TN = 4;
@@ -59,10 +71,11 @@ __global__ void __launch_bounds__(u8_gemm::kThreads) linear_u8_kernel(const Line
   __shared__ __align__(16) SharedStorage s;
   const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  float acc[TM][TN] = {};   // dequantised sums of finished groups
-  float part[TM][TN] = {};  // sum_k x q over the current group
-  float xsum[TM] = {};      // sum_k x over the current group
-  int g = 0, group_end = p.group_rows;
+  float total[TM][TN] = {};  // dequantised sums of finished K slices
+  float acc[TM][TN] = {};    // ... of the current slice's finished segments
+  float part[TM][TN] = {};   // sum_k x q over the current segment
+  float xsum[TM] = {};       // sum_k x over the current segment
+  const int ks = k_slice_len(p.K);
   for (int k0 = 0; k0 < p.K; k0 += BK) {
     // Out-of-range elements are staged as zeros: they add nothing to either sum.
 #pragma unroll
@@ -92,23 +105,29 @@ __global__ void __launch_bounds__(u8_gemm::kThreads) linear_u8_kernel(const Line
         for (int j = 0; j < TN; ++j) part[i][j] = fmaf(a[i], b[j], part[i][j]);
       }
       // The same k for the whole block: a uniform branch. G divides K, so the last group
-      // ends at k = K - 1; the zero rows staged past K start no group.
-      if (k0 + k + 1 == group_end && group_end <= p.K) {
+      // ends at k = K - 1; the zero rows staged past K end no segment.
+      const int gk = k0 + k;
+      if (gk < p.K && segment_ends(gk, p.group_rows, ks)) {
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-          const GroupState st = group_state(p, g, n0 + tx * TN + j);
+          const GroupState st = group_state(p, gk / p.group_rows, n0 + tx * TN + j);
 #pragma unroll
           for (int i = 0; i < TM; ++i) {
-            acc[i][j] += st.scale * part[i][j] + st.min * xsum[i];
+            acc[i][j] = folded(acc[i][j], st, part[i][j], xsum[i]);
             part[i][j] = 0.f;
           }
         }
 #pragma unroll
         for (int i = 0; i < TM; ++i) xsum[i] = 0.f;
-        g++, group_end += p.group_rows;
       }
     }
     __syncthreads();
+    if ((k0 + BK) % ks == 0 || k0 + BK >= p.K) {  // a K slice ends with this tile
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) total[i][j] += acc[i][j], acc[i][j] = 0.f;
+    }
   }
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
@@ -119,66 +138,48 @@ __global__ void __launch_bounds__(u8_gemm::kThreads) linear_u8_kernel(const Line
       const int n = n0 + tx * TN + j;
       if (n < p.N)
         store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
-                          with_addend(acc[i][j] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
+                          with_addend(total[i][j] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
     }
   }
 }
 
-namespace u8_gemv {
-constexpr int kMaxM = 8;    // rows of x per launch
-constexpr int kCols = 64;   // output columns per block
-constexpr int kSlices = 4;  // K slices per block
-constexpr int kThreads = kCols * kSlices;
-constexpr int kChunk = 256;  // K values of x staged at a time
-
-struct SharedStorage {
-  float x[kMaxM][kChunk];
-  float part[kSlices - 1][kMaxM][kCols];  // slices 1.. hand their sums to slice 0
-};
-}  // namespace u8_gemv
-
-// Slice t sums rows k = t, t + 4, ... of every group; the factorisation is linear, so each
-// slice folds its own share of a group with that group's (scale, min).
+// Thread (column, slice) walks its contiguous K slice, folding at every segment end.
 template <Epilogue E>
-__global__ void __launch_bounds__(u8_gemv::kThreads) linear_u8_gemv_kernel(const LinearU8Params p) {
-  using namespace u8_gemv;
+__global__ void __launch_bounds__(simt_gemv::kThreads)
+    linear_u8_gemv_kernel(const LinearU8Params p) {
+  using namespace simt_gemv;
   __shared__ __align__(16) SharedStorage s;
   const int col = threadIdx.x % kCols, slice = threadIdx.x / kCols;
   const int n = blockIdx.x * kCols + col;
   const bool in_range = n < p.N;
+  const int ks = k_slice_len(p.K), k_begin = slice * ks, k_end = imin(p.K, k_begin + ks);
   float acc[kMaxM] = {}, part[kMaxM] = {}, xsum[kMaxM] = {};
-  int g = 0, group_end = p.group_rows;
-  auto fold = [&] {
-    const GroupState st = group_state(p, g, n);
-#pragma unroll
-    for (int m = 0; m < kMaxM; ++m) {
-      acc[m] += st.scale * part[m] + st.min * xsum[m];
-      part[m] = xsum[m] = 0.f;
-    }
-  };
-  for (int k0 = 0; k0 < p.K; k0 += kChunk) {
-    const int len = imin(kChunk, p.K - k0);
-    for (int i = threadIdx.x; i < p.M * kChunk; i += kThreads) {
-      const int m = i / kChunk, k = i % kChunk;
-      s.x[m][k] = k < len ? p.x[static_cast<int64_t>(m) * p.K + k0 + k] : 0.f;
-    }
+  for (int c0 = 0; c0 < ks; c0 += kChunk) {
+    stage_x(s, p.x, p.M, p.K, ks, c0);
     __syncthreads();
     if (in_range) {
-      for (int k = slice; k < len; k += kSlices) {
-        // A slice steps 4 rows at a time, so it may pass over a group of fewer than 4 rows.
-        while (k0 + k >= group_end) fold(), g++, group_end += p.group_rows;
-        const float w = static_cast<float>(p.q[static_cast<int64_t>(k0 + k) * p.N + n]);
+      const int len = imin(kChunk, k_end - k_begin - c0);  // <= 0 past a short last slice
+      for (int j = 0; j < len; ++j) {
+        const int k = k_begin + c0 + j;
+        const float w = static_cast<float>(p.q[static_cast<int64_t>(k) * p.N + n]);
 #pragma unroll
         for (int m = 0; m < kMaxM; ++m)
           if (m < p.M) {
-            part[m] = fmaf(s.x[m][k], w, part[m]);
-            xsum[m] += s.x[m][k];
+            part[m] = fmaf(s.x[slice][m][j], w, part[m]);
+            xsum[m] += s.x[slice][m][j];
           }
+        if (segment_ends(k, p.group_rows, ks)) {
+          const GroupState st = group_state(p, k / p.group_rows, n);
+#pragma unroll
+          for (int m = 0; m < kMaxM; ++m) {
+            acc[m] = folded(acc[m], st, part[m], xsum[m]);
+            part[m] = xsum[m] = 0.f;
+          }
+        }
       }
     }
     __syncthreads();
   }
-  if (in_range) fold();
   if (slice > 0)
 #pragma unroll
     for (int m = 0; m < kMaxM; ++m) s.part[slice - 1][m][col] = acc[m];
@@ -216,9 +217,9 @@ inline void check_linear_u8(const LinearU8Params& p) {
 template <Epilogue E>
 void linear_u8(const LinearU8Params& p, simt::stream_handle stream = nullptr) {
   check_linear_u8(p);
-  if (p.M <= u8_gemv::kMaxM) {
-    simt::launch(simt::kernel<linear_u8_gemv_kernel<E>>, dim3(ceil_div(p.N, u8_gemv::kCols)),
-                 dim3(u8_gemv::kThreads), 0, stream, p);
+  if (p.M <= simt_gemv::kMaxM) {
+    simt::launch(simt::kernel<linear_u8_gemv_kernel<E>>, dim3(ceil_div(p.N, simt_gemv::kCols)),
+                 dim3(simt_gemv::kThreads), 0, stream, p);
     return;
   }
   using namespace u8_gemm;
