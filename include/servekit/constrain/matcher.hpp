@@ -1,0 +1,658 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The matcher: where a partial JSON text stands in a Grammar, fed one byte at a time.
+//
+// A thread is a stack of frames (the open object, the array inside it, the string being
+// written, ...); a state is the set of threads still alive, more than one where the text so
+// far fits several alternatives (anyOf, an enum's values, an optional key that is a prefix of
+// another). A byte that fits no thread kills the state. The state is plain bytes, so that it
+// can be a cache key (constrain/token_mask.hpp) and copied cheaply while a token's bytes are
+// tried.
+//
+// min_finish() is the fewest bytes that complete a valid text from here; as every byte is a
+// GPT-2 token, it is also the fewest tokens, which is how the engine closes open structures
+// when the budget runs out.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "servekit/constrain/grammar.hpp"
+
+namespace servekit::constrain {
+
+inline constexpr int kMaxDepth = 24;  // open values; deeper ones are not started
+
+// 24 bytes, no padding: a state's bytes are its identity.
+struct Frame {
+  int32_t node;
+  uint8_t phase;
+  uint8_t a, b, c;  // string: continuation bytes due and the next one's range; integer: sign
+  int32_t count;    // string: characters (capped); array: items; key/literal: bytes matched;
+                    // number/integer: digits of the current part
+  int32_t which;    // object: the property being written (-1: another key); literal: the text
+  uint64_t bits;    // object: properties seen; string: pattern positions; integer: magnitude
+};
+static_assert(sizeof(Frame) == 24);
+
+struct Thread {
+  int32_t n = 0, pad_ = 0;
+  Frame f[kMaxDepth];
+  Frame& top() { return f[n - 1]; }
+  const Frame& top() const { return f[n - 1]; }
+  void copy_from(const Thread& o) {
+    n = o.n;
+    std::memcpy(f, o.f, sizeof(Frame) * o.n);
+  }
+  bool same(const Thread& o) const {
+    return n == o.n && std::memcmp(f, o.f, sizeof(Frame) * n) == 0;
+  }
+};
+
+// A set of threads; slots are kept between uses so that feeding allocates nothing once warm.
+struct State {
+  std::vector<Thread> t;
+  int size = 0;
+  void clear() { size = 0; }
+  bool dead() const { return size == 0; }
+  Thread& add() {
+    if (size == static_cast<int>(t.size())) t.emplace_back();
+    return t[size++];
+  }
+  void copy_from(const State& o) {
+    clear();
+    for (int i = 0; i < o.size; i++) add().copy_from(o.t[i]);
+  }
+  // The bytes that identify it (threads in order).
+  void key(std::string& out) const {
+    out.clear();
+    for (int i = 0; i < size; i++) {
+      out.append(reinterpret_cast<const char*>(&t[i].n), sizeof(int32_t));
+      out.append(reinterpret_cast<const char*>(t[i].f), sizeof(Frame) * t[i].n);
+    }
+  }
+};
+
+namespace phase {
+// Root
+constexpr uint8_t R_START = 0, R_IN = 1, R_DONE = 2;
+// Object: after '{'; writing listed key `which`; a child string is another key; ':' next;
+// after ':'; after ': '; a child is the value; after a value; after ','; after ', '
+constexpr uint8_t O_OPEN = 0, O_KEY = 1, O_KEYSTR = 2, O_COLON = 3, O_AFTER_COLON = 4,
+                  O_COLON_SP = 5, O_IN = 6, O_AFTER_VALUE = 7, O_COMMA = 8, O_COMMA_SP = 9;
+// Array
+constexpr uint8_t A_OPEN = 0, A_IN = 1, A_AFTER_VALUE = 2, A_COMMA = 3, A_COMMA_SP = 4;
+// String: characters; after '\'; \u and `a` hex digits; a UTF-8 character's continuation
+constexpr uint8_t S_BODY = 0, S_ESC = 1, S_HEX = 2, S_CONT = 3;
+// Integer: after '-'; a lone 0; digits
+constexpr uint8_t I_MINUS = 0, I_ZERO = 1, I_DIGITS = 2;
+// Number
+constexpr uint8_t N_MINUS = 0, N_ZERO = 1, N_INT = 2, N_DOT = 3, N_FRAC = 4, N_E = 5, N_ESIGN = 6,
+                  N_EXP = 7;
+}  // namespace phase
+
+class Matcher {
+ public:
+  explicit Matcher(const Grammar& g) : g_(g) {}
+  const Grammar& grammar() const { return g_; }
+
+  // The state before any byte.
+  void start(State& s) const {
+    s.clear();
+    Thread& t = s.add();
+    t.n = 1;
+    t.f[0] = Frame{g_.root, phase::R_START, 0, 0, 0, 0, 0, 0};
+  }
+
+  // out = in after byte b (out may not be in); dead if b fits no thread.
+  void feed(const State& in, uint8_t b, State& out) const {
+    out.clear();
+    for (int i = 0; i < in.size; i++) {
+      scratch_.copy_from(in.t[i]);
+      step(scratch_, b, out);
+    }
+    dedupe(out);
+  }
+
+  // The text could end here (the root value is complete, or is a number that may end).
+  bool accepts(const State& s) const {
+    for (int i = 0; i < s.size; i++) {
+      const Thread& t = s.t[i];
+      if (t.top().phase == phase::R_DONE && t.n == 1) return true;
+      if (t.n == 2 && ends_here(t.top())) return true;
+    }
+    return false;
+  }
+  // Nothing may follow: every thread has closed the root value.
+  bool complete(const State& s) const {
+    for (int i = 0; i < s.size; i++)
+      if (!(s.t[i].n == 1 && s.t[i].top().phase == phase::R_DONE)) return false;
+    return s.size > 0;
+  }
+
+  // Fewest bytes that complete a valid text (kInf if none: a dead state).
+  int min_finish(const State& s) const {
+    int best = kInf;
+    for (int i = 0; i < s.size; i++) best = std::min(best, min_finish(s.t[i]));
+    return best;
+  }
+
+ private:
+  const Node& node(const Frame& f) const { return g_.nodes[f.node]; }
+  int len(int n) const { return g_.min_len[n]; }
+
+  // Completes the top frame: pops it and moves its parent past the value.
+  void pop_done(Thread& t) const {
+    t.n--;
+    Frame& p = t.top();
+    switch (node(p).kind) {
+      case Kind::Root:
+        p.phase = phase::R_DONE;
+        break;
+      case Kind::Object:
+        p.phase = p.phase == phase::O_KEYSTR ? phase::O_COLON : phase::O_AFTER_VALUE;
+        break;
+      case Kind::Array:
+        p.phase = phase::A_AFTER_VALUE, p.count++;
+        break;
+      default:
+        break;
+    }
+  }
+
+  void emit(const Thread& t, State& out) const { out.add().copy_from(t); }
+
+  // Starts a value of node n in t (a child of t's top) with its first byte b.
+  void begin(const Thread& t, int n, uint8_t b, State& out) const {
+    const Node& nd = g_.nodes[n];
+    if (nd.kind == Kind::AnyOf) {
+      for (int a : nd.alts) begin(t, a, b, out);
+      return;
+    }
+    if (t.n >= kMaxDepth) return;
+    Thread& u = tmp(t);
+    Frame f{n, 0, 0, 0, 0, 0, 0, 0};
+    switch (nd.kind) {
+      case Kind::Object:
+        if (b != '{') return;
+        f.phase = phase::O_OPEN;
+        break;
+      case Kind::Array:
+        if (b != '[') return;
+        f.phase = phase::A_OPEN;
+        break;
+      case Kind::String:
+        if (b != '"') return;
+        f.phase = phase::S_BODY;
+        if (nd.pattern >= 0) f.bits = g_.patterns[nd.pattern].start();
+        break;
+      case Kind::Integer:
+        if (b == '-') {
+          if (nd.lo >= 0) return;
+          f.phase = phase::I_MINUS, f.a = 1;
+        } else if (b >= '0' && b <= '9') {
+          f.phase = b == '0' ? phase::I_ZERO : phase::I_DIGITS, f.count = 1;
+          if (nd.bounded()) f.bits = b - '0';
+          if (!int_feasible(nd, f)) return;
+        } else {
+          return;
+        }
+        break;
+      case Kind::Number:
+        if (b == '-')
+          f.phase = phase::N_MINUS;
+        else if (b == '0')
+          f.phase = phase::N_ZERO;
+        else if (b >= '1' && b <= '9')
+          f.phase = phase::N_INT, f.count = 1;
+        else
+          return;
+        break;
+      case Kind::Literal:
+        for (int i = 0; i < static_cast<int>(nd.texts.size()); i++)
+          if (static_cast<uint8_t>(nd.texts[i][0]) == b) {
+            Thread& v = tmp(t);
+            v.f[v.n++] = Frame{n, 0, 0, 0, 0, 1, i, 0};
+            if (nd.texts[i].size() == 1) pop_done(v);
+            emit(v, out);
+          }
+        return;
+      default:
+        return;
+    }
+    u.f[u.n++] = f;
+    emit(u, out);
+  }
+
+  // A thread copy to change and emit; each one is emitted (or dropped) before the next is
+  // taken, so one slot serves.
+  Thread& tmp(const Thread& t) const {
+    tmp_.copy_from(t);
+    return tmp_;
+  }
+
+  void start_key(Thread& t, State& out) const {
+    Frame& f = t.top();
+    const Node& nd = node(f);
+    for (int i = 0; i < static_cast<int>(nd.props.size()); i++)
+      if (!(f.bits >> i & 1)) {
+        Thread& u = tmp(t);
+        u.top().phase = phase::O_KEY, u.top().which = i, u.top().count = 1;
+        emit(u, out);
+      }
+    if (nd.additional >= 0 && t.n < kMaxDepth) {
+      Thread& u = tmp(t);
+      u.top().phase = phase::O_KEYSTR, u.top().which = -1;
+      u.f[u.n++] = Frame{g_.key_node, phase::S_BODY, 0, 0, 0, 0, 0, 0};
+      emit(u, out);
+    }
+  }
+
+  bool more_keys(const Frame& f) const {
+    const Node& nd = node(f);
+    if (nd.additional >= 0) return true;
+    return f.bits != (nd.props.size() == 64 ? ~uint64_t(0) : (uint64_t(1) << nd.props.size()) - 1);
+  }
+  int value_of(const Frame& f) const {
+    return f.which >= 0 ? node(f).props[f.which].value : node(f).additional;
+  }
+
+  // t (a private copy) after byte b, into out.
+  void step(Thread& t, uint8_t b, State& out) const {
+    Frame& f = t.top();
+    const Node& nd = node(f);
+    using namespace phase;
+    switch (nd.kind) {
+      case Kind::Root:
+        if (f.phase != R_START) return;
+        f.phase = R_IN;
+        return begin(t, nd.items, b, out);
+      case Kind::Object:
+        switch (f.phase) {
+          case O_OPEN:
+            if (b == '}' && nd.required == 0) return pop_done(t), emit(t, out);
+            if (b == '"') return start_key(t, out);
+            return;
+          case O_KEY: {
+            const std::string& k = nd.props[f.which].key;
+            if (static_cast<uint8_t>(k[f.count]) != b) return;
+            if (++f.count == static_cast<int>(k.size()))
+              f.bits |= uint64_t(1) << f.which, f.phase = O_COLON;
+            return emit(t, out);
+          }
+          case O_COLON:
+            if (b != ':') return;
+            f.phase = O_AFTER_COLON;
+            return emit(t, out);
+          case O_AFTER_COLON:
+            if (b == ' ') return f.phase = O_COLON_SP, emit(t, out);
+            [[fallthrough]];
+          case O_COLON_SP:
+            f.phase = O_IN;
+            return begin(t, value_of(f), b, out);
+          case O_AFTER_VALUE:
+            if (b == ',' && more_keys(f)) return f.phase = O_COMMA, emit(t, out);
+            if (b == '}' && (f.bits & nd.required) == nd.required) return pop_done(t), emit(t, out);
+            return;
+          case O_COMMA:
+            if (b == ' ') return f.phase = O_COMMA_SP, emit(t, out);
+            [[fallthrough]];
+          case O_COMMA_SP:
+            if (b == '"') return start_key(t, out);
+            return;
+          default:
+            return;
+        }
+      case Kind::Array:
+        switch (f.phase) {
+          case A_OPEN:
+            if (b == ']') {
+              if (nd.min_items == 0) pop_done(t), emit(t, out);
+              return;
+            }
+            if (nd.max_items == 0) return;
+            f.phase = A_IN;
+            return begin(t, nd.items, b, out);
+          case A_AFTER_VALUE:
+            if (b == ',' && f.count < nd.max_items) return f.phase = A_COMMA, emit(t, out);
+            if (b == ']' && f.count >= nd.min_items) return pop_done(t), emit(t, out);
+            return;
+          case A_COMMA:
+            if (b == ' ') return f.phase = A_COMMA_SP, emit(t, out);
+            [[fallthrough]];
+          case A_COMMA_SP:
+            f.phase = A_IN;
+            return begin(t, nd.items, b, out);
+          default:
+            return;
+        }
+      case Kind::String:
+        return string_step(t, f, nd, b, out);
+      case Kind::Integer:
+        return integer_step(t, f, nd, b, out);
+      case Kind::Number:
+        return number_step(t, f, b, out);
+      case Kind::Literal: {
+        const std::string& s = nd.texts[f.which];
+        if (static_cast<uint8_t>(s[f.count]) != b) return;
+        if (++f.count == static_cast<int>(s.size())) pop_done(t);
+        return emit(t, out);
+      }
+      default:
+        return;
+    }
+  }
+
+  void string_step(Thread& t, Frame& f, const Node& nd, uint8_t b, State& out) const {
+    using namespace phase;
+    const Pattern* pat = nd.pattern >= 0 ? &g_.patterns[nd.pattern] : nullptr;
+    auto one_more = [&] {
+      if (f.count >= nd.max_len) return false;
+      f.count = std::min(f.count + 1, nd.len_cap());
+      return true;
+    };
+    switch (f.phase) {
+      case S_BODY:
+        if (b == '"') {
+          if (f.count < nd.min_len || (pat && !pat->accepts(f.bits))) return;
+          return pop_done(t), emit(t, out);
+        }
+        if (pat) {
+          const uint64_t s = pat->step(f.bits, b);
+          if (s == 0 || !one_more()) return;
+          f.bits = s;
+          return emit(t, out);
+        }
+        if (b == '\\') return one_more() ? (f.phase = S_ESC, emit(t, out)) : void();
+        if (b < 0x20) return;
+        if (b < 0x80) return one_more() ? emit(t, out) : void();
+        // A UTF-8 lead byte, and the range its next byte must fall in (no overlong forms,
+        // no surrogates, nothing past U+10FFFF).
+        if (b >= 0xC2 && b <= 0xDF)
+          f.a = 1, f.b = 0x80, f.c = 0xBF;
+        else if (b == 0xE0)
+          f.a = 2, f.b = 0xA0, f.c = 0xBF;
+        else if (b == 0xED)
+          f.a = 2, f.b = 0x80, f.c = 0x9F;
+        else if (b >= 0xE1 && b <= 0xEF)
+          f.a = 2, f.b = 0x80, f.c = 0xBF;
+        else if (b == 0xF0)
+          f.a = 3, f.b = 0x90, f.c = 0xBF;
+        else if (b >= 0xF1 && b <= 0xF3)
+          f.a = 3, f.b = 0x80, f.c = 0xBF;
+        else if (b == 0xF4)
+          f.a = 3, f.b = 0x80, f.c = 0x8F;
+        else
+          return;
+        if (!one_more()) return;
+        f.phase = S_CONT;
+        return emit(t, out);
+      case S_CONT:
+        if (b < f.b || b > f.c) return;
+        f.b = 0x80, f.c = 0xBF;
+        if (--f.a == 0) f.phase = S_BODY;
+        return emit(t, out);
+      case S_ESC:
+        if (b == 'u') return f.phase = S_HEX, f.a = 0, emit(t, out);
+        if (!std::strchr("\"\\/bfnrt", b) || b == 0) return;
+        f.phase = S_BODY;
+        return emit(t, out);
+      case S_HEX: {
+        const bool hex = (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+        // No surrogate halves (\uD800-\uDFFF): a lone one is not a character.
+        if (!hex || (f.a == 0 && (b == 'd' || b == 'D'))) return;
+        if (++f.a == 4) f.phase = S_BODY, f.a = 0;
+        return emit(t, out);
+      }
+      default:
+        return;
+    }
+  }
+
+  // Integers: with a range, the magnitude so far must still be able to grow into it.
+  static __int128 pow10(int k) {
+    __int128 p = 1;
+    while (k-- > 0) p *= 10;
+    return p;
+  }
+  // The fewest more digits that give a value in range (kInf: none).
+  static int int_more_digits(const Node& nd, const Frame& f) {
+    if (!nd.bounded()) return 0;
+    const bool neg = f.a != 0;
+    const __int128 m = static_cast<__int128>(f.bits);
+    const int kmax = f.phase == phase::I_ZERO ? 0 : 18 - f.count;
+    for (int k = 0; k <= kmax; k++) {
+      const __int128 p = pow10(k), lo_m = m * p, hi_m = m * p + p - 1;
+      const __int128 lo = neg ? -hi_m : lo_m, hi = neg ? -lo_m : hi_m;
+      if (hi >= nd.lo && lo <= nd.hi) return k;
+    }
+    return kInf;
+  }
+  static bool int_feasible(const Node& nd, const Frame& f) { return int_more_digits(nd, f) < kInf; }
+  static bool int_in_range(const Node& nd, const Frame& f) {
+    if (!nd.bounded()) return true;
+    const __int128 v = f.a ? -static_cast<__int128>(f.bits) : static_cast<__int128>(f.bits);
+    return v >= nd.lo && v <= nd.hi;
+  }
+
+  bool ends_here(const Frame& f) const {
+    const Node& nd = node(f);
+    using namespace phase;
+    if (nd.kind == Kind::Integer)
+      return (f.phase == I_ZERO || f.phase == I_DIGITS) && int_in_range(nd, f);
+    if (nd.kind == Kind::Number)
+      return f.phase == N_ZERO || f.phase == N_INT || f.phase == N_FRAC || f.phase == N_EXP;
+    return false;
+  }
+
+  // A number ends at the first byte that cannot continue it: that byte goes to the parent.
+  void end_number(Thread& t, uint8_t b, State& out) const {
+    if (!ends_here(t.top())) return;
+    pop_done(t);
+    if (node(t.top()).kind == Kind::Root) return;  // nothing may follow the root value
+    step(t, b, out);
+  }
+
+  void integer_step(Thread& t, Frame& f, const Node& nd, uint8_t b, State& out) const {
+    using namespace phase;
+    const bool digit = b >= '0' && b <= '9';
+    if (digit && f.phase != I_ZERO && f.count < 18) {
+      Frame g = f;
+      if (f.phase == I_MINUS)
+        g.phase = b == '0' ? I_ZERO : I_DIGITS, g.count = 1;
+      else
+        g.count++;
+      if (nd.bounded()) g.bits = f.bits * 10 + (b - '0');
+      if (int_feasible(nd, g)) {
+        Thread& u = tmp(t);
+        u.top() = g;
+        emit(u, out);
+      }
+      return;
+    }
+    end_number(t, b, out);
+  }
+
+  void number_step(Thread& t, Frame& f, uint8_t b, State& out) const {
+    using namespace phase;
+    const bool digit = b >= '0' && b <= '9';
+    auto go = [&](uint8_t p, int count) {
+      f.phase = p, f.count = count;
+      emit(t, out);
+    };
+    switch (f.phase) {
+      case N_MINUS:
+        if (b == '0') return go(N_ZERO, 0);
+        if (digit) return go(N_INT, 1);
+        return;
+      case N_ZERO:
+      case N_INT:
+        if (digit && f.phase == N_INT && f.count < 15) return go(N_INT, f.count + 1);
+        if (b == '.') return go(N_DOT, 0);
+        if (b == 'e' || b == 'E') return go(N_E, 0);
+        return end_number(t, b, out);
+      case N_DOT:
+        if (digit) return go(N_FRAC, 1);
+        return;
+      case N_FRAC:
+        if (digit && f.count < 15) return go(N_FRAC, f.count + 1);
+        if (b == 'e' || b == 'E') return go(N_E, 0);
+        return end_number(t, b, out);
+      case N_E:
+        if (b == '+' || b == '-') return go(N_ESIGN, 0);
+        [[fallthrough]];
+      case N_ESIGN:
+        if (digit) return go(N_EXP, 1);
+        return;
+      case N_EXP:
+        if (digit && f.count < 2) return go(N_EXP, f.count + 1);
+        return end_number(t, b, out);
+      default:
+        return;
+    }
+  }
+
+  static void dedupe(State& s) {
+    for (int i = 1; i < s.size;) {
+      bool dup = false;
+      for (int j = 0; j < i && !dup; j++) dup = s.t[j].same(s.t[i]);
+      if (dup) {
+        std::swap(s.t[i], s.t[s.size - 1]);
+        s.size--;
+      } else {
+        i++;
+      }
+    }
+  }
+
+  // The object's required keys not yet written (but `skip`): their bytes (key, ':', shortest
+  // value) and how many.
+  std::pair<long, long> required_left(const Frame& f, int skip = -1) const {
+    const Node& nd = node(f);
+    long sum = 0, k = 0;
+    for (int i = 0; i < static_cast<int>(nd.props.size()); i++)
+      if ((nd.required >> i & 1) && !(f.bits >> i & 1) && i != skip)
+        sum += nd.props[i].key.size() + 1 + len(nd.props[i].value), k++;
+    return {sum, k};
+  }
+
+  // Bytes to close frame f; `top`: f is the innermost frame (else its child value is open
+  // and counted by the child's frame).
+  long rest(const Frame& f, bool top) const {
+    const Node& nd = node(f);
+    using namespace phase;
+    switch (nd.kind) {
+      case Kind::Root:
+        return f.phase == R_START ? len(nd.items) : 0;
+      case Kind::Object: {
+        auto [sum, k] = required_left(f);
+        const long close = sum + k + 1;  // ", key:value" for each, then '}'
+        switch (f.phase) {
+          case O_OPEN:
+            return k == 0 ? 1 : sum + (k - 1) + 1;
+          case O_KEY: {
+            auto [s2, k2] = required_left(f, f.which);
+            const Property& p = nd.props[f.which];
+            return long(p.key.size()) - f.count + 1 + len(p.value) + s2 + k2 + 1;
+          }
+          case O_KEYSTR:
+            return 1 + len(nd.additional) + close;
+          case O_COLON:
+            return 1 + len(value_of(f)) + close;
+          case O_AFTER_COLON:
+          case O_COLON_SP:
+            return len(value_of(f)) + close;
+          case O_IN:
+          case O_AFTER_VALUE:
+            return close;
+          case O_COMMA:
+          case O_COMMA_SP: {
+            if (k > 0) return sum + (k - 1) + 1;
+            long one = kInf;
+            for (int i = 0; i < static_cast<int>(nd.props.size()); i++)
+              if (!(f.bits >> i & 1))
+                one = std::min<long>(one, nd.props[i].key.size() + 1 + len(nd.props[i].value));
+            if (nd.additional >= 0) one = std::min<long>(one, 3 + len(nd.additional));
+            return one + 1;
+          }
+          default:
+            return kInf;
+        }
+      }
+      case Kind::Array: {
+        const long L = len(nd.items);
+        auto items = [&](long n) { return n * L + std::max(0L, n - 1); };
+        switch (f.phase) {
+          case A_OPEN:
+            return nd.min_items == 0 ? 1 : items(nd.min_items) + 1;
+          case A_IN:
+            return std::max(0L, long(nd.min_items) - f.count - 1) * (L + 1) + 1;
+          case A_AFTER_VALUE:
+            return std::max(0L, long(nd.min_items) - f.count) * (L + 1) + 1;
+          case A_COMMA:
+          case A_COMMA_SP:
+            return items(std::max(1L, long(nd.min_items) - f.count)) + 1;
+          default:
+            return kInf;
+        }
+      }
+      case Kind::String: {
+        long need = std::max(0, nd.min_len - f.count);
+        if (nd.pattern >= 0)
+          need = std::max<long>(need, g_.patterns[nd.pattern].chars_needed(f.bits));
+        switch (f.phase) {
+          case S_BODY:
+            return need + 1;
+          case S_ESC:
+            return 1 + need + 1;
+          case S_HEX:
+            return (4 - f.a) + need + 1;
+          case S_CONT:
+            return f.a + need + 1;
+          default:
+            return kInf;
+        }
+      }
+      case Kind::Integer:
+        if (f.phase == I_MINUS) {
+          long best = kInf;
+          for (int d = 0; d <= 9; d++) {
+            Frame g = f;
+            g.phase = d == 0 ? I_ZERO : I_DIGITS, g.count = 1, g.bits = nd.bounded() ? d : 0;
+            best = std::min<long>(best, 1 + int_more_digits(nd, g));
+          }
+          return best;
+        }
+        return int_more_digits(nd, f);
+      case Kind::Number:
+        switch (f.phase) {
+          case N_MINUS:
+          case N_DOT:
+          case N_E:
+          case N_ESIGN:
+            return 1;
+          default:
+            return 0;
+        }
+      case Kind::Literal:
+        return long(nd.texts[f.which].size()) - f.count;
+      default:
+        (void)top;
+        return kInf;
+    }
+  }
+
+  int min_finish(const Thread& t) const {
+    long sum = 0;
+    for (int i = 0; i < t.n; i++) sum += rest(t.f[i], i == t.n - 1);
+    return static_cast<int>(std::min<long>(sum, kInf));
+  }
+
+  const Grammar& g_;
+  // Scratch (so a Matcher serves one thread of work at a time).
+  mutable Thread tmp_, scratch_;
+};
+
+}  // namespace servekit::constrain

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: Apache-2.0
+// JSON-schema constraints on the host: the schema compiler's errors, the matcher against
+// texts that do and do not fit, the token masks against feeding every token on its own, and
+// budget-forced closing.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "servekit/constrain/token_mask.hpp"
+
+using namespace servekit;
+using namespace servekit::constrain;
+using json = nlohmann::json;
+
+namespace {
+
+const text::Gpt2Tokenizer& tok() {
+  static auto t = text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_DATA) / "gpt2");
+  return t;
+}
+
+// Whether the whole text fits the schema (and could end there).
+bool fits(const Grammar& g, std::string_view text) {
+  Matcher m(g);
+  State s, n;
+  m.start(s);
+  for (char c : text) {
+    m.feed(s, static_cast<uint8_t>(c), n);
+    std::swap(s, n);
+    if (s.dead()) return false;
+  }
+  return m.accepts(s);
+}
+bool fits(const json& schema, std::string_view text) {
+  return fits(*compile_json_schema(schema), text);
+}
+
+std::string error_of(const std::string& schema_text) {
+  try {
+    compile_json_schema(std::string_view(schema_text));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const json kPerson = json::parse(R"j({"title": "Person", "type": "object",
+  "properties": {"name": {"title": "Name", "maxLength": 10, "type": "string"},
+                 "age": {"title": "Age", "type": "integer"}},
+  "required": ["name", "age"]})j");
+
+}  // namespace
+
+TEST_CASE("a schema the compiler cannot honour is an error naming the keyword and where") {
+  CHECK_THAT(error_of(R"j({"type": "string", "format": "date-time"})j"),
+             Catch::Contains("unsupported keyword \"format\"") && Catch::Contains("at /"));
+  CHECK_THAT(
+      error_of(R"j({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}})j"),
+      Catch::Contains("at /properties/a") && Catch::Contains("'minimum'") &&
+          Catch::Contains("'number'"));
+  CHECK_THAT(error_of(R"j({"type": "object", "properties": {"a": {}}, "required": ["b"]})j"),
+             Catch::Contains("\"b\", which is not in properties"));
+  CHECK_THAT(error_of(R"j({"oneOf": [{"type": "string"}]})j"), Catch::Contains("\"oneOf\""));
+  CHECK_THAT(error_of(R"j({"type": "string", "pattern": "(a|b)"})j"),
+             Catch::Contains("groups and alternation"));
+  CHECK_THAT(error_of(R"j({"type": "string", "pattern": "[a-z"})j"),
+             Catch::Contains("unterminated class"));
+  CHECK_THAT(error_of(R"j({"$ref": "#/$defs/missing"})j"), Catch::Contains("points at nothing"));
+  CHECK_THAT(error_of(R"j({"$ref": "http://x/y.json"})j"), Catch::Contains("not local"));
+  CHECK_THAT(error_of(R"j({"type": "strin"})j"), Catch::Contains("unsupported type \"strin\""));
+  CHECK_THAT(error_of(R"j({"type": "array", "minItems": 3, "maxItems": 2})j"),
+             Catch::Contains("minItems 3 > maxItems 2"));
+  CHECK_THAT(error_of(R"j({"type": "integer", "minimum": 5, "maximum": 4})j"),
+             Catch::Contains("range is empty"));
+  CHECK_THAT(error_of(R"j({"type": "object", "properties": )j"), Catch::Contains("not JSON"));
+  CHECK_THAT(error_of(R"j(false)j"), Catch::Contains("allows no value"));
+  CHECK_THAT(
+      error_of(R"j({"$defs": {"n": {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}},
+                          "required": ["n"]}}, "$ref": "#/$defs/n"})j"),
+      Catch::Contains("no finite JSON text"));
+}
+
+TEST_CASE("the matcher takes valid texts and refuses the others") {
+  CHECK(fits(kPerson, R"j({"name":"Ada","age":36})j"));
+  CHECK(fits(kPerson, R"j({"age": 36, "name": "Ada"})j"));              // any order, one space
+  CHECK_FALSE(fits(kPerson, R"j({"name":"Ada"})j"));                    // age is required
+  CHECK_FALSE(fits(kPerson, R"j({"name":"Ada","age":36,"x":1})j"));     // no other keys
+  CHECK_FALSE(fits(kPerson, R"j({"name":"Adalbertina!","age":36})j"));  // 12 > maxLength 10
+  CHECK(fits(kPerson, R"j({"name":"Zoë Ü","age":-7})j"));               // characters, not bytes
+  CHECK_FALSE(fits(kPerson, R"j({"name":"Ada","age":3.5})j"));
+  CHECK_FALSE(fits(kPerson, R"j({"name":"Ada","age":036})j"));
+  CHECK_FALSE(fits(kPerson, R"j({"name":"Ada","name":"Bo","age":1})j"));  // once each
+  CHECK_FALSE(fits(kPerson, R"j({  "name":"Ada","age":1})j"));
+
+  const json nums = {
+      {"type", "array"}, {"items", {{"type", "number"}}}, {"minItems", 1}, {"maxItems", 3}};
+  CHECK(fits(nums, "[0.5,-1e-3, 2E+10]"));
+  CHECK_FALSE(fits(nums, "[]"));
+  CHECK_FALSE(fits(nums, "[1,2,3,4]"));
+  CHECK_FALSE(fits(nums, "[1.]"));
+  CHECK_FALSE(fits(nums, "[-]"));
+
+  const json range = {{"type", "integer"}, {"minimum", 18}, {"exclusiveMaximum", 130}};
+  CHECK(fits(range, "18"));
+  CHECK(fits(range, "129"));
+  CHECK_FALSE(fits(range, "130"));
+  CHECK_FALSE(fits(range, "17"));
+  CHECK_FALSE(fits(range, "-20"));
+  CHECK_FALSE(fits(range, "1300"));
+
+  const json strs = json::parse(R"j({"type": "object", "properties": {
+      "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,4}$"},
+      "tag": {"enum": ["red", "green", 3, null]},
+      "note": {"type": ["string", "null"], "minLength": 2}},
+    "required": ["code"], "additionalProperties": false})j");
+  CHECK(fits(strs, R"j({"code":"AB-123"})j"));
+  CHECK(fits(strs, R"j({"tag":3,"code":"AB-1234","note":null})j"));
+  CHECK(fits(strs, R"j({"code":"AB-123","note":"\u00e9\n\"q"})j"));
+  CHECK_FALSE(fits(strs, R"j({"code":"AB-12"})j"));
+  CHECK_FALSE(fits(strs, R"j({"code":"ab-123"})j"));
+  CHECK_FALSE(fits(strs, R"j({"code":"AB-123","tag":"blue"})j"));
+  CHECK_FALSE(fits(strs, R"j({"code":"AB-123","note":"x"})j"));
+  CHECK_FALSE(fits(strs, R"j({"code":"AB-123","note":"\ud800"})j"));
+  CHECK_FALSE(fits(strs, "{\"code\":\"AB-123\",\"note\":\"a\x01\"}"));
+  CHECK_FALSE(fits(strs, "{\"code\":\"AB-123\",\"note\":\"\xc3\"}"));
+
+  // Recursion through $defs, anyOf, an unanchored pattern, additional keys, any JSON.
+  const json tree = json::parse(R"j({"$defs": {"node": {"type": "object",
+      "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["v"]}}, "$ref": "#/$defs/node"})j");
+  CHECK(fits(tree, R"j({"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]})j"));
+  CHECK_FALSE(fits(tree, R"j({"v":1,"kids":[{}]})j"));
+  CHECK(fits(json::parse(R"j({"type": "string", "pattern": "ab"})j"), R"j("xxabyy")j"));
+  CHECK_FALSE(fits(json::parse(R"j({"type": "string", "pattern": "ab"})j"), R"j("xxayy")j"));
+  const json extra = json::parse(R"j({"type": "object", "properties": {"id": {"type": "integer"}},
+      "additionalProperties": {"type": "boolean"}})j");
+  CHECK(fits(extra, R"j({"id":1,"ok":true,"x":false})j"));
+  CHECK_FALSE(fits(extra, R"j({"id":1,"ok":2})j"));
+  CHECK(fits(*any_json_object(), R"j({"a":[1,{"b":null}],"c":"d","e":-0.5e+1})j"));
+  CHECK_FALSE(fits(*any_json_object(), R"j([1])j"));
+  CHECK(fits(json::object(), "[true,false,null]"));
+  CHECK(fits(json::object(), "12"));
+}
+
+TEST_CASE("a mask allows exactly the tokens whose bytes keep the text valid") {
+  const auto g = compile_json_schema(json::parse(R"j({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 4},
+      "kind": {"enum": ["cat", "dog"]},
+      "n": {"type": "integer", "maximum": 50}, "x": {"type": "number"}},
+    "required": ["name"]})j"));
+  const auto v = Vocab::of(tok(), tok().vocab_size(), tok().eos_id());
+  Constraint c(g, v);
+  Matcher m(*g);
+  // Walk a text, and at each of these prefixes compare the mask with feeding every token.
+  const std::string text = R"j({"name": "Bo", "n": 42, "x": 0.5, "kind": "dog"})j";
+  State s, n;
+  m.start(s);
+  int checked = 0;
+  for (std::size_t i = 0; i <= text.size(); i++) {
+    if (i % 3 == 0 || i + 1 >= text.size()) {
+      const auto& words = c.mask(kInf);
+      long differ = 0, allowed = 0;
+      for (int32_t id = 0; id < v->V; id++) {
+        bool ok;
+        if (id == v->eos) {
+          ok = m.accepts(s);
+        } else {
+          State a, b;
+          a.copy_from(s);
+          for (char ch : tok().token_view(id)) {
+            m.feed(a, static_cast<uint8_t>(ch), b);
+            std::swap(a, b);
+            if (a.dead()) break;
+          }
+          ok = !a.dead();
+        }
+        allowed += ok;
+        differ += ok != ((words[id >> 5] >> (id & 31) & 1) != 0);
+      }
+      INFO("after " << text.substr(0, i));
+      CHECK(differ == 0);
+      CHECK(allowed > 0);
+      checked++;
+    }
+    if (i == text.size()) break;
+    c.advance(-2, text.substr(i, 1));
+    m.feed(s, static_cast<uint8_t>(text[i]), n);
+    std::swap(s, n);
+  }
+  CHECK(checked > 10);
+  CHECK(c.accepts());
+  CHECK(c.complete());
+  // Strings: a multi-byte token may close the string and go on ("} or ",).
+  Constraint d(g, v);
+  d.advance(-2, R"j({"name":"B)j");
+  const auto& w = d.mask(kInf);
+  for (const char* t : {"\",", "\"}", "o", "ob"}) {
+    const auto ids = tok().encode(t);
+    REQUIRE(ids.size() == 1);
+    CHECK((w[ids[0] >> 5] >> (ids[0] & 31) & 1));
+  }
+}
+
+TEST_CASE("with a budget the mask closes open structures in time, and never strands a text") {
+  const auto g = compile_json_schema(json::parse(R"j({"type": "object", "properties": {
+      "items": {"type": "array", "items": {"type": "object", "properties": {
+         "s": {"type": "string", "minLength": 3}, "t": {"type": "boolean"}}, "required": ["s"]}},
+      "z": {"type": "integer", "minimum": 1000}},
+    "required": ["items", "z"]})j"));
+  const auto v = Vocab::of(tok(), tok().vocab_size(), tok().eos_id());
+  std::mt19937 rng(7);
+  int completed = 0;
+  for (int run = 0; run < 40; run++) {
+    Constraint c(g, v);
+    const int budget = 30 + run;
+    std::string text;
+    int used = 0;
+    while (used < budget && !c.complete()) {
+      const auto& words = c.mask(budget - used);
+      std::vector<int32_t> ok;
+      for (int32_t id = 0; id < v->V; id++)
+        if (words[id >> 5] >> (id & 31) & 1) ok.push_back(id);
+      REQUIRE(!ok.empty());
+      const int32_t id = ok[std::uniform_int_distribution<size_t>(0, ok.size() - 1)(rng)];
+      used++;
+      if (id == v->eos) {
+        c.advance(id, "");
+        break;
+      }
+      c.advance(id, tok().token_view(id));
+      text += tok().token_view(id);
+    }
+    INFO(text);
+    REQUIRE(c.accepts());
+    const json j = json::parse(text);
+    CHECK(j["z"].get<int64_t>() >= 1000);
+    for (const auto& it : j["items"]) CHECK(it["s"].get<std::string>().size() >= 3);
+    completed++;
+  }
+  CHECK(completed == 40);
+}
