@@ -21,6 +21,7 @@
 #include "servekit/kernels/lm_head.hpp"
 #include "servekit/kernels/lora.hpp"
 #include "servekit/kernels/sampling.hpp"
+#include "servekit/kernels/token_mask.hpp"
 #include "servekit/lora/policy.hpp"
 #include "servekit/weights/bf16.hpp"
 #include "servekit/weights/f16.hpp"
@@ -160,6 +161,12 @@ struct SimtOps {
   static void sample(int32_t* ids, float* logprobs, const float* logits,
                      const kernels::RowSampling* rows, int M, int V) {
     kernels::sample({ids, logprobs, logits, rows, M, V});
+    done();
+  }
+  // Tokens refused by a row's grammar -> -inf: masks (n, ceil(V / 32)) for the rows (n).
+  static void mask_logits(float* logits, const uint32_t* words, const int32_t* rows, int n, int M,
+                          int V) {
+    kernels::mask_logits({logits, words, rows, n, M, V});
     done();
   }
 

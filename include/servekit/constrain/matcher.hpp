@@ -362,6 +362,8 @@ class Matcher {
         if (pat) {
           const uint64_t s = pat->step(f.bits, b);
           if (s == 0 || !one_more()) return;
+          // The pattern must still fit in the characters maxLength leaves.
+          if (nd.max_len < kInf && pat->chars_needed(s) > nd.max_len - f.count) return;
           f.bits = s;
           return emit(t, out);
         }

@@ -17,7 +17,7 @@ struct RowSampling {
   float temperature = 0;  // > 0; 0: greedy (the argmax, ties to the lowest index)
   float top_p = 1;        // (0, 1]; 1: off
   int32_t top_k = 0;      // 0 or >= V: off
-  int32_t unused_ = 0;
+  int32_t mask = -1;  // which of the step's token masks applies (kernels/token_mask.hpp); -1: none
 };
 
 // Host-side check of one row's parameters, before they go to the device.

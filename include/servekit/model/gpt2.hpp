@@ -136,21 +136,46 @@ class Gpt2 {
   // Runs one step (Logits::Last) and picks each sequence's next token on the device, so only
   // the (S) ids and their logprobs come back, not (S, V) logits. rows: (S) each sequence's
   // sampling parameters; an id of -1 means the row had no number above -inf. logits, when not
-  // null, gets the (S, V) logits too (a request asked for its top logprobs).
+  // null, gets the (S, V) logits too (a request asked for its top logprobs). masks: (n,
+  // ceil(V / 32)) token masks of constrained rows (RowSampling::mask names one; bit v: token v
+  // allowed), applied before sampling.
   void forward_pick(Cache& cache, const model::Batch& b, std::span<const kernels::RowSampling> rows,
                     std::span<int32_t> ids, std::span<float> logprobs,
-                    std::vector<float>* logits = nullptr) requires kDeviceSampling {
+                    std::vector<float>* logits = nullptr,
+                    std::span<const uint32_t> masks = {}) requires kDeviceSampling {
     const std::size_t S = b.seqs.size();
     if (b.logits != model::Logits::Last)
       fail("forward_pick: picks one token per sequence; the batch asks for Logits::All");
     if (rows.size() != S || ids.size() != S || logprobs.size() != S)
       fail("forward_pick: ", S, " sequences but ", rows.size(), " sampling rows, ", ids.size(),
            " ids and ", logprobs.size(), " logprobs");
-    for (std::size_t m = 0; m < S; m++) kernels::check_row(rows[m], static_cast<int>(m));
+    const std::size_t W = (V + 31) / 32, n_masks = masks.size() / W;
+    if (masks.size() % W != 0)
+      fail("forward_pick: ", masks.size(), " mask words, not a multiple of ", W, " per mask");
+    mask_rows_host_.clear();
+    for (std::size_t m = 0; m < S; m++) {
+      kernels::check_row(rows[m], static_cast<int>(m));
+      const int k = rows[m].mask;
+      if (k < -1 || k >= static_cast<int>(n_masks))
+        fail("forward_pick: row ", m, " names mask ", k, " of ", n_masks);
+      if (k >= 0) {
+        if (k != static_cast<int>(mask_rows_host_.size()))
+          fail("forward_pick: masks must be named in row order; row ", m, " names ", k);
+        mask_rows_host_.push_back(static_cast<int32_t>(m));
+      }
+    }
+    if (mask_rows_host_.size() != n_masks)
+      fail("forward_pick: ", n_masks, " masks but ", mask_rows_host_.size(), " rows name one");
     const int M = run(cache, b);
     logits_.resize(static_cast<std::size_t>(M) * V);
     Ops::lm_head(logits_.data(), ln_.data(), wte_.data(), M, V, C);
     Storage::upload(pick_rows_, rows);
+    if (n_masks > 0) {
+      Storage::upload(mask_words_, masks);
+      Storage::upload(mask_rows_, std::span<const int32_t>(mask_rows_host_));
+      Ops::mask_logits(logits_.data(), mask_words_.data(), mask_rows_.data(),
+                       static_cast<int>(n_masks), M, V);
+    }
     pick_ids_.resize(M), pick_lp_.resize(M);
     Ops::sample(pick_ids_.data(), pick_lp_.data(), logits_.data(), pick_rows_.data(), M, V);
     Storage::download(ids, pick_ids_);  // waits for the step
@@ -485,6 +510,10 @@ class Gpt2 {
   Vec<kernels::RowSampling> pick_rows_;
   Vec<int32_t> pick_ids_;
   Vec<float> pick_lp_;
+  // forward_pick's token masks (constrained rows) and the row each applies to.
+  Vec<uint32_t> mask_words_;
+  Vec<int32_t> mask_rows_;
+  std::vector<int32_t> mask_rows_host_;
   std::vector<kv::Reserve> reserve_;
   // Unmerged adapters by slot; on device storage, each one's A and B matrices uploaded.
   std::vector<std::shared_ptr<const lora::Adapter>> adapters_;

@@ -212,7 +212,7 @@ class Engine {
     std::vector<int32_t> prompt = r.prompt_ids.empty() ? tok_.encode(r.prompt) : r.prompt_ids;
     validate(r, prompt);
     const uint64_t id = next_id_.fetch_add(1) + 1;
-    seq->st = std::make_unique<RequestState>(id, std::move(r), std::move(prompt), tok_, P);
+    seq->st = std::make_unique<RequestState>(id, std::move(r), std::move(prompt), tok_, P, V);
     return seq;
   }
 
@@ -398,14 +398,21 @@ class Engine {
       const model::Batch batch{tokens_, seqs_, model::Logits::Last, seq_adapters_};
       if constexpr (Model::kDeviceSampling) {
         rows_.clear();
+        masks_.clear();
         for (const Work& w : plan_) {
           if (w.pad > 0) rows_.push_back({});
           rows_.push_back(w.seq->ghost ? kernels::RowSampling{} : w.seq->st->sampling_row());
           with_logits |= w.seq->st->request().top_logprobs > 0;
+          // A constrained row that samples this step (not a prompt chunk) brings its mask.
+          if (!w.seq->ghost && w.seq->uncached() == w.n_new)
+            if (const uint32_t* m = w.seq->st->next_mask()) {
+              rows_.back().mask = static_cast<int32_t>(masks_.size() / kMaskWords);
+              masks_.insert(masks_.end(), m, m + kMaskWords);
+            }
         }
         ids_.resize(rows_.size()), logprobs_.resize(rows_.size());
-        model_.forward_pick(cache_, batch, rows_, ids_, logprobs_,
-                            with_logits ? &logits_ : nullptr);
+        model_.forward_pick(cache_, batch, rows_, ids_, logprobs_, with_logits ? &logits_ : nullptr,
+                            masks_);
       } else {
         model_.forward(cache_, batch, logits_);
       }
@@ -600,6 +607,8 @@ class Engine {
   Sampler sampler_;  // host backends
   // Device backends: each row's sampling parameters, then the picked ids and their logprobs.
   std::vector<kernels::RowSampling> rows_;
+  static constexpr int kMaskWords = (V + 31) / 32;
+  std::vector<uint32_t> masks_;  // (constrained rows, kMaskWords) this step's token masks
   std::vector<int32_t> ids_;
   std::vector<float> logprobs_;
   // Engine-thread state.

@@ -23,6 +23,7 @@ struct GenerateOptions {
   bool use_cache = true;
   int top_logprobs = 0;  // also report this many best alternatives per generated token
   int32_t adapter = -1;  // the model's adapter slot (Gpt2::add_adapter); -1: the base model
+  std::shared_ptr<const constrain::Grammar> json_schema;  // structured output (Request's)
 };
 
 using GenerateResult = Result;
@@ -44,7 +45,8 @@ GenerateResult generate(Model& model, const text::Gpt2Tokenizer& tok,
   req.stop = opt.stop;
   req.top_logprobs = opt.top_logprobs;
   req.on_piece = on_piece;
-  RequestState st(0, std::move(req), std::vector<int32_t>(prompt.begin(), prompt.end()), tok, P);
+  req.json_schema = opt.json_schema;
+  RequestState st(0, std::move(req), std::vector<int32_t>(prompt.begin(), prompt.end()), tok, P, V);
   st.scheduled();
   Sampler sampler;
   auto cache = model.make_cache(1, P);
@@ -60,12 +62,14 @@ GenerateResult generate(Model& model, const text::Gpt2Tokenizer& tok,
     const model::Batch batch{std::span(seq).subspan(start), std::span(&step, 1),
                              model::Logits::Last, ad};
     if constexpr (Model::kDeviceSampling) {  // the engine's way: pick on the device
-      const kernels::RowSampling row = st.sampling_row();
+      kernels::RowSampling row = st.sampling_row();
       int32_t id;
       float logprob;
       const bool top = opt.top_logprobs > 0;
+      std::span<const uint32_t> mask;
+      if (const uint32_t* m = st.next_mask()) row.mask = 0, mask = {m, (V + 31) / 32};
       model.forward_pick(cache, batch, std::span(&row, 1), std::span(&id, 1),
-                         std::span(&logprob, 1), top ? &logits : nullptr);
+                         std::span(&logprob, 1), top ? &logits : nullptr, mask);
       n_past = static_cast<int>(seq.size());
       st.on_pick(id, logprob, top ? std::span<const float>(logits) : std::span<const float>());
     } else {

@@ -4,11 +4,13 @@
 // sequential generate() and the command line share.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "servekit/constrain/grammar.hpp"
 #include "servekit/serve/sampling.hpp"
 
 namespace servekit::serve {
@@ -48,6 +50,10 @@ struct Request {
   StopParams stop;
   std::optional<std::string> adapter;  // LoRA adapter id; none: the base model
   int top_logprobs = 0;                // also report this many best alternatives per token
+  // Structured output: the generated text is JSON that fits this grammar
+  // (constrain::compile_json_schema). The request ends when the JSON is complete; with too few
+  // tokens left it closes what is open, so that it ends valid whenever the budget allows.
+  std::shared_ptr<const constrain::Grammar> json_schema;
   StreamCallback on_piece;
   // Called on the engine thread once the request has ended, after its handle's Result is set
   // (a server wakes the connection waiting for it). Keep it cheap; it must not throw.

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "servekit/constrain/token_mask.hpp"
 #include "servekit/core/error.hpp"
 #include "servekit/kernels/sampling_args.hpp"
 #include "servekit/serve/request.hpp"
@@ -46,15 +47,21 @@ inline void require_tokenizer_covers(const text::Gpt2Tokenizer& tok, int model_v
 class RequestState {
  public:
   // prompt: the request's token ids (checked by the caller against the model); n_positions:
-  // the model's context, past which generation ends with finish "context".
+  // the model's context, past which generation ends with finish "context"; vocab: the model's
+  // vocabulary size (a constrained request's masks cover it).
   RequestState(uint64_t id, Request req, std::vector<int32_t> prompt,
-               const text::Gpt2Tokenizer& tok, int n_positions,
+               const text::Gpt2Tokenizer& tok, int n_positions, int vocab,
                Clock::time_point submitted = Clock::now())
-      : req_(std::move(req)), detok_(tok), n_positions_(n_positions), submitted_(submitted) {
+      : req_(std::move(req)),
+        tok_(tok),
+        detok_(tok),
+        n_positions_(n_positions),
+        submitted_(submitted) {
     req_.sampling.validate();
     if (req_.stop.max_new_tokens < 0)
       fail("request: max_new_tokens must be >= 0, got ", req_.stop.max_new_tokens);
     eos_ = req_.stop.eos_id >= 0 ? req_.stop.eos_id : tok.eos_id();
+    if (req_.json_schema) cons_.emplace(req_.json_schema, constrain::Vocab::of(tok, vocab, eos_));
     for (const auto& s : req_.stop.stop_strings) longest_stop_ = std::max(longest_stop_, s.size());
     res_.id = id;
     res_.prompt_ids = prompt;
@@ -88,6 +95,14 @@ class RequestState {
   bool on_logits(std::span<const float> logits, Sampler& sampler,
                  Clock::time_point now = Clock::now()) {
     if (finished()) fail("request ", id(), ": logits after it finished");
+    if (const uint32_t* mask = next_mask()) {
+      // Tokens the grammar refuses become -inf, before sampling and the logprobs, as the
+      // device's mask_logits does.
+      masked_.assign(logits.begin(), logits.end());
+      for (std::size_t v = 0; v < masked_.size(); v++)
+        if (!(mask[v >> 5] >> (v & 31) & 1)) masked_[v] = -INFINITY;
+      logits = masked_;
+    }
     const int32_t id = sampler(logits, req_.sampling, static_cast<uint64_t>(generated()));
     return on_pick(id, req_.top_logprobs > 0 ? 0.f : logprob_of(logits, id), logits, now);
   }
@@ -114,6 +129,16 @@ class RequestState {
     tokens_.push_back(res_.tokens.back().id);
     return on_token(res_.tokens.back());
   }
+
+  // A constrained request's mask of its next token ((vocab + 31) / 32 words, bit v: token v
+  // allowed), computed with the tokens it has left; null if it is not constrained.
+  const uint32_t* next_mask() {
+    if (!cons_) return nullptr;
+    const int left = std::min(req_.stop.max_new_tokens - generated(),
+                              n_positions_ + 1 - static_cast<int>(tokens_.size()));
+    return cons_->mask(left).data();
+  }
+  const constrain::Constraint* constraint() const { return cons_ ? &*cons_ : nullptr; }
 
   // This request's parameters for the device sampler's next draw.
   kernels::RowSampling sampling_row() const {
@@ -154,7 +179,13 @@ class RequestState {
 
  private:
   bool on_token(const GeneratedToken& g) {
-    if (req_.stop.stop_at_eos && g.id == eos_) {
+    if (cons_) {
+      // A token outside the mask (a device that ignored it) is an error, never invalid JSON.
+      if (!cons_->allowed(g.id))
+        fail("request ", id(), ": token ", g.id, " is not allowed by its JSON schema here");
+      cons_->advance(g.id, g.id == eos_ ? std::string_view() : tok_.token_view(g.id));
+    }
+    if ((req_.stop.stop_at_eos || cons_) && g.id == eos_) {
       finish(finish::eos);
       return true;
     }
@@ -183,7 +214,11 @@ class RequestState {
           break;
         }
     // Decide the end before streaming, so that the last token's call carries the flushed tail
-    // too: one call per token.
+    // too: one call per token. Complete JSON ends the request as end-of-text would.
+    if (cons_ && cons_->complete()) {
+      finish(finish::eos);
+      return true;
+    }
     if (generated() >= req_.stop.max_new_tokens) {
       finish(finish::length);
       return true;
@@ -227,6 +262,7 @@ class RequestState {
   }
 
   Request req_;
+  const text::Gpt2Tokenizer& tok_;
   Result res_;
   std::vector<int32_t> tokens_;  // prompt + generated
   text::StreamDecoder detok_;
@@ -236,7 +272,9 @@ class RequestState {
   std::size_t streamed_ = 0;                  // tokens already handed to on_piece
   Clock::time_point submitted_, last_;
   bool scheduled_ = false;
-  std::vector<float> logp_;  // only with top_logprobs
+  std::vector<float> logp_;                    // only with top_logprobs
+  std::optional<constrain::Constraint> cons_;  // a request with a JSON schema
+  std::vector<float> masked_;                  // its masked logits (host sampling)
 };
 
 }  // namespace servekit::serve

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Constrained decoding's step on the device: the tokens a row's grammar refuses get -inf
+// before sampling (constrain/token_mask.hpp computes the masks on the host). One block per
+// masked row, so rows without a constraint are not touched and a step without any launches
+// nothing.
+#include <cmath>
+#include <cstdint>
+
+#include "servekit/kernels/common.hpp"
+
+namespace servekit::kernels {
+
+struct MaskParams {
+  float* logits;          // (M, V)
+  const uint32_t* words;  // (n, ceil(V / 32)) bit v of mask k: token v allowed
+  const int32_t* rows;    // (n) the logits row mask k applies to
+  int n, M, V;
+};
+
+namespace mask_cfg {
+constexpr int kThreads = 256;
+}
+
+template <int kUnused = 0>
+__global__ void __launch_bounds__(mask_cfg::kThreads) mask_logits_kernel(const MaskParams p) {
+  const int k = blockIdx.x, W = (p.V + 31) / 32;
+  float* row = p.logits + static_cast<int64_t>(p.rows[k]) * p.V;  // (V)
+  const uint32_t* w = p.words + static_cast<int64_t>(k) * W;      // (W)
+  for (int v = threadIdx.x; v < p.V; v += mask_cfg::kThreads)
+    if (!((w[v >> 5] >> (v & 31)) & 1u)) row[v] = -INFINITY;
+}
+
+inline void mask_logits(const MaskParams& p, simt::stream_handle stream = nullptr) {
+  if (p.n < 1 || p.V < 1) fail("kernels::mask_logits: cannot run n = ", p.n, ", V = ", p.V);
+  simt::launch(simt::kernel<mask_logits_kernel<>>, dim3(p.n), dim3(mask_cfg::kThreads), 0, stream,
+               p);
+}
+
+}  // namespace servekit::kernels
