@@ -30,18 +30,20 @@ struct BatchArgs {
 
 // One input line -> a request. Fields: prompt (text) or prompt_ids, max_new_tokens,
 // temperature (0: greedy, the default), top_k, top_p, seed, stop (string or list), ignore_eos,
-// adapter (the folder name of one of --adapter's adapters).
+// adapter (the folder name of one of --adapter's adapters), json_schema (the output is JSON
+// that fits it; a schema object).
 inline serve::Request parse_request(const json& j, int lineno) {
   auto where = [&](const char* f) { return detail::cat("line ", lineno, ": field \"", f, "\""); };
   if (!j.is_object()) fail("line ", lineno, ": expected a JSON object, got ", j.type_name());
-  static const char* known[] = {"prompt", "prompt_ids", "max_new_tokens", "temperature", "top_k",
-                                "top_p",  "seed",       "stop",           "ignore_eos",  "adapter"};
+  static const char* known[] = {"prompt",     "prompt_ids", "max_new_tokens", "temperature",
+                                "top_k",      "top_p",      "seed",           "stop",
+                                "ignore_eos", "adapter",    "json_schema"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known),
                      [&](const char* k) { return it.key() == k; }) == std::end(known))
       fail("line ", lineno, ": unknown field \"", it.key(),
            "\" (known: prompt, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop, "
-           "ignore_eos, adapter)");
+           "ignore_eos, adapter, json_schema)");
   serve::Request r;
   auto get = [&](const char* f, auto& out) {
     if (!j.contains(f)) return;
@@ -70,6 +72,13 @@ inline serve::Request parse_request(const json& j, int lineno) {
       r.stop.stop_strings = {j["stop"].get<std::string>()};
     else
       get("stop", r.stop.stop_strings);
+  }
+  if (j.contains("json_schema")) {
+    try {
+      r.json_schema = constrain::compile_json_schema(j["json_schema"]);
+    } catch (const Error& e) {
+      fail(where("json_schema"), ": ", e.what());
+    }
   }
   bool ignore_eos = false;
   get("ignore_eos", ignore_eos);

@@ -55,7 +55,7 @@ int run_tokenize(const std::string& vocab) {
 }
 
 struct GenerateArgs {
-  std::string model, vocab, prompt, adapter, prompt_ids_text, seed_text;
+  std::string model, vocab, prompt, adapter, prompt_ids_text, seed_text, json_schema;
   bool merge = false;
   std::vector<int32_t> prompt_ids;
   int max_new_tokens = 32, top_k = 0, top_logprobs = 0;
@@ -138,6 +138,14 @@ int generate_with(Model& model, const GenerateArgs& a, const sk::text::Gpt2Token
   opt.use_cache = !a.no_cache;
   opt.top_logprobs = a.top_logprobs;
   opt.adapter = adapter;
+  if (!a.json_schema.empty()) {
+    try {
+      opt.json_schema = sk::constrain::compile_json_schema(
+          std::string_view(sk::text::detail::read_file(a.json_schema, "--json-schema")));
+    } catch (const sk::Error& e) {
+      sk::fail("--json-schema ", a.json_schema, ": ", e.what());
+    }
+  }
 
   sk::serve::StreamCallback stream;
   const std::string prompt_text = a.prompt_ids.empty() ? a.prompt : tok.decode(prompt);
@@ -275,6 +283,8 @@ int main(int argc, char** argv) {
                 "merge the adapter into the weights at load (default: apply it at run time)")
       ->needs(gen->get_option("--adapter"));
   gen->add_flag("--ignore-eos", g.ignore_eos, "keep generating after <|endoftext|>");
+  gen->add_option("--json-schema", g.json_schema,
+                  "a JSON schema file: the output is JSON that fits it (structured generation)");
   gen->add_flag("--no-cache", g.no_cache, "recompute the whole sequence every step (no KV cache)");
   gen->add_flag("--json", g.as_json, "print one JSON object: ids, text, timings");
   gen->add_option("--top-logprobs", g.top_logprobs,

@@ -413,3 +413,55 @@ TEST_CASE("generate behaves like the tools people know") {
     CHECK(json::parse(back.out)["ids"] == json::array({464, 318, 257}));
   }
 }
+
+TEST_CASE(
+    "generate --json-schema and batch's json_schema give JSON that fits; bad schemas are "
+    "clear errors") {
+  const std::string kTinyVocab = std::string(SERVEKIT_FIXTURES) + "/tiny-vocab";
+  const fs::path dir = fs::temp_directory_path() / "servekit_cli_schema";
+  fs::create_directories(dir);
+  const fs::path person = dir / "person.json", bad = dir / "bad.json";
+  std::ofstream(person) << R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 0}},
+      "required": ["name", "age"]})";
+  std::ofstream(bad)
+      << R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})";
+  for (int seed = 1; seed <= 3; seed++) {
+    auto r = run("generate --model " + kTinyA + " --vocab " + kTinyVocab + " --json -n 40 --seed " +
+                 std::to_string(seed) + " --temperature 1 --json-schema " + person.string() +
+                 " 'Alice is 30'");
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    const json out = json::parse(r.out);
+    CHECK(out["finish_reason"] == "eos");
+    const json p = json::parse(out["text"].get<std::string>());
+    CHECK(p["name"].get<std::string>().size() <= 40);  // 10 characters, up to 4 bytes each
+    CHECK(p["age"].get<int64_t>() >= 0);
+  }
+  auto e = run("generate --model " + kTinyA + " --vocab " + kTinyVocab + " --json-schema " +
+               bad.string() + " hi");
+  CHECK(e.code != 0);
+  CHECK_THAT(e.out, Contains(bad.string()) && Contains("at /properties/d") &&
+                        Contains("unsupported keyword \"format\""));
+  const fs::path in = dir / "in.jsonl", out = dir / "out.jsonl";
+  std::ofstream(in)
+      << R"({"prompt": "Tags:", "max_new_tokens": 30, "temperature": 1, "seed": 4,)"
+      << R"( "json_schema": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}})"
+      << "\n"
+      << R"({"prompt": "x", "json_schema": {"type": "objekt"}})"
+      << "\n";
+  auto b = run("batch --model " + kTinyA + " --vocab " + kTinyVocab + " --input " + in.string() +
+               " --output " + out.string());
+  INFO(b.out);
+  std::ifstream f(out);
+  std::string line;
+  std::vector<json> got;
+  while (std::getline(f, line)) got.push_back(json::parse(line));
+  REQUIRE(got.size() == 2);
+  const json tags = json::parse(got[0]["text"].get<std::string>());
+  CHECK(tags.is_array());
+  CHECK(tags.size() <= 3);
+  for (const auto& t : tags) CHECK((t == "a" || t == "b"));
+  CHECK_THAT(got[1]["error"].get<std::string>(),
+             Contains("line 2: field \"json_schema\"") && Contains("unsupported type \"objekt\""));
+}

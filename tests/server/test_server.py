@@ -350,3 +350,51 @@ def test_info_health_and_timing_headers(server):
     assert int(r.headers["x-prompt-tokens"]) > 0
     nf = requests.get(server.url + "/nope")
     assert nf.status_code == 404 and "no route GET /nope" in nf.json()["error"]
+
+
+def test_the_courses_response_format_call_returns_json_that_fits_the_schema(server):
+    """The course's bonus lesson: LoRAX's response_format with a pydantic schema."""
+    import jsonschema
+    from pydantic import BaseModel, constr
+
+    class Person(BaseModel):
+        name: constr(max_length=10)
+        age: int
+
+    schema = Person.model_json_schema()
+    c = Client(server.url)
+    prompt = "Extract the person: Alice is 30 years old and lives in Paris."
+    for seed in range(5):
+        r = c.generate(prompt, max_new_tokens=40, do_sample=True, seed=seed,
+                       response_format={"type": "json_object", "schema": schema})
+        person = json.loads(r.generated_text)
+        jsonschema.validate(person, schema)
+        assert r.details.finish_reason.value == "eos_token"
+    # OpenAI's spelling, on /v1/completions, with the openai client.
+    o = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    out = o.completions.create(
+        model="tiny-a", prompt=prompt, max_tokens=40, temperature=1, seed=3,
+        extra_body={"response_format": {"type": "json_schema",
+                                        "json_schema": {"name": "person", "schema": schema}}})
+    jsonschema.validate(json.loads(out.choices[0].text), schema)
+    # No schema: any JSON object (lorax-client insists on a schema, so the raw request).
+    any_obj = requests.post(server.url + "/generate", json={
+        "inputs": prompt, "parameters": {"max_new_tokens": 30,
+                                         "response_format": {"type": "json_object"}}})
+    assert isinstance(json.loads(any_obj.json()["generated_text"]), dict)
+
+
+@pytest.mark.parametrize("rf,words", [
+    ({"type": "json_object", "schema": {"type": "string", "format": "email"}},
+     "unsupported keyword \"format\""),
+    ({"type": "json_object", "schema": {"type": "object", "properties": {"a": {"type": "strng"}}}},
+     "at /properties/a: unsupported type"),
+    ({"type": "yaml"}, "must be json_object, json_schema or text"),
+    ({"type": "json_schema"}, "`parameters.response_format.json_schema` must be an object"),
+])
+def test_a_schema_that_cannot_be_honoured_is_a_422_and_others_go_on(server, rf, words):
+    r = requests.post(server.url + "/generate",
+                      json={"inputs": PROMPT, "parameters": {"response_format": rf}})
+    assert r.status_code == 422, r.text
+    assert words in r.json()["error"]
+    assert Client(server.url).generate(PROMPT, max_new_tokens=2).details.generated_tokens >= 1

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "servekit/serve/http/json_fields.hpp"
+#include "servekit/serve/http/response_format.hpp"
 #include "servekit/serve/request.hpp"
 
 namespace servekit::serve::http {
@@ -109,7 +110,8 @@ inline GenerateCall parse_generate(const json& body, const ApiLimits& lim = {}) 
   p.unsupported("watermark", is_false);
   p.unsupported("decoder_input_details", is_false, " (prompt log-probabilities are not computed)");
   p.unsupported("top_n_tokens", is_zero, " (use return_k_alternatives)");
-  p.unsupported("response_format", [](const json&) { return false; });
+  if (p.has("response_format"))
+    c.req.json_schema = response_format(p.at("response_format"), "parameters.response_format");
   p.unsupported("grammar", [](const json&) { return false; });
   p.unsupported("adapter_parameters", [](const json&) { return false; });
   p.no_others();
