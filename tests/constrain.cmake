@@ -18,3 +18,8 @@ add_test(NAME test_constrain_validate
     ${SERVEKIT_SERVER_VENV} ${CMAKE_CURRENT_SOURCE_DIR}/constrain/validate.py)
 set_tests_properties(test_constrain_validate PROPERTIES LABELS host
   FIXTURES_REQUIRED constrained_outputs WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+
+if(TARGET servekit_simt)
+  servekit_test(test_constrain_emulated LABELS emulated
+    SOURCES test_constrain_emulated.cpp LIBS servekit_simt)
+endif()

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+// Constrained decoding on the device under emulation: kernels::mask_logits against masking
+// on the host, forward_pick's mask arguments, and the engine's constrained rows (masks built
+// per step, only for rows that sample) against generate() alone.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "servekit/backend/emulated.hpp"
+#include "servekit/kernels/token_mask.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/serve/engine.hpp"
+#include "servekit/serve/generate.hpp"
+
+namespace sk = servekit;
+using namespace servekit;
+using json = nlohmann::json;
+using Catch::Contains;
+
+namespace {
+
+using D = sk::dims::Tiny<2, 4, 64, 512, 128>;
+using Emu = sk::Gpt2<
+    sk::Config<D, sk::weights::F32, sk::kv::Contiguous, sk::lora::None, sk::backend::Emulated>>;
+
+const text::Gpt2Tokenizer& tok() {
+  static auto t =
+      text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_FIXTURES) / "tiny-vocab");
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("mask_logits sets exactly the refused tokens of the masked rows to -inf",
+          "[constrain][emulated]") {
+  std::mt19937 rng(3);
+  const int M = 5, V = 1003, W = (V + 31) / 32;  // V not a multiple of 32
+  std::vector<float> x(std::size_t(M) * V);
+  for (auto& v : x) v = std::uniform_real_distribution<float>(-3.f, 3.f)(rng);
+  const std::vector<int32_t> rows = {1, 3, 4};
+  std::vector<uint32_t> words(rows.size() * W);
+  for (auto& w : words) w = static_cast<uint32_t>(rng());
+  std::vector<float> want = x;
+  for (std::size_t k = 0; k < rows.size(); k++)
+    for (int v = 0; v < V; v++)
+      if (!(words[k * W + v / 32] >> (v % 32) & 1)) want[std::size_t(rows[k]) * V + v] = -INFINITY;
+  std::vector<float> got = x;
+  backend::Ops<backend::Emulated>::mask_logits(got.data(), words.data(), rows.data(),
+                                               static_cast<int>(rows.size()), M, V);
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < got.size(); i++)
+    differ += std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]);
+  CHECK(differ == 0);
+  REQUIRE_THROWS_WITH(kernels::mask_logits({got.data(), words.data(), rows.data(), 0, M, V}),
+                      Contains("n = 0"));
+}
+
+TEST_CASE("emulated: constrained rows in the engine == generate() alone, and valid",
+          "[constrain][emulated]") {
+  auto model = Emu::random(21);
+  const json schemas[] = {
+      json::parse(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
+                      "age": {"type": "integer"}}, "required": ["name", "age"]})"),
+      json::parse(R"({"type": "array", "items": {"enum": ["red", "green"]}, "maxItems": 3})"),
+      json::parse(R"({"anyOf": [{"type": "number"}, {"type": "null"}]})")};
+  std::vector<serve::Request> rs;
+  for (int i = 0; i < 8; i++) {
+    serve::Request r;
+    r.prompt = "Request " + std::to_string(i) + ":";
+    r.stop.max_new_tokens = 30;
+    r.sampling = {.temperature = i % 3 == 0 ? 0.f : 1.f, .seed = uint64_t(100 + i)};
+    if (i % 4 != 3)
+      r.json_schema = constrain::compile_json_schema(schemas[i % 3]);
+    else
+      r.stop.stop_at_eos = false;
+    rs.push_back(r);
+  }
+  serve::Engine<Emu, serve::sched::Continuous> engine(model, tok(),
+                                                      {.max_batch = 3, .max_batched_tokens = 12});
+  std::vector<serve::RequestHandle> hs;
+  for (const auto& r : rs) hs.push_back(engine.submit(r));
+  std::vector<serve::Result> got;  // all of them before generate() uses the model
+  for (auto& h : hs) got.push_back(h.get());
+  for (std::size_t i = 0; i < rs.size(); i++) {
+    serve::GenerateOptions o{
+        .sampling = rs[i].sampling, .stop = rs[i].stop, .json_schema = rs[i].json_schema};
+    const serve::Result want = serve::generate(model, tok(), tok().encode(rs[i].prompt), o);
+    INFO("request " << i << ": " << got[i].text << " / " << got[i].error);
+    CHECK(got[i].ids() == want.ids());
+    if (rs[i].json_schema) {
+      CHECK(got[i].finish_reason == serve::finish::eos);
+      CHECK_NOTHROW(json::parse(got[i].text));
+    }
+  }
+}
+
+TEST_CASE("forward_pick names the mask argument it cannot use", "[constrain][emulated]") {
+  auto model = Emu::random(22);
+  auto cache = model.make_cache(2);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  const std::vector<model::SeqStep> seqs = {{0, 0, 2, 0}, {1, 0, 2, 0}};
+  const model::Batch batch{tokens, seqs, model::Logits::Last, {}};
+  std::vector<int32_t> ids(2);
+  std::vector<float> lp(2);
+  const int W = (D::vocab + 31) / 32;
+  std::vector<uint32_t> masks(W, ~0u);
+  std::vector<kernels::RowSampling> rows(2);
+  rows[1].mask = 1;  // only one mask given
+  REQUIRE_THROWS_WITH(model.forward_pick(cache, batch, rows, ids, lp, nullptr, masks),
+                      Contains("row 1 names mask 1 of 1"));
+  rows[1].mask = -1;
+  REQUIRE_THROWS_WITH(model.forward_pick(cache, batch, rows, ids, lp, nullptr, masks),
+                      Contains("1 masks but 0 rows name one"));
+  masks.pop_back();
+  REQUIRE_THROWS_WITH(model.forward_pick(cache, batch, rows, ids, lp, nullptr, masks),
+                      Contains("not a multiple of"));
+  // One allowed token: the row must pick it, whatever the logits.
+  std::vector<uint32_t> one(W, 0u);
+  one[200 / 32] = 1u << (200 % 32);
+  rows[0].mask = 0, rows[0].temperature = 1.f, rows[0].seed = 5;
+  model.forward_pick(cache, batch, rows, ids, lp, nullptr, one);
+  CHECK(ids[0] == 200);
+  CHECK(lp[0] == 0.f);
+}
