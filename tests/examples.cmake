@@ -27,3 +27,6 @@ lesson_test(lesson_02_batching_paged
 lesson_test(lesson_04_quantization
   "$<TARGET_FILE:04_quantization>;${tiny};--tokens;4;--out;${lesson_out}/04"
   "corner \\[0:3, 0:5\\]:;-> u8zp-tensor -> fp32;error +\\[")
+lesson_test(lesson_08_structured_generation
+  "$<TARGET_FILE:08_structured_generation>;${tiny};--tokens;40;--samples;3"
+  "== 1. without a constraint;valid Person: [0-9] of 3 without the constraint, 3 of 3 with it;tokens allowed at each step")
