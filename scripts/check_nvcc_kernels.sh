@@ -51,6 +51,7 @@ void instantiate_all(float* f, int32_t* i, sk::half_t* h) {
   const auto* rows = reinterpret_cast<const sk::kernels::RowSampling*>(i);
   Ops::sample(i, f, f, rows, 1, 512);
   Ops::sample(i, f, f, rows, 1, 50257);
+  Ops::mask_logits(f, reinterpret_cast<const uint32_t*>(i), i, 1, 1, 50257);
   const sk::kernels::LoraParams lp{f, f, i, nullptr, 1, f, 1, 64, 64, 8};
   Ops::lora<sk::lora::Loop>(lp, {i, 1});
   Ops::lora<sk::lora::Gathered>(lp, {});
