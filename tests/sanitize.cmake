@@ -45,7 +45,8 @@ endif()
 # engine cases do not exercise (submit, cancel, preemption, stop rules, results handed across
 # threads).
 set(test_engine_asan_args "~[invariance]")
-foreach(t test_bad_inputs test_safetensors test_load_gpt2 test_tokenizer_errors test_engine)
+foreach(t test_bad_inputs test_safetensors test_load_gpt2 test_tokenizer_errors test_engine
+    test_constrain)
   servekit_test(${t}_asan LABELS host sanitize SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.cpp
     ARGS ${${t}_asan_args})
   servekit_sanitize(${t}_asan)
