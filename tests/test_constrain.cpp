@@ -78,6 +78,7 @@ TEST_CASE("a schema the compiler cannot honour is an error naming the keyword an
              Catch::Contains("range is empty"));
   CHECK_THAT(error_of(R"j({"type": "object", "properties": )j"), Catch::Contains("not JSON"));
   CHECK_THAT(error_of(R"j(false)j"), Catch::Contains("allows no value"));
+  CHECK_THAT(error_of("4444444444E44444644444445454444"), Catch::Contains("not JSON"));  // fuzz
   CHECK_THAT(
       error_of(R"j({"$defs": {"n": {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}},
                           "required": ["n"]}}, "$ref": "#/$defs/n"})j"),

@@ -258,11 +258,12 @@ class Compiler {
                                   "anyOf",
                                   "allOf",
                                   "$ref"};
-    for (const auto& [k, v] : s.items()) {
-      const bool ok = std::find_if(std::begin(ignored), std::end(ignored),
-                                   [&](const char* x) { return k == x; }) != std::end(ignored) ||
-                      std::find_if(std::begin(known), std::end(known),
-                                   [&](const char* x) { return k == x; }) != std::end(known);
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      const std::string& k = it.key();
+      auto is_k = [&](const char* x) { return k == x; };
+      const bool ok =
+          std::find_if(std::begin(ignored), std::end(ignored), is_k) != std::end(ignored) ||
+          std::find_if(std::begin(known), std::end(known), is_k) != std::end(known);
       if (!ok) bad(at, "unsupported keyword " + string_brief(k));
     }
     if (s.contains("$ref")) {
@@ -683,7 +684,11 @@ class Compiler {
 
 // Compiles a JSON schema; throws servekit::Error naming the keyword and where it is.
 inline std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::json& schema) {
-  return detail::Compiler(schema).run();
+  try {
+    return detail::Compiler(schema).run();
+  } catch (const nlohmann::json::exception& e) {  // e.g. a $ref into an array at index "01"
+    fail("json schema: ", e.what());
+  }
 }
 
 // The same from text (a file's contents, a request's field): malformed JSON is an error too.
@@ -691,7 +696,7 @@ inline std::shared_ptr<const Grammar> compile_json_schema(std::string_view text)
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // malformed, or a number out of range
     fail("json schema: not JSON (", e.what(), ")");
   }
   return compile_json_schema(j);

@@ -92,7 +92,7 @@ struct MaskEntry {
 struct MaskCacheSlot {
   std::unordered_map<std::string, std::shared_ptr<const MaskEntry>> map;
   long hits = 0, misses = 0;
-  static constexpr std::size_t kMaxEntries = 4096;  // ~26 MB of GPT-2 masks, then start over
+  static constexpr std::size_t kMaxEntries = 2048;  // ~13 MB of GPT-2 masks, then start over
 };
 
 // Computes masks; one per thread of work (its matcher and per-depth states are scratch).

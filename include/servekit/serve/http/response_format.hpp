@@ -7,8 +7,9 @@
 //           {"type": "json_object"}, {"type": "text"} (no constraint)
 //
 // A schema the compiler cannot honour is a 422 that names the keyword and where it is.
-// Compiled grammars are kept by schema text (a few hundred), so that clients that send the
-// same schema with every request share one grammar and its mask cache.
+// Compiled grammars are kept by schema text (the last 16 distinct ones), so that clients that
+// send the same schema with every request share one grammar and its mask cache (each at most
+// ~13 MB of GPT-2 masks: constrain/token_mask.hpp).
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,7 +37,7 @@ inline std::shared_ptr<const constrain::Grammar> grammar_for(const json& schema,
     invalid("`", field, "`: ", e.what());
   }
   std::lock_guard lock(mu);
-  if (made.size() >= 256) made.clear();
+  if (made.size() >= 16) made.clear();
   made.emplace(key, g);
   return g;
 }

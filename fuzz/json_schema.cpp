@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// Any bytes as a JSON schema, then (after the first NUL byte) as a text fed to its matcher,
+// with the tiny fixture vocabulary (512 tokens, every byte one of them): compiling is a
+// servekit::Error or a grammar; and where the text starts and where it stops (its last live
+// state), unless complete, the
+// mask allows some token, and a budget of exactly min_finish() + 1 tokens still allows one
+// (min_finish() never promises an ending that does not exist).
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "servekit/constrain/token_mask.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  namespace c = servekit::constrain;
+  static const auto tok = servekit::text::Gpt2Tokenizer::from_dir(SERVEKIT_FIXTURES "/tiny-vocab");
+  static const auto vocab = c::Vocab::of(tok, tok.vocab_size(), tok.eos_id());
+  const std::string_view all(reinterpret_cast<const char*>(data), size);
+  const auto cut = all.find('\0');
+  const std::string_view schema = all.substr(0, cut);
+  const std::string_view text = cut == std::string_view::npos ? "" : all.substr(cut + 1, 64);
+  std::shared_ptr<const c::Grammar> g;
+  try {
+    g = c::compile_json_schema(schema);
+  } catch (const servekit::Error&) {
+    return 0;
+  }
+  c::Matcher m(*g);
+  c::MaskMaker maker(*g, *vocab);
+  c::State s, n;
+  m.start(s);
+  auto check = [&] {
+    if (m.complete(s)) return;
+    const int fin = m.min_finish(s);
+    if (fin >= c::kInf) std::abort();  // alive, yet no ending
+    if (maker.make(s, c::kInf).allowed == 0) std::abort();
+    if (maker.make(s, fin + 1).allowed == 0) std::abort();
+  };
+  check();
+  // Masks cost ~a millisecond each under the sanitizers: check where the text stops (or the
+  // last state it kept alive).
+  for (char ch : text) {
+    m.feed(s, static_cast<uint8_t>(ch), n);
+    if (n.dead()) break;
+    std::swap(s, n);
+  }
+  check();
+  return 0;
+}
