@@ -140,8 +140,7 @@ int generate_with(Model& model, const GenerateArgs& a, const sk::text::Gpt2Token
   opt.adapter = adapter;
   if (!a.json_schema.empty()) {
     try {
-      opt.json_schema = sk::constrain::compile_json_schema(
-          std::string_view(sk::text::detail::read_file(a.json_schema, "--json-schema")));
+      opt.json_schema = sk::constrain::compile_json_schema(sk::read_json_file(a.json_schema));
     } catch (const sk::Error& e) {
       sk::fail("--json-schema ", a.json_schema, ": ", e.what());
     }

@@ -189,7 +189,7 @@ class Compiler {
     return add(std::move(n));
   }
 
-  int any_value(int depth_guard = 0) {
+  int any_value() {
     if (any_ >= 0) return any_;
     // Any JSON value: object (any keys), array, string, number, true/false/null.
     Node alt = make(Kind::AnyOf);
@@ -201,7 +201,6 @@ class Compiler {
     const int o = add(obj), a = add(arr), s = add(make(Kind::String)), n = add(make(Kind::Number));
     const int l = literals({"true", "false", "null"});
     g_->nodes[any_].alts = {o, a, s, n, l};
-    (void)depth_guard;
     return any_;
   }
 
@@ -236,9 +235,8 @@ class Compiler {
     }
     if (!s.is_object()) bad(at, "a schema must be an object or a boolean, got " + json_brief(s));
 
-    static const char* ignored[] = {"title",     "description", "default",  "examples",
-                                    "$schema",   "$id",         "$comment", "readOnly",
-                                    "writeOnly", "deprecated",  "$defs",    "definitions"};
+    // Annotations (is_annotation) and $defs are skipped; these constrain; anything else is
+    // refused.
     static const char* known[] = {"type",
                                   "properties",
                                   "required",
@@ -257,13 +255,14 @@ class Compiler {
                                   "exclusiveMaximum",
                                   "anyOf",
                                   "allOf",
-                                  "$ref"};
+                                  "$ref",
+                                  "$defs",
+                                  "definitions"};
     for (auto it = s.begin(); it != s.end(); ++it) {
       const std::string& k = it.key();
-      auto is_k = [&](const char* x) { return k == x; };
-      const bool ok =
-          std::find_if(std::begin(ignored), std::end(ignored), is_k) != std::end(ignored) ||
-          std::find_if(std::begin(known), std::end(known), is_k) != std::end(known);
+      const bool ok = is_annotation(k) ||
+                      std::find_if(std::begin(known), std::end(known),
+                                   [&](const char* x) { return k == x; }) != std::end(known);
       if (!ok) bad(at, "unsupported keyword " + string_brief(k));
     }
     if (s.contains("$ref")) {

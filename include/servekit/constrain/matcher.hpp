@@ -540,9 +540,9 @@ class Matcher {
     return {sum, k};
   }
 
-  // Bytes to close frame f; `top`: f is the innermost frame (else its child value is open
-  // and counted by the child's frame).
-  long rest(const Frame& f, bool top) const {
+  // Bytes to close frame f. A frame below the top is in a phase whose child value is open:
+  // the child's frame counts that value, this one what follows it.
+  long rest(const Frame& f) const {
     const Node& nd = node(f);
     using namespace phase;
     switch (nd.kind) {
@@ -641,14 +641,13 @@ class Matcher {
       case Kind::Literal:
         return long(nd.texts[f.which].size()) - f.count;
       default:
-        (void)top;
         return kInf;
     }
   }
 
   int min_finish(const Thread& t) const {
     long sum = 0;
-    for (int i = 0; i < t.n; i++) sum += rest(t.f[i], i == t.n - 1);
+    for (int i = 0; i < t.n; i++) sum += rest(t.f[i]);
     return static_cast<int>(std::min<long>(sum, kInf));
   }
 
