@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+// servekit's side of bench/peers: loads a Hugging Face GPT-2 124M checkpoint in one weight
+// format, runs one measurement and prints it as one JSON line. Each measurement is its own
+// process, as every peer engine's is (bench/peers/peers.py runs them in interleaved rounds), so
+// no run inherits another's allocator state or warm caches.
+//   --mode prefill  time to the first token's logits of a --prompt-token prompt, batch 1
+//   --mode decode   --steps greedy decode steps after a prefill of --batch rows, aggregate
+//   --mode ids      the greedy ids of --steps new tokens after --ids (the agreement check)
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../common.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/serve/sampling.hpp"
+
+namespace sk = servekit;
+using D = sk::dims::Gpt2Small;
+
+struct Opts {
+  std::string model, format = "f32", mode = "decode";
+  int prompt = 128, steps = 128, batch = 1, threads = 2;
+  std::vector<int32_t> ids;
+};
+
+// Row b's prompt. peers.py's prompt_row() computes the same ids, so every engine reads the
+// same tokens; distinct rows keep a batch from being one sequence computed B times.
+std::vector<int32_t> prompt_row(int b, int n) {
+  std::vector<int32_t> row(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; i++) row[i] = static_cast<int32_t>((1 + b * 131 + i * 7919) % D::vocab);
+  return row;
+}
+
+template <class Model>
+class Runner {
+ public:
+  Runner(Model& model, int rows, int max_len)
+      : model_(model), cache_(model.make_cache(rows, max_len)) {}
+
+  // Every row's prompt in one forward; returns each row's greedy first token.
+  std::vector<int32_t> prefill(const std::vector<std::vector<int32_t>>& prompts) {
+    tokens_.clear();
+    seqs_.clear();
+    for (std::size_t b = 0; b < prompts.size(); b++) {
+      tokens_.insert(tokens_.end(), prompts[b].begin(), prompts[b].end());
+      seqs_.push_back({static_cast<int32_t>(b), 0, static_cast<int32_t>(prompts[b].size())});
+    }
+    model_.forward(cache_, {tokens_, seqs_}, logits_);
+    return pick();
+  }
+
+  // One decode step of every row, each fed its previous token.
+  std::vector<int32_t> step(const std::vector<int32_t>& last) {
+    for (auto& s : seqs_) s = {s.slot, s.n_past + s.n_new, 1};
+    model_.forward(cache_, {last, seqs_}, logits_);
+    return pick();
+  }
+
+ private:
+  std::vector<int32_t> pick() const {
+    std::vector<int32_t> out;
+    for (std::size_t b = 0; b < seqs_.size(); b++)
+      out.push_back(sk::serve::argmax(std::span(logits_).subspan(b * D::vocab, D::vocab)));
+    return out;
+  }
+
+  Model& model_;
+  typename Model::Cache cache_;
+  std::vector<int32_t> tokens_;
+  std::vector<sk::model::SeqStep> seqs_;
+  std::vector<float> logits_;
+};
+
+std::vector<std::vector<int32_t>> prompts(int rows, int n) {
+  std::vector<std::vector<int32_t>> p;
+  for (int b = 0; b < rows; b++) p.push_back(prompt_row(b, n));
+  return p;
+}
+
+template <class Model>
+nlohmann::json measure(const Opts& o, Model& model) {
+  nlohmann::json j = {{"engine", "servekit"},
+                      {"format", o.format},
+                      {"measure", o.mode},
+                      {"composition", Model::name()},
+                      {"threads", sk::host_threads()}};
+  if (o.mode == "ids") {
+    Runner<Model> r(model, 1, static_cast<int>(o.ids.size()) + o.steps);
+    std::vector<int32_t> out = r.prefill({o.ids});
+    std::vector<int32_t> ids = out;
+    while (static_cast<int>(ids.size()) < o.steps) {
+      out = r.step(out);
+      ids.push_back(out[0]);
+    }
+    j["ids"] = ids;
+    return j;
+  }
+  const int rows = o.mode == "prefill" ? 1 : o.batch;
+  Runner<Model> r(model, rows, o.prompt + o.steps + 1);
+  // Untimed warm-up at the same batch: the first pass over the weights pays their page faults
+  // and the kernels' scratch allocations.
+  r.step(r.prefill(prompts(rows, 8)));
+  const auto p = prompts(rows, o.prompt);
+  double t0 = sk::bench::now_s();
+  std::vector<int32_t> last = r.prefill(p);
+  const double t_prefill = sk::bench::now_s() - t0;
+  j["batch"] = rows;
+  j["prompt"] = o.prompt;
+  if (o.mode == "prefill") {
+    j["seconds"] = t_prefill;
+    j["tokens_per_s"] = o.prompt / t_prefill;
+    return j;
+  }
+  t0 = sk::bench::now_s();
+  for (int s = 0; s < o.steps; s++) last = r.step(last);
+  const double dt = sk::bench::now_s() - t0;
+  j["steps"] = o.steps;
+  j["seconds"] = dt;
+  j["tokens_per_s"] = static_cast<double>(rows) * o.steps / dt;
+  return j;
+}
+
+template <class F>
+nlohmann::json run(const Opts& o, sk::model::Gpt2Tensors t) {
+  sk::Gpt2<sk::Config<D, F>> model(std::move(t));  // quantizes here, untimed
+  return measure(o, model);
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_peers_servekit: one servekit measurement of a GPT-2 124M HF checkpoint"};
+  Opts o;
+  app.add_option("--model", o.model, "Hugging Face GPT-2 124M folder")->required();
+  app.add_option("--format", o.format, "weight format")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "u8"}));
+  app.add_option("--mode", o.mode, "what to measure")
+      ->check(CLI::IsMember({"prefill", "decode", "ids"}));
+  app.add_option("--prompt", o.prompt, "prompt tokens per row")->check(CLI::Range(1, 512));
+  app.add_option("--steps", o.steps, "decode steps (ids: new tokens)")->check(CLI::Range(1, 511));
+  app.add_option("--batch", o.batch, "rows decoded together")->check(CLI::Range(1, 256));
+  app.add_option("--threads", o.threads, "host threads")->check(CLI::PositiveNumber);
+  app.add_option("--ids", o.ids, "prompt ids for --mode ids")->delimiter(',');
+  CLI11_PARSE(app, argc, argv);
+  if (o.mode == "ids" && o.ids.empty()) {
+    std::fprintf(stderr, "bench_peers_servekit: --mode ids needs --ids\n");
+    return 2;
+  }
+  sk::set_host_threads(o.threads);
+
+  try {
+    auto t = sk::model::load_gpt2<D>(o.model);
+    nlohmann::json j;
+    if (o.format == "f32") j = run<sk::weights::F32>(o, std::move(t));
+    if (o.format == "f16") j = run<sk::weights::F16>(o, std::move(t));
+    if (o.format == "bf16") j = run<sk::weights::BF16>(o, std::move(t));
+    if (o.format == "u8")
+      j = run<sk::weights::U8ZeroPoint<sk::weights::PerChannel>>(o, std::move(t));
+    std::printf("%s\n", j.dump().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_peers_servekit: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
