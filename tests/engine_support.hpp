@@ -6,7 +6,7 @@
 //
 // On the host and under emulation, logits are bitwise batch-invariant (each output sums in one
 // order whatever the step's rows and threads, and whichever device kernel the row count picks:
-// kernels/ref/matmul.hpp, kernels/common.hpp, kernels/attention_state.hpp), so every token and
+// kernels/host/matmul.hpp, kernels/common.hpp, kernels/attention_state.hpp), so every token and
 // its logprob must agree. On a real GPU (not tested here) two greedy runs may part where the
 // alone run's top-2 logits are within kNearTie: then the comparison of that request stops
 // there, and the part is counted. Any other difference fails.
@@ -54,7 +54,7 @@ inline std::vector<serve::Request> make_requests(const Mix& m, int V, uint64_t s
 }
 
 // Every token must agree on the host and under emulation: their kernels sum in an order that
-// does not depend on the step's rows (kernels/ref/matmul.hpp; kernels/common.hpp's K slices
+// does not depend on the step's rows (kernels/host/matmul.hpp; kernels/common.hpp's K slices
 // and attention_state.hpp for the device kernels). A real GPU's tensor cores and compiler are
 // not checked here, so the Cuda backend may part at a near-tie.
 template <class Model>

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The host matmul (both paths: streamed bands for a few rows, register tiles for many) against
-// a plain triple loop in double, on awkward sizes, for every epilogue.
+// The host kernels (kernels/host/): the matmul on both shapes (one row streamed in bands, more
+// rows in register tiles) against a plain triple loop in double, every format's linear against
+// its oracle in kernels/ref/, lm_head likewise, on awkward sizes; and batch invariance.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -9,10 +10,14 @@
 #include <random>
 #include <vector>
 
+#include "servekit/kernels/host/linear.hpp"
+#include "servekit/kernels/host/lm_head.hpp"
 #include "servekit/kernels/ref/linear.hpp"
-#include "servekit/kernels/ref/matmul.hpp"
+#include "servekit/kernels/ref/lm_head.hpp"
 
-namespace k = servekit::kernels::ref;
+namespace k = servekit::kernels::host;
+namespace ref = servekit::kernels::ref;
+namespace w = servekit::weights;
 
 namespace {
 template <k::Epilogue E>
@@ -26,7 +31,7 @@ void check(int M, int K, int N, std::mt19937& rng) {
   // Store and Gelu must write every element: start from NaN. Residual adds to base.
   for (int i = 0; i < M * N; i++)
     out[i] = E == k::Epilogue::Residual ? base[i] : std::numeric_limits<float>::quiet_NaN();
-  k::matmul<E>(out.data(), x.data(), W.data(), b.data(), M, K, N);
+  k::matmul<E>(out.data(), x.data(), k::WeightView<float>{W.data(), K, N, K}, b.data(), M);
   for (int m = 0; m < M; m++)
     for (int n = 0; n < N; n++) {
       double acc = b[n], mag = std::abs(b[n]);
@@ -49,7 +54,7 @@ void check(int M, int K, int N, std::mt19937& rng) {
 TEST_CASE("host matmul matches a double-precision loop for every epilogue and awkward shape") {
   std::mt19937 rng(5);
   for (int M : {1, 2, 3, 7, 8, 9, 16, 17, 33, 70})
-    for (auto [K, N] : {std::pair{1, 1}, {5, 33}, {64, 31}, {300, 257}, {513, 96}}) {
+    for (auto [K, N] : {std::pair{1, 1}, {5, 33}, {64, 31}, {300, 257}, {513, 96}, {96, 160}}) {
       check<k::Epilogue::Store>(M, K, N, rng);
       check<k::Epilogue::Gelu>(M, K, N, rng);
       check<k::Epilogue::Residual>(M, K, N, rng);
@@ -80,7 +85,7 @@ void check_invariant(int K, int N, std::mt19937& rng) {
   const int threads = servekit::host_threads();
   for (int T : {1, 2, 3}) {
     servekit::set_host_threads(T);
-    for (int M : {1, 2, 3, 7, 8, 9, 16, 33})
+    for (int M : {1, 2, 3, 6, 7, 8, 9, 16, 33})
       for (int offset : {0, kRows - M}) {
         const auto got = run(M, offset);
         for (int m = 0; m < M; m++)
@@ -105,4 +110,76 @@ TEMPLATE_TEST_CASE("a row's result does not depend on the other rows or the thre
   std::mt19937 rng(9);
   for (auto [K, N] : {std::pair{64, 96}, {128, 257}, {320, 1030}})
     check_invariant<TestType>(K, N, rng);
+}
+
+// Every format's host linear against the naive oracle, on shapes that leave partial tiles,
+// panels and K blocks (and row blocks past 64), for every epilogue. Both sum each output as one
+// fp32 chain (per group for zero-point codes), so they differ only by FMA contraction.
+namespace {
+template <class Fmt, k::Epilogue E>
+void check_vs_ref(int M, int K, int N, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> x(M * K), Wf(K * N), b(N), add(M * N), base(M * N);
+  for (auto* v : {&x, &Wf, &b, &add, &base})
+    for (auto& e : *v) e = u(rng);
+  const auto W = w::Matrix<Fmt>::from_f32(Wf, K, N);
+  std::vector<float> got = base, want = base;
+  if (E != k::Epilogue::Residual)
+    std::fill(got.begin(), got.end(), std::numeric_limits<float>::quiet_NaN());
+  k::linear<E>(got.data(), x.data(), W, b.data(), M, add.data());
+  ref::linear<E>(want.data(), x.data(), W, b.data(), M, add.data());
+  int bad = 0, first = -1;  // counted, not one assertion each: this runs under TSan too
+  for (int i = 0; i < M * N; i++) {
+    double mag = std::abs(b[i % N]) + std::abs(add[i]) + std::abs(base[i]);
+    for (int kk = 0; kk < K; kk++) mag += std::abs(x[i / N * K + kk]) * 3.0;  // |q s| + |min| <= 3
+    if (!(std::abs(got[i] - want[i]) <= 4 * (K + 4) * 0x1p-24 * mag * 1.13 + 1e-6)) {
+      bad++;
+      if (first < 0) first = i;
+    }
+  }
+  INFO(Fmt::name << " M " << M << " K " << K << " N " << N << ": first bad output " << first);
+  REQUIRE(bad == 0);
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("host linear == its kernels/ref oracle, every format, awkward shapes", "",
+                   w::F32, w::F16, w::BF16, w::U8ZeroPoint<w::PerTensor>,
+                   w::U8ZeroPoint<w::PerChannel>, w::U8ZeroPoint<w::Group<4>>,
+                   w::U8ZeroPoint<w::Group<64>>) {
+  std::mt19937 rng(17);
+  for (int M : {1, 2, 5, 6, 7, 8, 9, 13, 64, 67, 130})
+    for (auto [K, N] : {std::pair{64, 31}, {256, 96}, {320, 257}, {576, 160}}) {
+      check_vs_ref<TestType, k::Epilogue::Store>(M, K, N, rng);
+      check_vs_ref<TestType, k::Epilogue::Gelu>(M, K, N, rng);
+      check_vs_ref<TestType, k::Epilogue::Residual>(M, K, N, rng);
+    }
+}
+
+TEST_CASE("host lm_head == its oracle, and a row's logits do not depend on the other rows") {
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (auto [V, C] : {std::pair{1, 1}, {67, 5}, {131, 40}, {300, 768}, {1000, 100}}) {
+    constexpr int kRows = 11;
+    std::vector<float> x(kRows * C), wte(V * C);
+    for (auto& e : x) e = u(rng);
+    for (auto& e : wte) e = u(rng);
+    std::vector<float> all(kRows * V), want(kRows * V);
+    k::lm_head(all.data(), x.data(), wte.data(), kRows, V, C);
+    ref::lm_head(want.data(), x.data(), wte.data(), kRows, V, C);
+    for (int i = 0; i < kRows * V; i++) {
+      double mag = 0;
+      for (int c = 0; c < C; c++) mag += std::abs(x[i / V * C + c] * wte[i % V * C + c]);
+      INFO("V " << V << " C " << C << " logit " << i);
+      REQUIRE(std::abs(all[i] - want[i]) <= 2 * (C + 2) * 0x1p-24 * mag + 1e-7);
+    }
+    for (int M : {1, 2, 3, 4, 5, 9})
+      for (int offset : {0, kRows - M}) {
+        std::vector<float> got(M * V);
+        k::lm_head(got.data(), x.data() + offset * C, wte.data(), M, V, C);
+        for (int i = 0; i < M * V; i++) {
+          INFO("V " << V << " C " << C << " M " << M << " offset " << offset << " logit " << i);
+          REQUIRE(std::bit_cast<uint32_t>(got[i]) == std::bit_cast<uint32_t>(all[offset * V + i]));
+        }
+      }
+  }
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The host backend: plain C++ loops run on servekit's thread pool (kernels/ref). It is both the
-// fast CPU path and the reference every other backend is tested against.
+// The host backend: C++ loops on servekit's thread pool. The linears and lm_head are the
+// vectorised kernels of kernels/host/ (each tested against its naive oracle in kernels/ref/);
+// the rest are kernels/ref/'s loops. It is the reference every other backend is tested against.
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -12,9 +13,9 @@
 #include "servekit/core/storage.hpp"
 #include "servekit/kernels/ref/attention.hpp"
 #include "servekit/kernels/ref/embedding.hpp"
+#include "servekit/kernels/host/linear.hpp"
+#include "servekit/kernels/host/lm_head.hpp"
 #include "servekit/kernels/ref/layernorm.hpp"
-#include "servekit/kernels/ref/linear.hpp"
-#include "servekit/kernels/ref/lm_head.hpp"
 #include "servekit/kernels/ref/lora.hpp"
 #include "servekit/lora/policy.hpp"
 
@@ -23,7 +24,7 @@ namespace servekit::backend {
 template <>
 struct Ops<Host> : HostStorage {
   using Storage = HostStorage;
-  using Epilogue = kernels::ref::Epilogue;
+  using Epilogue = kernels::Epilogue;
 
   static void embedding(float* out, const int32_t* tokens, const int32_t* pos, const float* wte,
                         const float* wpe, int N, int C) {
@@ -36,7 +37,7 @@ struct Ops<Host> : HostStorage {
   template <Epilogue E, class Mat>
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
                      const float* add = nullptr) {  // (M, N) added before the epilogue
-    kernels::ref::linear<E>(out, x, W, b, M, add);
+    kernels::host::linear<E>(out, x, W, b, M, add);
   }
   // p.y (N, Nout) += each row's LoRA delta of p.x (N, K); p.ad (N): each row's adapter slot.
   // The host kernels group rows themselves: distinct, order and segments are for the device.
@@ -76,7 +77,7 @@ struct Ops<Host> : HostStorage {
       std::copy_n(in + static_cast<int64_t>(rows[i]) * C, C, out + static_cast<int64_t>(i) * C);
   }
   static void lm_head(float* logits, const float* x, const float* wte, int M, int V, int C) {
-    kernels::ref::lm_head(logits, x, wte, M, V, C);
+    kernels::host::lm_head(logits, x, wte, M, V, C);
   }
 };
 

@@ -7,14 +7,13 @@
 
 #include "servekit/core/dtype.hpp"
 #include "servekit/core/error.hpp"
-#include "servekit/kernels/ref/matmul.hpp"  // Epilogue
+#include "servekit/kernels/epilogue.hpp"
 #include "servekit/kv/view.hpp"
 #include "servekit/simt/simt.hpp"
 
 namespace servekit::kernels {
 
 namespace simt = servekit::simt;
-using Epilogue = ref::Epilogue;
 
 __device__ SERVEKIT_SIMT_INLINE float warp_sum(float v) {
 #pragma unroll

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Weight-format policies: how the linear layers' matrices are stored. Each is a tag with a
-// printable name; weights::Matrix<Fmt> holds the data and kernels/ref/linear.hpp reads it.
+// printable name; weights::Matrix<Fmt> holds the data and the linear kernels read it.
 #include <array>
 #include <concepts>
 #include <cstddef>

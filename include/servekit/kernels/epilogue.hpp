@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The three ways a linear layer writes its output, shared by every backend's kernels.
+namespace servekit::kernels {
+
+enum class Epilogue {
+  Store,     // out = x @ W + b
+  Gelu,      // out = gelu_tanh(x @ W + b)
+  Residual,  // out += x @ W + b   (the residual stream update)
+};
+
+}  // namespace servekit::kernels

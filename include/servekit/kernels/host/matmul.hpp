@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// out = epilogue(x @ W + b) on the host, for W (K, N) stored in any weight format: the fast
+// CPU path (kernels/ref/ holds the naive oracle it is tested against).
+//
+// Two shapes:
+//   - one row (decode at batch 1) is bound by reading W: each thread owns a band of output
+//     columns and streams W's rows through it, widening each weight as it is loaded;
+//   - more rows (batched decode, prefill) run a register-tiled micro-kernel: a kMR x kNR tile
+//     of the output stays in registers while K streams through, so each weight loaded feeds
+//     kMR FMAs. Each (KB, NB) block of W is first widened into an fp32 buffer (a vcvtph2ps or
+//     vpmovzxbd per vector), read in long runs, and every row tile then reuses it from L2.
+//
+// Every output is one fp32 chain over k = 0 .. K-1 (per group for zero-point codes) in either
+// shape, whatever the rows, blocks or threads: a row's result does not depend on what else
+// shares the call (the engine's batch invariance; tests/test_host_matmul.cpp checks it bitwise).
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "servekit/core/thread_pool.hpp"
+#include "servekit/kernels/epilogue.hpp"
+#include "servekit/kernels/host/simd.hpp"
+#include "servekit/kernels/ref/gelu.hpp"
+
+namespace servekit::kernels::host {
+
+using kernels::Epilogue;
+using ref::gelu_tanh;
+
+// W as the kernels stream it: (K, N) elements of T. Zero-point codes (T = uint8_t) carry a
+// (scale, min) per group of group_rows input rows and per column (state_cols = N) or per
+// tensor (state_cols = 1); the sums over a group factor as
+//   sum_k x_k (q_kn scale + min) = scale * sum_k x_k q_kn + min * sum_k x_k,
+// so the k-loop multiplies by the raw code and the floats are applied once per group.
+template <class T>
+struct WeightView {
+  const T* w = nullptr;
+  int K = 0, N = 0;
+  int group_rows = 0;  // K where there is no group structure
+  const float* scale = nullptr;
+  const float* zero = nullptr;
+  int state_cols = 0;
+  static constexpr bool grouped = std::is_same_v<T, uint8_t>;
+};
+
+// add: an addend applied before the epilogue (a LoRA delta), or nullptr.
+template <Epilogue E>
+inline void store_row(float* o, const float* acc, const float* b, const float* add, int cols) {
+  for (int c = 0; c < cols; c++) {
+    float v = acc[c] + (b ? b[c] : 0.f);
+    if (add) v += add[c];
+    if constexpr (E == Epilogue::Store) o[c] = v;
+    if constexpr (E == Epilogue::Gelu) o[c] = gelu_tanh(v);
+    if constexpr (E == Epilogue::Residual) o[c] += v;
+  }
+}
+
+// Per-thread scratch that outlives a call: a decode step runs ~50 linears, whose partial sums
+// should not be heap-allocated each time. Tag keeps the users of one thread apart (a caller's
+// buffer stays live while its parallel region uses the workers' ones).
+template <int Tag>
+float* thread_scratch(std::size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// a[c] += sc * p[c] + zp * xs: one group's sums into the output. One function for both shapes,
+// so that both round the same expression the same way.
+inline void add_group(float* a, const float* p, const float* sc, const float* zp, float xs,
+                      int cols, bool per_column) {
+  if (per_column) {
+    for (int c = 0; c < cols; c++) a[c] += sc[c] * p[c] + zp[c] * xs;
+  } else {
+    for (int c = 0; c < cols; c++) a[c] += sc[0] * p[c] + zp[0] * xs;
+  }
+}
+
+// xs (M, K / group_rows): each row's sum of x over each group, k in order.
+template <class T>
+const float* group_sums(const float* x, const WeightView<T>& W, int M) {
+  if constexpr (!WeightView<T>::grouped) {
+    return nullptr;
+  } else {
+    const int G = W.K / W.group_rows;
+    float* xs = thread_scratch<3>(static_cast<std::size_t>(M) * G);
+    for (int r = 0; r < M; r++)
+      for (int g = 0; g < G; g++) {
+        float s = 0.f;
+        const float* xr = x + static_cast<int64_t>(r) * W.K + g * W.group_rows;
+        for (int k = 0; k < W.group_rows; k++) s += xr[k];
+        xs[r * G + g] = s;
+      }
+    return xs;
+  }
+}
+
+// The micro-kernel: acc (MR, kNR) at ld += x (MR, kn) at ldx @ w (kn, kNR) at ldw, w widened
+// from T as it is loaded.
+template <int MR, class T>
+inline void tile(float* acc, int ld, const float* x, int ldx, const T* w, int64_t ldw, int kn) {
+  constexpr int NV = kNR / kLanes;
+  vec t[MR][NV];
+  for (int r = 0; r < MR; r++)
+    for (int v = 0; v < NV; v++) t[r][v] = load(acc + r * ld + v * kLanes);
+  for (int k = 0; k < kn; k++) {
+    vec wv[NV];
+    for (int v = 0; v < NV; v++) wv[v] = load(w + k * ldw + v * kLanes);
+    for (int r = 0; r < MR; r++) {
+      const vec xb = broadcast(x + static_cast<int64_t>(r) * ldx + k);
+      for (int v = 0; v < NV; v++) t[r][v] = madd(xb, wv[v], t[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; r++)
+    for (int v = 0; v < NV; v++) store(acc + r * ld + v * kLanes, t[r][v]);
+}
+
+// The same sums for a tile narrower than kNR (the last columns when N % kNR != 0). k outside:
+// a k-inner loop would be a reduction, which GCC may vectorise as products then in-order adds,
+// rounding differently from the fused chain of the other shapes.
+template <class T>
+inline void tile_edge(float* acc, int ld, const float* x, int ldx, const T* w, int64_t ldw, int kn,
+                      int rows, int cols) {
+  for (int k = 0; k < kn; k++)
+    for (int r = 0; r < rows; r++) {
+      const float xv = x[static_cast<int64_t>(r) * ldx + k];
+      for (int c = 0; c < cols; c++)
+        acc[r * ld + c] = madd(xv, widen(w[k * ldw + c]), acc[r * ld + c]);
+    }
+}
+
+// tile<rows> for rows in 1 .. kMR, chosen at run time: a short last row tile still runs a
+// full-speed kernel.
+template <class T>
+inline void tile_rows(int rows, float* acc, int ld, const float* x, int ldx, const T* w,
+                      int64_t ldw, int kn) {
+  using Fn = void (*)(float*, int, const float*, int, const T*, int64_t, int);
+  static constexpr auto table = []<int... R>(std::integer_sequence<int, R...>) {
+    return std::array<Fn, kMR>{&tile<R + 1, T>...};
+  }
+  (std::make_integer_sequence<int, kMR>{});
+  table[rows - 1](acc, ld, x, ldx, w, ldw, kn);
+}
+
+// One row: bandwidth-bound on W. Each thread owns a band of output columns [n0, n1) and streams
+// W's rows through it in order; runs of >= 64 columns keep the prefetcher streaming.
+template <Epilogue E, class T>
+void gemv(float* out, const float* x, const WeightView<T>& W, const float* b, const float* add) {
+  const int K = W.K, N = W.N;
+  const float* xs = group_sums(x, W, 1);
+  constexpr int kMinCols = 64;
+  const int n_bands = std::max(1, std::min(host_threads(), N / kMinCols));
+  parallel_for(
+      n_bands,
+      [&](int i) {
+        // Band edges on 16-float (64 B) lines, so two threads never share a cache line of out.
+        auto edge = [&](int j) {
+          return j == n_bands ? N : static_cast<int>(static_cast<int64_t>(N) * j / n_bands) & ~15;
+        };
+        const int n0 = edge(i), n1 = edge(i + 1), cols = n1 - n0;
+        if (cols <= 0) return;
+        float* acc = thread_scratch<0>(2 * static_cast<std::size_t>(cols) + kLanes);
+        float* part = acc + cols;  // one group's sums (zero-point codes)
+        std::fill(acc, acc + cols, 0.f);
+        for (int k0 = 0; k0 < K; k0 += W.group_rows) {
+          float* p = WeightView<T>::grouped ? part : acc;
+          if (WeightView<T>::grouped) std::fill(part, part + cols, 0.f);
+          // Four rows of W per pass over the band: its sums are loaded and stored once per
+          // four FMAs, still added in k order.
+          const int k1 = k0 + W.group_rows;
+          int k = k0;
+          for (; k + 4 <= k1; k += 4) {
+            const T* w = W.w + static_cast<int64_t>(k) * N + n0;
+            const float x0 = x[k], x1 = x[k + 1], x2 = x[k + 2], x3 = x[k + 3];
+            const vec b0 = broadcast(x + k), b1 = broadcast(x + k + 1), b2 = broadcast(x + k + 2),
+                      b3 = broadcast(x + k + 3);
+            int c = 0;
+            for (; c + kLanes <= cols; c += kLanes) {
+              vec t = madd(b0, load(w + c), load(p + c));
+              t = madd(b1, load(w + N + c), t);
+              t = madd(b2, load(w + 2 * N + c), t);
+              store(p + c, madd(b3, load(w + 3 * N + c), t));
+            }
+            for (; c < cols; c++) {
+              float t = madd(x0, widen(w[c]), p[c]);
+              t = madd(x1, widen(w[N + c]), t);
+              t = madd(x2, widen(w[2 * N + c]), t);
+              p[c] = madd(x3, widen(w[3 * N + c]), t);
+            }
+          }
+          for (; k < k1; k++) {
+            const T* w = W.w + static_cast<int64_t>(k) * N + n0;
+            const float xv = x[k];
+            const vec xb = broadcast(x + k);
+            int c = 0;
+            for (; c + kLanes <= cols; c += kLanes)
+              store(p + c, madd(xb, load(w + c), load(p + c)));
+            for (; c < cols; c++) p[c] = madd(xv, widen(w[c]), p[c]);
+          }
+          if constexpr (WeightView<T>::grouped) {
+            const int64_t s0 = static_cast<int64_t>(k0 / W.group_rows) * W.state_cols;
+            const bool pc = W.state_cols > 1;
+            add_group(acc, part, W.scale + s0 + (pc ? n0 : 0), W.zero + s0 + (pc ? n0 : 0),
+                      xs[k0 / W.group_rows], cols, pc);
+          }
+        }
+        store_row<E>(out + n0, acc, b ? b + n0 : nullptr, add ? add + n0 : nullptr, cols);
+      },
+      1);
+}
+
+// Many rows: tasks of (up to MB rows) x (NB columns). A task walks K in (KB, NB) blocks of W,
+// each first widened (or, for fp32, copied) into an fp32 buffer: W is then read in runs of NB
+// elements per row, which the prefetcher streams (a tile's kNR-wide strip of each row would be
+// one cache line per row, fetched at the latency of memory), and the tiles of every row
+// reuse the block from L2.
+template <Epilogue E, class T>
+void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, int M,
+          const float* add) {
+  constexpr int kMaxNB = 256, KB = 128, MB = 64;
+  constexpr bool grouped = WeightView<T>::grouped;
+  const int K = W.K, N = W.N, GK = W.group_rows;
+  const float* xs = group_sums(x, W, M);
+  const int m_blocks = (M + MB - 1) / MB;
+  // Panels as wide as kMaxNB, but at least two per thread when the rows give few tasks (a
+  // 768-wide layer in 3 panels would leave one of 2 threads idle a third of the time).
+  int n_panels = (N + kMaxNB - 1) / kMaxNB;
+  if (m_blocks * n_panels < 2 * host_threads())
+    n_panels = std::max(n_panels, (2 * host_threads() + m_blocks - 1) / m_blocks);
+  const int NB = std::min(kMaxNB, ((N + n_panels - 1) / n_panels + kNR - 1) / kNR * kNR);
+  n_panels = (N + NB - 1) / NB;
+  parallel_for(
+      m_blocks * n_panels,
+      [&](int task) {
+        const int m0 = task / n_panels * MB, rows = std::min(MB, M - m0);
+        const int n0 = task % n_panels * NB, cols = std::min(NB, N - n0);
+        float* acc = thread_scratch<0>(static_cast<std::size_t>(2 * MB) * kMaxNB);  // (rows, NB)
+        float* part = acc + MB * kMaxNB;  // (rows, NB): one group's sums (zero-point codes)
+        float* wbuf = thread_scratch<1>(static_cast<std::size_t>(KB) * kMaxNB);  // (KB, NB)
+        std::fill(acc, acc + static_cast<std::size_t>(rows) * NB, 0.f);
+        const float* xb = x + static_cast<int64_t>(m0) * K;
+        for (int g0 = 0; g0 < K; g0 += GK) {
+          float* p = grouped ? part : acc;
+          if (grouped) std::fill(part, part + static_cast<std::size_t>(rows) * NB, 0.f);
+          for (int k0 = g0; k0 < g0 + GK; k0 += KB) {
+            const int kn = std::min(KB, g0 + GK - k0);
+            const T* wk = W.w + static_cast<int64_t>(k0) * N + n0;
+            for (int k = 0; k < kn; k++)
+              widen_row(wbuf + k * NB, wk + static_cast<int64_t>(k) * N, cols);
+            // Row tiles of even height (8 rows on a 6-row tile: 4 + 4, not 6 + 2).
+            const int n_tiles = (rows + kMR - 1) / kMR, th = (rows + n_tiles - 1) / n_tiles;
+            for (int r0 = 0; r0 < rows; r0 += th) {
+              const int mr = std::min(th, rows - r0);
+              const float* xr = xb + static_cast<int64_t>(r0) * K + k0;
+              for (int c0 = 0; c0 < cols; c0 += kNR) {
+                float* a = p + r0 * NB + c0;
+                if (cols - c0 >= kNR)
+                  tile_rows(mr, a, NB, xr, K, wbuf + c0, NB, kn);
+                else
+                  tile_edge(a, NB, xr, K, wbuf + c0, NB, kn, mr, cols - c0);
+              }
+            }
+          }
+          if constexpr (grouped) {
+            const int g = g0 / GK, G = K / GK;
+            const int64_t s0 = static_cast<int64_t>(g) * W.state_cols;
+            const bool pc = W.state_cols > 1;
+            for (int r = 0; r < rows; r++)
+              add_group(acc + r * NB, part + r * NB, W.scale + s0 + (pc ? n0 : 0),
+                        W.zero + s0 + (pc ? n0 : 0), xs[(m0 + r) * G + g], cols, pc);
+          }
+        }
+        for (int r = 0; r < rows; r++)
+          store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc + r * NB,
+                       b ? b + n0 : nullptr,
+                       add ? add + static_cast<int64_t>(m0 + r) * N + n0 : nullptr, cols);
+      },
+      1);
+}
+
+template <Epilogue E, class T>
+void matmul(float* out,              // (M, N)
+            const float* x,          // (M, K)
+            const WeightView<T>& W,  // (K, N)
+            const float* b,          // (N) or nullptr
+            int M,
+            const float* add = nullptr) {  // (M, N) added before the epilogue, or nullptr
+  if (M == 1)
+    gemv<E>(out, x, W, b, add);
+  else
+    gemm<E>(out, x, W, b, M, add);
+}
+
+}  // namespace servekit::kernels::host
