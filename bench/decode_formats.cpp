@@ -8,6 +8,7 @@
 // run.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <string>
 #include <tuple>
 
 #include "common.hpp"
@@ -20,12 +21,14 @@ using D = sk::dims::Gpt2Small;
 struct Opts {
   int prefill = 16, decode = 16, prompt = 128;
   std::vector<int> batches{1, 8, 16};
+  std::string only;  // run the formats whose name contains this
   double bw = 0;
 };
 
 template <class F>
 void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t) {
   using Model = sk::Gpt2<sk::Config<D, F>>;
+  if (Model::name().find(o.only) == std::string::npos) return;
   std::fprintf(stderr, "%s: quantizing ...\n", Model::name().c_str());
   Model model(t);
   const double wbytes = static_cast<double>(model.weight_bytes());
@@ -82,6 +85,7 @@ int main(int argc, char** argv) {
   app.add_option("--decode", o.decode, "decode steps");
   app.add_option("--prompt", o.prompt, "tokens of the prompt whose prefill is timed (batch 'pre')");
   app.add_option("--batches", o.batches, "decode batch sizes");
+  app.add_option("--only", o.only, "only the compositions whose name contains this, e.g. f16");
   CLI11_PARSE(app, argc, argv);
 
   std::fprintf(stderr, "measuring read bandwidth ...\n");

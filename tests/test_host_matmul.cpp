@@ -113,7 +113,7 @@ TEMPLATE_TEST_CASE("a row's result does not depend on the other rows or the thre
 }
 
 // Every format's host linear against the naive oracle, on shapes that leave partial tiles,
-// panels and K blocks (and row blocks past 64), for every epilogue. Both sum each output as one
+// panels and K blocks (and row blocks past 128), for every epilogue. Both sum each output as one
 // fp32 chain (per group for zero-point codes), so they differ only by FMA contraction.
 namespace {
 template <class Fmt, k::Epilogue E>

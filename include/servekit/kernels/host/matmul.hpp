@@ -221,7 +221,9 @@ void gemv(float* out, const float* x, const WeightView<T>& W, const float* b, co
 template <Epilogue E, class T>
 void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, int M,
           const float* add) {
-  constexpr int kMaxNB = 256, KB = 128, MB = 64;
+  // 128 x 256 outputs and a 256 x 256 block of W per task (measured against 64 rows and 128-row
+  // blocks: prefill +10% on AVX-512, level on AVX2; docs/host_kernels.md).
+  constexpr int kMaxNB = 256, KB = 256, MB = 128;
   constexpr bool grouped = WeightView<T>::grouped;
   const int K = W.K, N = W.N, GK = W.group_rows;
   const float* xs = group_sums(x, W, M);
