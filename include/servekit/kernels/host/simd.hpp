@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The host kernels' vector: a GCC vector of kLanes floats as wide as the target's registers
-// (-march decides: AVX-512 zmm, AVX2 ymm, else 8 lanes the compiler splits), and loads that
+// (-march decides: AVX-512 zmm, AVX ymm, else SSE xmm), and loads that
 // widen each weight format to it. Register tiles are sized from the register file here, at
 // compile time, so one kernel source is right on AVX2 machines (16 registers) and on AVX-512
 // ones (32).
@@ -21,8 +21,11 @@ namespace servekit::kernels::host {
 #if defined(__AVX512F__)
 constexpr int kLanes = 16;
 constexpr int kRegisters = 32;
-#else
+#elif defined(__AVX__)
 constexpr int kLanes = 8;
+constexpr int kRegisters = 16;
+#else  // SSE: a wider GCC vector would be passed in memory (and GCC warns -Wpsabi)
+constexpr int kLanes = 4;
 constexpr int kRegisters = 16;
 #endif
 using vec = float __attribute__((vector_size(kLanes * sizeof(float))));
