@@ -156,12 +156,13 @@ inline Compared compare(const std::vector<SeqTrace>& got, const std::vector<SeqT
 // Logit tolerances of one composition; scale is max |logit| (HF's batch reference).
 //  - order: kTol x the format's rounding ratio: the same arithmetic summed in another order.
 //  - xround: the device's tensor-core linear rounds its input x to the weights' 16-bit type
-//    (unit roundoff u_w: 2^-11 fp16, 2^-8 bf16). Four linears per layer, each off by at most
-//    u_w relative, move the logits by at most ~4 L u_w scale (tests/test_kernels_gpt2.cpp).
+//    (unit roundoff u_w: 2^-11 fp16, 2^-8 bf16). Four linears per layer and the head (a
+//    linear in the format too), each off by at most u_w relative, move the logits by at most
+//    ~(4 L + 1) u_w scale (tests/test_kernels_gpt2.cpp).
 //  - kv: an f16 cache rounds every key and value (u = 2^-11); two rounded operands per layer
 //    move the logits by at most ~2 L u scale against an fp32 cache, by the same argument.
-//  - weights (HF only): the 16-bit weights themselves, 4 L u_w scale (tests/test_weights_hf
-//    .cpp); tiny-b's weights are bf16 already, so bf16 rounds nothing there.
+//  - weights (HF only): the 16-bit weights themselves, (4 L + 1) u_w scale (tests/
+//    test_weights_hf.cpp); tiny-b's weights are bf16 already, so bf16 rounds nothing there.
 template <class I>
 struct Tolerances {
   float order, xround, kv, weights;
@@ -172,11 +173,12 @@ struct Tolerances {
     constexpr bool k16 = std::is_same_v<F, weights::F16> || std::is_same_v<F, weights::BF16>;
     const float uw = std::is_same_v<F, weights::BF16> ? 0x1p-8f : 0x1p-11f;
     order = static_cast<float>(kTol * rounding_ratio<F>(t, I::Dims::n_embd));
-    xround = k16 && !std::is_same_v<typename I::Backend, backend::Host> ? 4 * L * uw * scale : 0;
+    xround =
+        k16 && !std::is_same_v<typename I::Backend, backend::Host> ? (4 * L + 1) * uw * scale : 0;
     kv = std::is_same_v<typename I::Kv::Elem, kv::F16> ? 2 * L * 0x1p-11f * scale : 0;
     const bool exact =
         std::is_same_v<F, weights::BF16> && std::is_same_v<typename I::Dims, dims::TinyB>;
-    weights = k16 && !exact ? 4 * L * uw * scale : 0;
+    weights = k16 && !exact ? (4 * L + 1) * uw * scale : 0;
   }
   // Batch against alone, same composition: each side within xround and kv of the computation
   // with exact x and an fp32 cache, plus the reordering.

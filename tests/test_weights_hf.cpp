@@ -10,8 +10,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "servekit/model/footprint.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/sampling.hpp"
+#include "servekit/weights/transposed.hpp"
 #include "support/reference.hpp"
 #include "support/rounding_ratio.hpp"
 
@@ -36,8 +38,9 @@ std::span<const float> row(const std::vector<float>& m, int r, int V) {
   return std::span(m).subspan(static_cast<std::size_t>(r) * V, V);
 }
 
-// Replaces every linear weight by its value after a round trip through format F: the fp32
-// decoder on these tensors is what the F decoder must compute.
+// Replaces every linear weight by its value after a round trip through format F, and unties
+// lm_head: the format's (C, V) copy of wte^T, round-tripped, while the input lookup keeps
+// wte in fp32. The fp32 decoder on these tensors is what the F decoder must compute.
 template <class F>
 sk::model::Gpt2Tensors dequantised(sk::model::Gpt2Tensors t, int C) {
   auto rt = [](std::vector<float>& v, int K, int N) {
@@ -49,6 +52,10 @@ sk::model::Gpt2Tensors dequantised(sk::model::Gpt2Tensors t, int C) {
     rt(l.attn_w, C, 3 * C), rt(l.attn_proj_w, C, C), rt(l.fc_w, C, 4 * C);
     rt(l.mlp_proj_w, 4 * C, C);
   }
+  const int V = t.config.vocab_size;
+  auto head = w::transposed(t.wte, V, C);  // (C, V)
+  rt(head, C, V);
+  t.lm_head = w::transposed(head, C, V);  // (V, C)
   return t;
 }
 
@@ -133,9 +140,9 @@ TEMPLATE_TEST_CASE("fp16 and bf16 logits stay within their rounding's reach of H
   // Tolerance. Rounding a weight to the format changes it by at most u |w| (u = 2^-11 for
   // fp16, 2^-8 for bf16, round to nearest). To first order a matmul's output moves by at most
   // u sum |x w|, a relative u of its magnitude, and the 4 L rounded matmuls add their moves
-  // along the residual stream, so a logit moves by at most about 4 L u times the scale of the
-  // logits (max |logit|). tiny-b's weights are bf16 already: bf16 rounding is the identity and
-  // only the fp32 tolerance remains.
+  // along the residual stream, then the rounded lm_head adds its own, so a logit moves by at
+  // most about (4 L + 1) u times the scale of the logits (max |logit|). tiny-b's weights are
+  // bf16 already: bf16 rounding is the identity and only the fp32 tolerance remains.
   const bool exact = std::is_same_v<F, w::BF16> && std::is_same_v<D, sk::dims::TinyB>;
   const float u = std::is_same_v<F, w::F16> ? 0x1p-11f : 0x1p-8f;
   float worst = 0, worst_ratio = 0;
@@ -144,7 +151,7 @@ TEMPLATE_TEST_CASE("fp16 and bf16 logits stay within their rounding's reach of H
     INFO("case " << c.name);
     auto got = case_logits(model, c, ref.n_steps);
     const float scale = max_abs(c.prefill_logits);
-    const float tol = exact ? kTol : 4 * D::n_layer * u * scale;
+    const float tol = exact ? kTol : (4 * D::n_layer + 1) * u * scale;
     const int T = static_cast<int>(c.prompt_ids.size());
     const float d0 = sk::test::max_abs_diff(got[0], c.prefill_logits);
     CHECK(d0 <= tol);
@@ -234,4 +241,55 @@ TEST_CASE("a group size that does not divide a matrix's K fails at load, naming 
   REQUIRE_THROWS_WITH(Bad::load(fixture_dir<sk::dims::TinyA>()),
                       Catch::Contains("h.0.attn.c_attn.weight") && Catch::Contains("G = 128") &&
                           Catch::Contains("K = 64"));
+}
+
+TEMPLATE_TEST_CASE("the head is stored in the format, and the footprint and step bytes say so", "",
+                   w::F32, w::F16, w::BF16, w::U8ZeroPoint<w::PerChannel>,
+                   w::U8ZeroPoint<w::Group<32>>) {
+  using D = sk::dims::TinyA;
+  constexpr std::size_t V = D::vocab, C = D::n_embd, VC = V * C;
+  const auto tensors = sk::model::load_gpt2<D>(fixture_dir<D>());
+  sk::Gpt2<sk::Config<D, TestType>> model(tensors);
+  sk::Gpt2<sk::Config<D>> f32(tensors);
+  const auto fp = sk::footprint(model), fp32 = sk::footprint(f32);
+  CHECK(fp.params == fp32.params);  // a copy of the tied head is no new parameter
+  CHECK(fp.embeddings == fp32.embeddings);
+  if constexpr (std::is_same_v<TestType, w::F32>) {
+    CHECK(fp.lm_head == 0);  // wte itself is the head
+  } else if constexpr (std::is_same_v<TestType, w::U8ZeroPoint<w::PerChannel>>) {
+    CHECK(fp.lm_head == VC);
+    CHECK(model.head_state_bytes() == 2 * V * sizeof(float));  // (scale, min) per vocab row
+  } else if constexpr (std::is_same_v<TestType, w::U8ZeroPoint<w::Group<32>>>) {
+    CHECK(fp.lm_head == VC);
+    CHECK(model.head_state_bytes() == 2 * (C / 32) * V * sizeof(float));
+  } else {
+    CHECK(fp.lm_head == 2 * VC);
+  }
+  CHECK(fp.weights() == fp32.weights() - fp32.linear + fp.linear + fp.lm_head + fp.quant_state);
+  // A step reads the head in the format (and its state), not the fp32 wte.
+  const std::size_t head = std::is_same_v<TestType, w::F32> ? VC * sizeof(float) : fp.lm_head;
+  CHECK(model.weight_bytes() ==
+        f32.weight_bytes() - VC * sizeof(float) - fp32.linear + fp.linear + head + fp.quant_state);
+}
+
+TEST_CASE("an untied fp32 head is a parameter of its own and gives its own logits") {
+  using D = sk::dims::TinyA;
+  constexpr std::size_t V = D::vocab, C = D::n_embd;
+  auto tensors = sk::model::load_gpt2<D>(fixture_dir<D>());
+  sk::Gpt2<sk::Config<D>> tied(tensors);
+  tensors.lm_head = tensors.wte;
+  for (float& x : tensors.lm_head) x *= 2.f;  // doubles every logit, exactly
+  sk::Gpt2<sk::Config<D>> untied(tensors);
+  CHECK(sk::footprint(untied).params == sk::footprint(tied).params + int64_t(V * C));
+  CHECK(sk::footprint(untied).lm_head == V * C * sizeof(float));
+  std::vector<int32_t> prompt{1, 2, 3, 4};
+  SeqStep s{0, 0, 4};
+  std::vector<float> a, b;
+  auto ca = tied.make_cache(1), cb = untied.make_cache(1);
+  tied.forward(ca, {prompt, std::span(&s, 1)}, a);
+  untied.forward(cb, {prompt, std::span(&s, 1)}, b);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); i++) CHECK(b[i] == 2.f * a[i]);
+  tensors.lm_head.pop_back();
+  CHECK_THROWS_WITH(sk::Gpt2<sk::Config<D>>(tensors), Catch::Contains("lm_head.weight"));
 }

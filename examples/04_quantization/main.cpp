@@ -112,8 +112,9 @@ Row run_format(const Args& a, const sk::model::Gpt2Tensors& t, const sk::text::G
       n, r.max_err, worst->name.c_str(), worst->range, r.mean_err);
   for (const auto& e : errs)
     if (!e.in_model)
-      std::printf("  %s if quantized like the course (kept fp32 here): max %.3g, mean %.3g\n",
-                  e.name.c_str(), e.max_abs, e.mean_abs);
+      std::printf(
+          "  %s if quantized like the course (fp32 for the lookup here): max %.3g, mean %.3g\n",
+          e.name.c_str(), e.max_abs, e.mean_abs);
 
   // Greedy continuations of the course's prompts.
   sk::serve::GenerateOptions opt;
@@ -150,18 +151,19 @@ int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok) {
   // the attention mask buffers; the quantization state is kept outside the model.
   const auto& f32 = rows[0].fp;
   std::printf("\n=== footprint summary (MiB) ===\n");
-  std::printf("%-14s %12s %12s %12s %14s %14s\n", "format", "servekit", "linears", "state",
-              "course-style", "vs fp32");
+  std::printf("%-14s %12s %12s %12s %12s %14s %14s\n", "format", "servekit", "linears", "lm_head",
+              "state", "course-style", "vs fp32");
   for (const auto& r : rows)
-    std::printf("%-14s %12.2f %12.2f %12.3f %14.2f %13.2fx\n", r.format.c_str(),
-                mib(r.fp.weights()), mib(r.fp.linear), mib(r.fp.quant_state),
+    std::printf("%-14s %12.2f %12.2f %12.2f %12.3f %14.2f %13.2fx\n", r.format.c_str(),
+                mib(r.fp.weights()), mib(r.fp.linear), mib(r.fp.lm_head), mib(r.fp.quant_state),
                 mib(r.fp.course_bytes()), double(f32.weights()) / r.fp.weights());
   std::printf(
       "\ncourse-style = every parameter (%lld) in the format + HF's mask buffers (%.2f MiB:\n"
       "a bool (1,1,%d,%d) causal mask and a 4-byte masked_bias per layer). For GPT-2 the course\n"
       "prints 486.70 MiB for fp32 and 130.68 MiB after quantize_model (uint8, per tensor).\n"
-      "servekit keeps wte/wpe (%.2f MiB) in fp32 and no mask buffers: its uint8 models are\n"
-      "'linear layers only' quantized; the course-style column is the all-weights figure.\n",
+      "servekit keeps wte/wpe (%.2f MiB) in fp32 for the input lookup and no mask buffers;\n"
+      "it quantizes the linear layers and a copy of the tied lm_head (wte^T), which every step\n"
+      "reads whole. The course-style column is the all-weights figure.\n",
       static_cast<long long>(f32.params), mib(f32.hf_buffers), D::n_positions, D::n_positions,
       mib(f32.embeddings));
 

@@ -7,13 +7,15 @@
 
 #include "servekit/model/gpt2_tensors.hpp"
 #include "servekit/weights/formats.hpp"
+#include "servekit/weights/transposed.hpp"
 
 namespace servekit::test {
 
 // How much larger the magnitudes the zero-point kernels round are than the weights (as in
 // test_weights_hf.cpp): they sum scale * sum x q and min * sum x, whose roundings scale with
 // |q scale| + |min| instead of |w'|, so the fp32 reordering tolerance grows by the ratio of
-// their means. 1 for the other formats.
+// their means, over every matrix in the format (lm_head included). 1 for the other
+// formats.
 template <class F>
 double rounding_ratio(const model::Gpt2Tensors& t, int C) {
   if constexpr (!requires(weights::Matrix<F> m) { m.zero; }) {
@@ -36,6 +38,8 @@ double rounding_ratio(const model::Gpt2Tensors& t, int C) {
       one(l.attn_w, C, 3 * C), one(l.attn_proj_w, C, C), one(l.fc_w, C, 4 * C);
       one(l.mlp_proj_w, 4 * C, C);
     }
+    const int V = t.config.vocab_size;  // the head: a (C, V) linear in the format too
+    one(weights::transposed(t.lm_head.empty() ? t.wte : t.lm_head, V, C), C, V);
     return worst;
   }
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "servekit/model/config.hpp"
 #include "servekit/model/gpt2_tensors.hpp"
 #include "servekit/model/load_gpt2.hpp"
+#include "servekit/weights/transposed.hpp"
 
 namespace servekit {
 
@@ -47,6 +49,9 @@ class Gpt2 {
   static constexpr int V = Dims::vocab, P = Dims::n_positions;
   using Lora = typename Cfg::Lora;
   static constexpr bool kLora = lora::enabled<Lora>;
+  // Every format but f32 keeps a copy of the output projection in the format: it is the
+  // largest matrix a step reads (38.6M weights in GPT-2), and wte stays fp32 for the lookup.
+  static constexpr bool kHeadInFormat = !std::is_same_v<typename Cfg::Weights, weights::F32>;
 
   struct Layer {
     Vec<float> ln_1_w, ln_1_b;  // (C)
@@ -62,17 +67,20 @@ class Gpt2 {
   };
 
   // Host storage moves the tensors in; device storage uploads each one and frees its host
-  // copy before the next, so at most one host tensor is held twice.
-  explicit Gpt2(model::Gpt2Tensors t) : eps_(t.config.layer_norm_epsilon) {
+  // copy before the next, so at most one host tensor is held twice (the head: also its
+  // transposed fp32 copy, while it is cast to the format).
+  explicit Gpt2(model::Gpt2Tensors t)
+      : eps_(t.config.layer_norm_epsilon), head_tied_(t.lm_head.empty()) {
     auto vec = [](std::vector<float>& v) { return Storage::to_vec(std::exchange(v, {})); };
-    wte_ = vec(t.wte);
+    using HostMat = weights::Matrix<typename Cfg::Weights>;
+    if (!t.lm_head.empty() && t.lm_head.size() != t.wte.size())
+      fail("lm_head.weight: ", t.lm_head.size(), " values, wte.weight has ", t.wte.size());
     wpe_ = vec(t.wpe);
     ln_f_w_ = vec(t.ln_f_w);
     ln_f_b_ = vec(t.ln_f_b);
     layers_.reserve(L);
     // HF's tensor names, so that a format's load error says which matrix it could not take.
     auto wname = [](int i, const char* m) { return detail::cat("h.", i, ".", m, ".weight"); };
-    using HostMat = weights::Matrix<typename Cfg::Weights>;
     auto mat = [&](std::vector<float>& w, int K, int N, int i, const char* m) {
       return Storage::resident(HostMat::from_f32(std::exchange(w, {}), K, N, wname(i, m)));
     };
@@ -92,6 +100,17 @@ class Gpt2 {
       layers_.push_back(std::move(l));
       l_i++;
     }
+    if constexpr (kHeadInFormat) {
+      // The step's largest matrix, read whole by every step: in the format, as a (C, V) linear,
+      // so u8 keeps one (scale, min) per vocabulary row (per output channel) or per group.
+      const auto& src = t.lm_head.empty() ? t.wte : t.lm_head;
+      head_ = Storage::resident(
+          HostMat::from_f32(weights::transposed(src, V, C), C, V, "lm_head.weight"));
+      t.lm_head = {};
+    } else if (!t.lm_head.empty()) {
+      head_f32_ = vec(t.lm_head);
+    }
+    wte_ = vec(t.wte);
   }
 
   // HF layout: dir/config.json + dir/model.safetensors, checked against Dims.
@@ -122,10 +141,10 @@ class Gpt2 {
     const int M = run(cache, b);
     logits.resize(static_cast<std::size_t>(M) * V);
     if constexpr (Storage::is_host) {
-      Ops::lm_head(logits.data(), ln_.data(), wte_.data(), M, V, C);
+      head(logits.data(), M);
     } else {
       logits_.resize(logits.size());
-      Ops::lm_head(logits_.data(), ln_.data(), wte_.data(), M, V, C);
+      head(logits_.data(), M);
       Storage::download(std::span<float>(logits), logits_);  // waits for the step
     }
   }
@@ -168,7 +187,7 @@ class Gpt2 {
       fail("forward_pick: ", n_masks, " masks but ", mask_rows_host_.size(), " rows name one");
     const int M = run(cache, b);
     logits_.resize(static_cast<std::size_t>(M) * V);
-    Ops::lm_head(logits_.data(), ln_.data(), wte_.data(), M, V, C);
+    head(logits_.data(), M);
     Storage::upload(pick_rows_, rows);
     if (n_masks > 0) {
       Storage::upload(mask_words_, masks);
@@ -241,9 +260,12 @@ class Gpt2 {
   // Slots in use or freed: adapter(s) for s in [0, adapter_slots()) finds every adapter.
   int adapter_slots() const { return static_cast<int>(adapters_.size()); }
 
-  // Bytes a decode step must read at least once: every weight, lm_head (tied wte) included.
+  // Bytes a decode step must read at least once: every weight, lm_head included. With the
+  // head in the format, a step reads only its tokens' rows of wte; those are not counted.
   std::size_t weight_bytes() const {
-    std::size_t n = (wte_.size() + wpe_.size() + ln_f_w_.size() + ln_f_b_.size()) * sizeof(float);
+    std::size_t n = (wpe_.size() + ln_f_w_.size() + ln_f_b_.size()) * sizeof(float);
+    n += kHeadInFormat ? head_.bytes()
+                       : (head_f32_.empty() ? wte_ : head_f32_).size() * sizeof(float);
     for (const auto& l : layers_)
       n += l.attn.bytes() + l.attn_proj.bytes() + l.fc.bytes() + l.mlp_proj.bytes() +
            (l.ln_1_w.size() * 4 + l.attn_b.size() + C + l.fc_b.size() + C) * sizeof(float);
@@ -256,6 +278,17 @@ class Gpt2 {
   // backend's storage: device memory on Cuda (sizes and bytes() read the same everywhere).
   const std::vector<Layer>& layers() const { return layers_; }
   const Vec<float>& wte() const { return wte_; }  // (V, C)
+  // The output projection's storage, quantization state included, and that state alone: the
+  // format's (C, V) copy, or fp32 (V, C) (wte itself when tied, counted here as 0 bytes).
+  std::size_t head_bytes() const {
+    if constexpr (kHeadInFormat) return head_.bytes();
+    return head_f32_.size() * sizeof(float);
+  }
+  std::size_t head_state_bytes() const {
+    if constexpr (kHeadInFormat) return head_.state_bytes();
+    return 0;
+  }
+  bool head_tied() const { return head_tied_; }
   const Vec<float>& wpe() const { return wpe_; }  // (P, C)
   float layer_norm_eps() const { return eps_; }
 
@@ -317,6 +350,15 @@ class Gpt2 {
     }
     Ops::layernorm(ln_.data(), rows, ln_f_w_.data(), ln_f_b_.data(), M, C, eps_);
     return M;
+  }
+
+  // logits (M, V) of the M rows in ln_. In fp32 the head is read (V, C) by its own kernel, so
+  // the tied wte is stored once; in any other format it is a (C, V) linear like the others.
+  void head(float* logits, int M) {
+    if constexpr (kHeadInFormat)
+      Ops::template linear<Ops::Epilogue::Store>(logits, ln_.data(), head_, nullptr, M);
+    else
+      Ops::lm_head(logits, ln_.data(), (head_f32_.empty() ? wte_ : head_f32_).data(), M, V, C);
   }
 
   // One linear of layer l. With LoRA, the rows' adapter deltas are computed first, into a
@@ -497,7 +539,10 @@ class Gpt2 {
   }
 
   float eps_;
+  bool head_tied_;                          // lm_head is wte (GPT-2), not a matrix of its own
   Vec<float> wte_, wpe_, ln_f_w_, ln_f_b_;  // (V, C), (P, C), (C), (C)
+  Mat head_;                                // (C, V) the output projection in the format (not f32)
+  Vec<float> head_f32_;  // (V, C) f32 when not tied to wte; empty: wte is the head
   std::vector<Layer> layers_;
   // Scratch, grown to the largest step seen.
   Vec<float> x_, ln_, att_, qkv_, fc_;

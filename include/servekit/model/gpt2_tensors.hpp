@@ -22,12 +22,14 @@ struct Gpt2LayerTensors {                       // C = n_embd
 struct Gpt2Tensors {
   Gpt2HfConfig config;
   std::vector<float> wte;  // (V, C)  also the tied lm_head
+  // (V, C) an output projection of its own; empty: lm_head is tied to wte, as in GPT-2.
+  std::vector<float> lm_head;
   std::vector<float> wpe;  // (P, C)
   std::vector<Gpt2LayerTensors> layers;
   std::vector<float> ln_f_w, ln_f_b;  // (C)
 
   int64_t num_params() const {
-    int64_t n = int64_t(wte.size() + wpe.size() + ln_f_w.size() + ln_f_b.size());
+    int64_t n = int64_t(wte.size() + lm_head.size() + wpe.size() + ln_f_w.size() + ln_f_b.size());
     for (const Gpt2LayerTensors& l : layers)
       for (const std::vector<float>* t :
            {&l.ln_1_w, &l.ln_1_b, &l.attn_w, &l.attn_b, &l.attn_proj_w, &l.attn_proj_b, &l.ln_2_w,

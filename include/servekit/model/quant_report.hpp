@@ -11,6 +11,7 @@
 #include "servekit/core/error.hpp"
 #include "servekit/model/gpt2_tensors.hpp"
 #include "servekit/weights/formats.hpp"
+#include "servekit/weights/transposed.hpp"
 
 namespace servekit {
 
@@ -42,8 +43,10 @@ TensorError tensor_error(const std::vector<float>& w, int K, int N, std::string 
   return e;
 }
 
-// Every linear matrix of the model, then wte and wpe as the course would quantize them (as
-// (V, C) and (P, C) tensors; skipped when the format's groups do not divide their rows).
+// Every linear matrix of the model, the output projection as the model stores it (a (C, V)
+// linear: wte^T, or the untied lm_head), then wte and wpe as the course would quantize them
+// for the input lookup, which servekit keeps in fp32 (as (V, C) and (P, C) tensors; skipped
+// when the format's groups do not divide their rows).
 template <weights::WeightFormat F>
 std::vector<TensorError> quant_report(const model::Gpt2Tensors& t) {
   const int C = t.config.n_embd;
@@ -57,6 +60,8 @@ std::vector<TensorError> quant_report(const model::Gpt2Tensors& t) {
     r.push_back(tensor_error<F>(l.mlp_proj_w, 4 * C, C, p + "mlp.c_proj.weight"));
   }
   const int V = t.config.vocab_size, P = t.config.n_positions;
+  r.push_back(tensor_error<F>(weights::transposed(t.lm_head.empty() ? t.wte : t.lm_head, V, C), C,
+                              V, "lm_head.weight"));
   for (auto [w, rows, name] : {std::tuple{&t.wte, V, "wte.weight"}, {&t.wpe, P, "wpe.weight"}}) {
     try {
       r.push_back(tensor_error<F>(*w, rows, C, name));
