@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// Attention kernels under emulation against the host reference: the flash-style prefill kernel
+// Attention kernels under emulation against the naive reference: the flash-style prefill kernel
 // and the split-rows decode kernel (+ combine), for fp32 and fp16 caches in the contiguous and
 // the paged layout, head dims 16..128, several sequences of different lengths (1..300) in one
-// call, a left-padded one (first row > 0) and a chunk that continues an earlier prefill.
+// call, a left-padded one (first row > 0) and a chunk that continues an earlier prefill. The
+// host backend's vectorised attention (kernels/host/attention.hpp) runs the same checks, with
+// head dims that leave a scalar tail too.
 #include <algorithm>
 #include <bit>
 #include <numeric>
 
 #include "servekit/kernels/attention_decode.hpp"
 #include "servekit/kernels/attention_prefill.hpp"
+#include "servekit/kernels/host/attention.hpp"
 #include "servekit/kernels/ref/attention.hpp"
 #include "test_kernels_support.hpp"
 
@@ -59,7 +62,7 @@ struct TestCache {
   }
 };
 
-enum class Kernel { Prefill, Decode };
+enum class Kernel { Prefill, Decode, Host };
 
 template <class T, bool kPaged>
 void check_attention(Kernel which, int C, int n_head, const std::vector<Seq>& seqs,
@@ -93,6 +96,9 @@ void check_attention(Kernel which, int C, int n_head, const std::vector<Seq>& se
                               1.f / std::sqrt(static_cast<float>(hd))};
   if (which == Kernel::Prefill) {
     kn::attention_prefill(p);
+  } else if (which == Kernel::Host) {
+    kn::host::attention(got.data(), qkv.data(), view, slot.data(), first.data(), row.data(), N, C,
+                        n_head, kMaxLen);
   } else {
     const int max_rows = longest + extra_rows;
     std::vector<float> ws(kn::decode_workspace_floats(N, C, n_head, kn::decode_splits(max_rows)));
@@ -192,6 +198,8 @@ void check_same_bits(int C, int n_head) {
                                 scale};
     if (which == Kernel::Prefill) {
       kn::attention_prefill(p);
+    } else if (which == Kernel::Host) {
+      kn::host::attention(p.out, p.qkv, view, p.slot, p.first, p.row, n, C, n_head, kMaxLen);
     } else {
       std::vector<float> ws(kn::decode_workspace_floats(n, C, n_head, kn::decode_splits(kMaxLen)));
       kn::attention_decode(p, kMaxLen, ws.data());
@@ -216,6 +224,15 @@ void check_same_bits(int C, int n_head) {
   sk::kernels::ref::attention(want.data(), qkv.data(), view, slot.data(), first.data(), row.data(),
                               N, C, n_head, kMaxLen);
   require_close(whole, want, 1e-5f, 1e-5f);
+  // The host backend's attention: the same bits for a row whatever its call holds.
+  auto host = poisoned(whole.size()), host_few = host;
+  run(Kernel::Host, 0, N, host);
+  for (int r0 = 0; r0 < N; r0 += 5) run(Kernel::Host, r0, std::min(5, N - r0), host_few);
+  std::size_t host_differ = 0;
+  for (std::size_t i = 0; i < host.size(); i++)
+    host_differ += std::bit_cast<uint32_t>(host[i]) != std::bit_cast<uint32_t>(host_few[i]);
+  CHECK(host_differ == 0);
+  require_close(host, want, 1e-5f, 1e-5f);
 }
 
 TEST_CASE("a query row gets the same bits from either attention kernel, however it is batched",
@@ -247,4 +264,16 @@ TEST_CASE("attention launchers name the shape they cannot run",
                       Catch::Contains("C = 48 is not a positive multiple of n_head = 5"));
   REQUIRE_THROWS_WITH(kn::attention_decode(params(32, 1), 600, nullptr),
                       Catch::Contains("max_rows = 600") && Catch::Contains("workspace"));
+}
+
+TEST_CASE("the host backend's attention matches the reference, batched any way",
+          "[kernels][attention][host]") {
+  // Head dims 16..128 and 20 and 7, which leave a scalar tail after the vector lanes.
+  for (auto [C, H] : {std::pair{64, 4}, {128, 1}, {60, 3}, {42, 6}}) {
+    INFO("C = " << C << ", n_head = " << H);
+    check_attention<float, false>(Kernel::Host, C, H, kPrefill);
+    check_attention<float, true>(Kernel::Host, C, H, kDecode);
+    check_attention<sk::half_t, false>(Kernel::Host, C, H, kDecode);
+    check_attention<sk::half_t, true>(Kernel::Host, C, H, kPrefill);
+  }
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The host backend: C++ loops on servekit's thread pool. The linears and lm_head are the
-// vectorised kernels of kernels/host/ (each tested against its naive oracle in kernels/ref/);
+// The host backend: C++ loops on servekit's thread pool. The linears, lm_head and attention are
+// the vectorised kernels of kernels/host/ (each tested against its naive oracle in kernels/ref/);
 // the rest are kernels/ref/'s loops. It is the reference every other backend is tested against.
 #include <algorithm>
 #include <cstdint>
@@ -11,6 +11,7 @@
 
 #include "servekit/backend/ops.hpp"
 #include "servekit/core/storage.hpp"
+#include "servekit/kernels/host/attention.hpp"
 #include "servekit/kernels/ref/attention.hpp"
 #include "servekit/kernels/ref/embedding.hpp"
 #include "servekit/kernels/host/linear.hpp"
@@ -59,17 +60,12 @@ struct Ops<Host> : HostStorage {
                         int N, int C) {
     kernels::ref::kv_append(kv, qkv, slot, pos, N, C);
   }
-  template <class KvView>
-  static void attention(float* out, const float* qkv, const KvView& kv, const int32_t* slot,
-                        const int32_t* pos, int N, int C, int n_head, int max_len) {
-    kernels::ref::attention(out, qkv, kv, slot, pos, N, C, n_head, max_len);
-  }
   // Layout-generic attention (kv::ContiguousView, kv::PagedView): rows first..row per query.
   template <class KvView>
   static void attention(float* out, const float* qkv, const KvView& kv, const int32_t* slot,
                         const int32_t* first, const int32_t* row, int N, int C, int n_head,
                         int max_rows) {
-    kernels::ref::attention(out, qkv, kv, slot, first, row, N, C, n_head, max_rows);
+    kernels::host::attention(out, qkv, kv, slot, first, row, N, C, n_head, max_rows);
   }
   // out[i] = in[rows[i]]: (M, C) rows of an (N, C) matrix.
   static void gather_rows(float* out, const float* in, const int32_t* rows, int M, int C) {

@@ -19,12 +19,6 @@ namespace servekit::kernels::host {
 constexpr int kLmRows = kRegisters == 32 ? 4 : 3;
 constexpr int kLmVocab = kLmRows;
 
-inline float lane_sum(vec v) {
-  float s = 0.f;
-  for (int i = 0; i < kLanes; i++) s += v[i];
-  return s;
-}
-
 // logits[r, v] for r < R, v < VV of the tile at x (R, C), w (VV, C); ldl: logits' row stride.
 template <int R, int VV>
 inline void lm_tile(float* logits, int64_t ldl, const float* x, const float* w, int C) {

@@ -54,6 +54,13 @@ inline void store(float* p, vec v) {
   std::memcpy(p, &v, sizeof v);
 }
 
+// The lanes of v added in lane order.
+inline float lane_sum(vec v) {
+  float s = 0.f;
+  for (int i = 0; i < kLanes; i++) s += v[i];
+  return s;
+}
+
 // a * b + c, fused wherever the target has FMA, in the vector and the scalar code alike: a
 // column summed by a vector in one call and by the scalar edge loop in another must round the
 // same (the kernels' batch invariance), whatever the compiler's -ffp-contract.
