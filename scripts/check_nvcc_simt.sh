@@ -14,6 +14,7 @@ cat > "$SRC" <<'CU'
 #include "test_simt_block_kernels.hpp"
 #include "test_simt_warp_kernels.hpp"
 #include "test_simt_mma_kernels.hpp"
+#include "test_simt_schedule_kernels.hpp"
 // Instantiate the templates and the launch wrapper, as the host side of a .cu would.
 void launch_all(float* f, int* i, unsigned* u, std::uint16_t* h, std::uint32_t* r, __half* hh) {
   namespace simt = servekit::simt;
@@ -25,6 +26,8 @@ void launch_all(float* f, int* i, unsigned* u, std::uint16_t* h, std::uint32_t* 
   simt::launch(simt::kernel<simt_test::hgemm_mma>, dim3(1), dim3(128), 0, nullptr, hh, hh, f, 16, 8, 16);
   simt::launch(simt::kernel<simt_test::votes>, dim3(1), dim3(32), 0, nullptr, i, u);
   simt::launch(simt::kernel<simt_test::atomics>, dim3(1), dim3(32), 0, nullptr, i, u, f, i, i, f, 1);
+  simt::launch(simt::kernel<simt_test::left_neighbour<true>>, dim3(2), dim3(256), 0, nullptr, i);
+  simt::launch(simt::kernel<simt_test::block_total<true>>, dim3(2), dim3(64), 0, nullptr, i);
   simt::DeviceBuffer<float> buf(16);
   simt::Stream s;
   simt::Event e0, e1;

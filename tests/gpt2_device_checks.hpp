@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "servekit/model/footprint.hpp"
@@ -154,4 +155,63 @@ TEMPLATE_TEST_CASE("device-resident unmerged adapters give HF + PEFT's logits",
       sk::test::check_hf_case(model, cache, 0, c, ref.n_steps, kTol, slot);
     }
   }
+}
+
+// What a warm decode step asks of the device, counted by simt (simt/counters.hpp): the kernels
+// it launches and the copies, synchronisations and allocations around them. On a GPU each of
+// these costs microseconds; a step of GPT-2 small is ~100 us of memory traffic at H100 speed.
+TEMPLATE_TEST_CASE("a warm decode step's launches, copies and allocations, counted",
+                   "[device][budget]", sk::weights::F32,
+                   sk::weights::U8ZeroPoint<sk::weights::PerChannel>) {
+  using D = sk::dims::TinyA;
+  constexpr int L = D::n_layer;
+  auto model = sk::Gpt2<Device<D, TestType, sk::kv::Paged<16>>>::load(fixture_dir<D>());
+  constexpr int S = 3;
+  auto cache = model.make_cache(S);
+  std::vector<int32_t> tokens;
+  std::vector<SeqStep> seqs;
+  for (int i = 0; i < S; i++) {
+    seqs.push_back({i, 0, 4 + i});
+    for (int j = 0; j < 4 + i; j++) tokens.push_back(static_cast<int32_t>(7 * i + j));
+  }
+  std::vector<sk::kernels::RowSampling> rows(S);
+  std::vector<int32_t> ids(S);
+  std::vector<float> lp(S);
+  auto step = [&] {
+    model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);
+    tokens.assign(ids.begin(), ids.end());
+    for (auto& s : seqs) s = {s.slot, s.n_past + s.n_new, 1};
+  };
+  step();  // prefill
+  step();  // the first decode step sizes the decode buffers
+  const sk::simt::Counts before = sk::simt::counts();
+  sk::simt::LaunchLog log;
+  step();
+  const sk::simt::Counts c = sk::simt::counts() - before;
+  const auto launches = log.take();
+  std::string names;
+  for (const auto& r : launches) names += r.kernel + " (" + std::to_string(r.blocks()) + ")\n";
+  INFO("launches:\n" << names);
+  INFO("h2d " << c.h2d << " (" << c.h2d_bytes << " B), d2h " << c.d2h << " (" << c.d2h_bytes
+              << " B), syncs " << c.syncs << ", allocs " << c.allocs);
+  // Nothing is allocated or freed once the buffers have grown to the step's shape.
+  CHECK(c.allocs == 0);
+  CHECK(c.frees == 0);
+  // Only the picked ids and their logprobs come back, not (S, V) logits.
+  CHECK(c.d2h == 2);
+  CHECK(c.d2h_bytes == S * (sizeof(int32_t) + sizeof(float)));
+  // Two uploads: the step's index arrays, and the rows' sampling parameters. Both are
+  // null-stream copies, which wait for the device, as the downloads do: 4 host waits where one
+  // would do (the plan/run split of the CUDA step issue).
+  CHECK(c.h2d == 2);
+  CHECK(c.syncs == c.h2d + c.d2h);
+  CHECK(static_cast<long long>(launches.size()) == c.launches);
+  // Per layer: ln_1, c_attn, kv_append, attention, c_proj, ln_2, c_fc, mlp c_proj; then the
+  // embedding, the last-row gather, ln_f, the head and the sampler.
+  CHECK(c.launches == 8 * L + 5);
+  const std::string name = decltype(model)::name();
+  WARN("warm decode step of " << S << " rows, " << name << ": " << c.launches << " launches, "
+                              << c.h2d << " uploads (" << c.h2d_bytes << " B), " << c.d2h
+                              << " downloads, " << c.syncs << " host syncs, " << c.allocs
+                              << " allocations");
 }

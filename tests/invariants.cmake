@@ -11,6 +11,7 @@ endif()
 
 servekit_test(test_kernels_u8 LABELS emulated
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_u8.cpp LIBS servekit_simt)
+servekit_schedule_variants(test_kernels_u8)
 foreach(part float u8 b)
   servekit_test(test_invariants_emulated_${part} LABELS emulated
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_invariants_emulated_${part}.cpp LIBS servekit_simt)

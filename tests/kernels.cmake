@@ -13,6 +13,8 @@ servekit_test(test_kernels LABELS emulated
   LIBS servekit_simt)
 servekit_test(test_kernels_gpt2 LABELS emulated
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_gpt2.cpp LIBS servekit_simt)
+servekit_schedule_variants(test_kernels)
+servekit_schedule_variants(test_kernels_gpt2)
 
 if(SERVEKIT_HAVE_CUDA)
   add_test(NAME kernels_nvcc_compile

@@ -5,6 +5,7 @@ servekit_test(test_lora LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora.
 if(TARGET servekit_simt)
   servekit_test(test_lora_emulated LABELS emulated
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora_emulated.cpp LIBS servekit_simt)
+  servekit_schedule_variants(test_lora_emulated)
 endif()
 servekit_test(test_lora_unmerged LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora_unmerged.cpp)
 servekit_test(test_adapter_store LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_adapter_store.cpp)

@@ -7,3 +7,4 @@ endif()
 
 servekit_test(test_kernels_sampling LABELS emulated
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_sampling.cpp LIBS servekit_simt)
+servekit_schedule_variants(test_kernels_sampling)

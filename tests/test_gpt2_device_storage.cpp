@@ -7,13 +7,15 @@
 #include "servekit/backend/simt_ops.hpp"
 
 namespace servekit::backend {
-// Ops<Emulated> with Cuda's storage instead of std::vector.
+// Ops<Cuda> run by the emulator: Cuda's storage instead of std::vector, and no wait after each
+// launch (the emulator's launches are done when they return), so the step's copies and
+// synchronisations are counted as Cuda's.
 struct EmulatedDeviceStorage {
   using axis = Axis;
   static constexpr std::string_view name = "emulated-device-storage";
 };
 template <>
-struct Ops<EmulatedDeviceStorage> : SimtOps<true>, DeviceStorage {
+struct Ops<EmulatedDeviceStorage> : SimtOps<false>, DeviceStorage {
   using Storage = DeviceStorage;
 };
 }  // namespace servekit::backend

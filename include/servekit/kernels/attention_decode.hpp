@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(flash_decode::kThreads)
     attention_decode_kernel(const AttentionParams<T, Rows> p, const SplitWorkspace ws) {
   using namespace flash_decode;
   constexpr int kDpl = (kHd + 31) / 32;
-  __shared__ __align__(16) SharedStorage<kHd> s;
+  SERVEKIT_SHARED(SharedStorage<kHd>, s);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = blockIdx.x, h = blockIdx.y, split = blockIdx.z * kWarps + warp;
   const int slot = p.slot[r];

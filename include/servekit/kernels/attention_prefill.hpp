@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
     attention_prefill_kernel(const AttentionParams<T, Rows> p) {
   using namespace flash;
   constexpr int kDpl = (kHd + 31) / 32;  // features per lane
-  __shared__ __align__(16) SharedStorage<kHd> s;
+  SERVEKIT_SHARED(SharedStorage<kHd>, s);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = blockIdx.x * BQ, h = blockIdx.y;
   const int nq = imin(BQ, p.N - q0);

@@ -52,7 +52,7 @@ __device__ SERVEKIT_SIMT_INLINE void mma16816(float d[4], const std::uint32_t a[
 template <Epilogue E, bool kBf16>
 __global__ void __launch_bounds__(mma_gemm::kThreads) linear_mma_kernel(const LinearB16Params p) {
   using namespace mma_gemm;
-  __shared__ __align__(16) SharedStorage s;
+  SERVEKIT_SHARED(SharedStorage, s);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / 2, wn = warp % 2;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;

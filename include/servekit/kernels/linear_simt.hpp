@@ -35,7 +35,7 @@ struct SharedStorage {
 template <Epilogue E>
 __global__ void __launch_bounds__(simt_gemm::kThreads) linear_simt_kernel(const LinearParams p) {
   using namespace simt_gemm;
-  __shared__ __align__(16) SharedStorage s;
+  SERVEKIT_SHARED(SharedStorage, s);
   const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   float acc[TM][TN] = {}, total[TM][TN] = {};  // the current K slice's sums; the slices' before
@@ -115,7 +115,7 @@ __device__ SERVEKIT_SIMT_INLINE void stage_x(SharedStorage& s, const float* x, i
 template <Epilogue E>
 __global__ void __launch_bounds__(simt_gemv::kThreads) linear_gemv_kernel(const LinearParams p) {
   using namespace simt_gemv;
-  __shared__ __align__(16) SharedStorage s;
+  SERVEKIT_SHARED(SharedStorage, s);
   const int col = threadIdx.x % kCols, slice = threadIdx.x / kCols;
   const int n = blockIdx.x * kCols + col;
   const bool in_range = n < p.N;

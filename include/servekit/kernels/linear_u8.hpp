@@ -68,7 +68,7 @@ struct SharedStorage {
 template <Epilogue E>
 __global__ void __launch_bounds__(u8_gemm::kThreads) linear_u8_kernel(const LinearU8Params p) {
   using namespace u8_gemm;
-  __shared__ __align__(16) SharedStorage s;
+  SERVEKIT_SHARED(SharedStorage, s);
   const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   float total[TM][TN] = {};  // dequantised sums of finished K slices
@@ -148,7 +148,7 @@ template <Epilogue E>
 __global__ void __launch_bounds__(simt_gemv::kThreads)
     linear_u8_gemv_kernel(const LinearU8Params p) {
   using namespace simt_gemv;
-  __shared__ __align__(16) SharedStorage s;
+  SERVEKIT_SHARED(SharedStorage, s);
   const int col = threadIdx.x % kCols, slice = threadIdx.x / kCols;
   const int n = blockIdx.x * kCols + col;
   const bool in_range = n < p.N;

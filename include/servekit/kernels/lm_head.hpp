@@ -28,7 +28,7 @@ struct SharedStorage {
 template <int kUnused = 0>
 __global__ void __launch_bounds__(lm_head_cfg::kThreads) lm_head_kernel(const LmHeadParams p) {
   using namespace lm_head_cfg;
-  __shared__ __align__(16) SharedStorage s;
+  SERVEKIT_SHARED(SharedStorage, s);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m0 = blockIdx.y * kRows, rows = imin(kRows, p.M - m0);
   const int v0 = (blockIdx.x * kWarps + warp) * kVocabPerWarp;

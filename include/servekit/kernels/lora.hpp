@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kLoraThreads) lora_expand_rows_kernel(const Lo
 constexpr int kLoraChunk = 8;  // A values per thread held at once
 
 __global__ void __launch_bounds__(kLoraThreads) lora_shrink_segments_kernel(const LoraParams p) {
-  __shared__ float part[kLoraWarps];
+  SERVEKIT_SHARED(float[kLoraWarps], part);
   const int seg = blockIdx.x, j = blockIdx.y;
   const LoraMats* m = lora_mats(p, p.seg_ad[seg]);
   if (!m || j >= m->rank) return;  // uniform over the block

@@ -33,8 +33,8 @@ __device__ SERVEKIT_SIMT_INLINE bool beats(float va, int ia, float vb, int ib) {
 template <int kUnused = 0>
 __global__ void __launch_bounds__(argmax_cfg::kThreads) argmax_kernel(const ArgmaxParams p) {
   using namespace argmax_cfg;
-  __shared__ float sv[kWarps];
-  __shared__ int si[kWarps];
+  SERVEKIT_SHARED(float[kWarps], sv);
+  SERVEKIT_SHARED(int[kWarps], si);
   const int m = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* row = p.logits + static_cast<int64_t>(m) * p.V;
   float best = -INFINITY;
@@ -138,7 +138,7 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleParams p) {
   constexpr int kWarps = kThreads / 32;
   static_assert(kThreads % 32 == 0 && kThreads <= 1024);
-  __shared__ SampleShared<kThreads> sh;
+  SERVEKIT_SHARED(SampleShared<kThreads>, sh);
   const int m = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, V = p.V;
   const float* row = p.logits + static_cast<int64_t>(m) * V;  // (V)
   const RowSampling rs = p.rows[m];

@@ -2,8 +2,9 @@
 #pragma once
 // Runs one thread block on the calling OS thread: each CUDA thread is a fiber, and the fibers
 // take turns. A thread runs until it waits (a __syncthreads, a warp-level op) or returns; then
-// the next ready thread runs. Ready threads wait in a FIFO, so a switch costs O(1) and a block
-// whose FIFO runs dry with threads still waiting is deadlocked: that is reported, never a hang.
+// the next ready thread runs. Ready threads wait in a queue taken in FIFO order (or reversed, or
+// shuffled: simt/schedule.hpp), so a switch costs O(1) and a block whose queue runs dry with
+// threads still waiting is deadlocked: that is reported, never a hang.
 #include "servekit/simt/platform.hpp"
 #if defined(SERVEKIT_SIMT_HOST)
 #include <cstdint>
@@ -13,11 +14,13 @@
 #include <source_location>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "servekit/simt/dim.hpp"
 #include "servekit/simt/error.hpp"
 #include "servekit/simt/fiber.hpp"
+#include "servekit/simt/schedule.hpp"
 
 namespace servekit::simt::detail {
 
@@ -53,13 +56,16 @@ struct WaitSite {
   unsigned line = 0;
 };
 
-// Ready thread ids in arrival order. Each thread is in it at most once.
+// Ready thread ids in arrival order, taken in the schedule's order. Each thread is in it at
+// most once.
 class ReadyQueue {
  public:
   void reset(int capacity) {
     buf_.assign(static_cast<std::size_t>(capacity), 0);
     head_ = size_ = 0;
   }
+  // rng: the Random order's state (splitmix64), seeded per block.
+  void set_order(Order order, std::uint64_t rng) { order_ = order, rng_ = rng; }
   SERVEKIT_SIMT_INLINE void push(int t) {
     std::size_t i = head_ + size_;
     if (i >= buf_.size()) i -= buf_.size();
@@ -68,6 +74,17 @@ class ReadyQueue {
   }
   SERVEKIT_SIMT_INLINE int pop() {  // -1 when empty
     if (size_ == 0) return -1;
+    if (order_ != Order::Fifo) {
+      // Reverse: the newest; Random: a uniform pick, moved to the head and taken from there.
+      const std::size_t k = order_ == Order::Reverse ? size_ - 1 : next_random() % size_;
+      std::size_t i = head_ + k;
+      if (i >= buf_.size()) i -= buf_.size();
+      if (order_ == Order::Reverse) {
+        --size_;
+        return buf_[i];
+      }
+      std::swap(buf_[head_], buf_[i]);
+    }
     const int t = buf_[head_];
     if (++head_ == buf_.size()) head_ = 0;
     --size_;
@@ -75,8 +92,17 @@ class ReadyQueue {
   }
 
  private:
+  std::uint64_t next_random() {
+    std::uint64_t z = (rng_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+
   std::vector<int> buf_;
   std::size_t head_ = 0, size_ = 0;
+  Order order_ = Order::Fifo;
+  std::uint64_t rng_ = 0;
 };
 
 enum class Outcome { Running, Done, Deadlock, Threw };
@@ -114,6 +140,10 @@ struct Worker {
   std::vector<unsigned char> smem_storage;  // dynamic shared memory (+ alignment slack)
   unsigned char* dynamic_smem = nullptr;
   bool in_block = false;
+  Schedule schedule;  // of the running launch
+  // Counts the blocks this OS thread has started: static shared memory (SERVEKIT_SHARED) is
+  // poisoned by the first thread of a block that reaches it, when its epoch is older.
+  std::uint64_t block_epoch = 0;
 };
 
 // The worker of the running OS thread, set while it runs a block (constant-initialised, so
@@ -249,6 +279,7 @@ inline void prepare(Worker& w, dim3 block, std::size_t dynamic_smem_bytes) {
   w.dynamic_smem = reinterpret_cast<unsigned char*>((p + kAlign - 1) & ~(kAlign - 1));
   std::memset(w.dynamic_smem, 0xff, dynamic_smem_bytes);
   if (w.main_stack.lo == nullptr) w.main_stack = this_thread_stack();
+  w.schedule = schedule();
 }
 
 // Run block `block_idx` to completion on this OS thread. Returns normally when every thread
@@ -260,6 +291,12 @@ inline void run_block(Worker& w, std::string_view kernel, uint3 block_idx, dim3 
   w.barrier_count = 0;
   w.barrier_sites_differ = false;
   w.error = nullptr;
+  ++w.block_epoch;
+  // Random: the same shuffle for a block whichever OS thread runs it.
+  const std::uint64_t block_id =
+      block_idx.x +
+      static_cast<std::uint64_t>(grid.x) * (block_idx.y + std::uint64_t{grid.y} * block_idx.z);
+  w.ready.set_order(w.schedule.order, w.schedule.seed * 0x9e3779b97f4a7c15ull + block_id);
   for (int i = 0; i < w.n_threads; ++i) {
     w.state[static_cast<std::size_t>(i)] = ThreadState::Ready;
     w.ready.push(i);

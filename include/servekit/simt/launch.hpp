@@ -22,6 +22,7 @@
 
 #include <cxxabi.h>
 
+#include "servekit/simt/counters.hpp"
 #include "servekit/simt/dim.hpp"
 #include "servekit/simt/error.hpp"
 #include "servekit/simt/stream.hpp"
@@ -190,6 +191,7 @@ void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, strea
   check(cudaFuncGetAttributes(&attr, key), "cudaFuncGetAttributes");
   detail::check_config(k.name, grid, block, smem_bytes, attr.sharedSizeBytes,
                        detail::max_dynamic_smem(key, attr.sharedSizeBytes));
+  detail::count_launch(k.name, grid, block, smem_bytes);
   k.fn<<<grid, block, smem_bytes, stream>>>(std::forward<A>(args)...);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
@@ -200,6 +202,7 @@ void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, strea
   (void)stream;
   // Static __shared__ arrays are thread_locals on the host; their size is not known here.
   detail::check_config(k.name, grid, block, smem_bytes, 0, detail::max_dynamic_smem(key, 0));
+  detail::count_launch(k.name, grid, block, smem_bytes);
   if (detail::g_worker && detail::g_worker->in_block)
     throw LaunchError(servekit::detail::cat("kernel ", k.name,
                                             ": launched from inside a kernel, which the "

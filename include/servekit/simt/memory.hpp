@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "servekit/simt/counters.hpp"
 #include "servekit/simt/stream.hpp"
 
 namespace servekit::simt {
@@ -20,6 +21,7 @@ template <class T>
 T* malloc_device(std::size_t n) {
   if (n == 0) return nullptr;
   const std::size_t bytes = n * sizeof(T);
+  detail::count(detail::counter_state().allocs);
 #if defined(SERVEKIT_SIMT_DEVICE)
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
@@ -36,6 +38,7 @@ T* malloc_device(std::size_t n) {
 }
 
 inline void free_device(void* p) {
+  if (p) detail::count(detail::counter_state().frees);
 #if defined(SERVEKIT_SIMT_DEVICE)
   if (p) cudaFree(p);
 #else
@@ -46,6 +49,9 @@ inline void free_device(void* p) {
 // (n) elements host -> device.
 template <class T>
 void copy_to_device(T* dst, const T* src, std::size_t n, stream_handle s = nullptr) {
+  auto& c = detail::counter_state();
+  detail::count(c.h2d), detail::count(c.h2d_bytes, static_cast<long long>(n * sizeof(T)));
+  if (!s) detail::count(c.syncs);  // a null-stream copy waits for it on a GPU
 #if defined(SERVEKIT_SIMT_DEVICE)
   check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, s), "copy_to_device");
   if (!s) check(cudaStreamSynchronize(s), "copy_to_device");
@@ -58,6 +64,9 @@ void copy_to_device(T* dst, const T* src, std::size_t n, stream_handle s = nullp
 // (n) elements device -> host; returns when the data is on the host.
 template <class T>
 void copy_to_host(T* dst, const T* src, std::size_t n, stream_handle s = nullptr) {
+  auto& c = detail::counter_state();
+  detail::count(c.d2h), detail::count(c.d2h_bytes, static_cast<long long>(n * sizeof(T)));
+  detail::count(c.syncs);
 #if defined(SERVEKIT_SIMT_DEVICE)
   check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, s), "copy_to_host");
   check(cudaStreamSynchronize(s), "copy_to_host");

@@ -1,11 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Dynamic shared memory (the third launch parameter), typed. On the GPU it is the one
-// `extern __shared__` array; on the host, a per-OS-thread buffer sized by the launch, filled
-// with 0xff bytes so that reading it before writing it gives NaNs, not lucky zeros.
+// Shared memory, typed, on both compilers.
+//  - Dynamic (the third launch parameter): on the GPU the one `extern __shared__` array; on the
+//    host a per-OS-thread buffer sized by the launch, filled with 0xff bytes per block so that
+//    reading it before writing it gives NaNs, not lucky zeros.
+//  - Static: SERVEKIT_SHARED(T, name) declares `T name` in shared memory. On the GPU that is
+//    `__shared__ T name`. On the host a plain `__shared__` is a thread_local, which keeps the
+//    previous block's values (or zeros) where a GPU holds garbage; SERVEKIT_SHARED fills it with
+//    0xff bytes at the start of every block, as dynamic shared memory is, so a kernel that
+//    reads before it writes fails here too.
 #include "servekit/simt/platform.hpp"
 
+#include <algorithm>
+#include <cstddef>
+#include <new>
+#include <type_traits>
+
 #if defined(SERVEKIT_SIMT_HOST)
+#include <cstring>
+
 #include "servekit/simt/block_runner.hpp"
 #endif
 
@@ -21,4 +34,36 @@ __device__ SERVEKIT_SIMT_INLINE T* dynamic_smem() {
 #endif
 }
 
+namespace detail {
+template <class T>
+using type_t = T;  // lets `type_t<float[8][8]> name` declare an array
+
+#if defined(SERVEKIT_SIMT_HOST)
+// One static shared variable of one kernel (Tag: a lambda type unique to its declaration) on
+// this OS thread, poisoned when a new block first reaches it.
+template <class T, class Tag>
+SERVEKIT_SIMT_INLINE T& static_smem(Tag) {
+  static_assert(std::is_trivially_destructible_v<T>, "servekit: shared memory holds plain data");
+  struct Slot {
+    alignas(std::max<std::size_t>(16, alignof(T))) unsigned char bytes[sizeof(T)];
+    std::uint64_t epoch = 0;
+  };
+  static thread_local Slot slot;
+  const std::uint64_t now = g_worker->block_epoch;
+  if (slot.epoch != now) {
+    std::memset(slot.bytes, 0xff, sizeof(T));
+    slot.epoch = now;
+  }
+  return *std::launder(reinterpret_cast<T*>(slot.bytes));
+}
+#endif
+}  // namespace detail
+
 }  // namespace servekit::simt
+
+#if defined(SERVEKIT_SIMT_DEVICE)
+#define SERVEKIT_SHARED(T, name) __shared__ __align__(16)::servekit::simt::detail::type_t<T> name
+#else
+#define SERVEKIT_SHARED(T, name) \
+  ::servekit::simt::detail::type_t<T>& name = ::servekit::simt::detail::static_smem<T>([] {})
+#endif

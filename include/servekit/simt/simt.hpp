@@ -16,6 +16,8 @@
 #include "servekit/simt/atomic.hpp"
 #include "servekit/simt/shared.hpp"
 #include "servekit/simt/mma.hpp"
+#include "servekit/simt/counters.hpp"
+#include "servekit/simt/schedule.hpp"
 #include "servekit/simt/stream.hpp"
 #include "servekit/simt/memory.hpp"
 #include "servekit/simt/launch.hpp"

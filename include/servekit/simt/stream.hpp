@@ -8,6 +8,7 @@
 #include <chrono>
 #include <utility>
 
+#include "servekit/simt/counters.hpp"
 #include "servekit/simt/error.hpp"
 
 namespace servekit::simt {
@@ -47,6 +48,7 @@ class Stream {
   }
 
   void synchronize() const {
+    detail::count(detail::counter_state().syncs);
 #if defined(SERVEKIT_SIMT_DEVICE)
     check(cudaStreamSynchronize(s_), "cudaStreamSynchronize");
 #endif
@@ -58,6 +60,7 @@ class Stream {
 
 // Waits for all work issued so far, on every stream.
 inline void synchronize() {
+  detail::count(detail::counter_state().syncs);
 #if defined(SERVEKIT_SIMT_DEVICE)
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 #endif
@@ -89,6 +92,7 @@ class Event {
   }
 
   void synchronize() const {
+    detail::count(detail::counter_state().syncs);
 #if defined(SERVEKIT_SIMT_DEVICE)
     check(cudaEventSynchronize(e_), "cudaEventSynchronize");
 #endif

@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// What the device code of a process did, counted on both compilers: kernel launches, host
+// synchronisations, copies each way with their bytes, device allocations and frees. Under the
+// emulator nothing waits and "device" memory is host memory, but each call is counted as what
+// it is on a GPU (a null-stream copy to the device synchronises there; a copy back always
+// does), so a test can hold a decode step to its budget without a GPU.
+//
+//   const simt::Counts before = simt::counts();
+//   simt::LaunchLog log;                 // also keeps each launch's kernel, grid and block
+//   model.forward(...);
+//   const simt::Counts step = simt::counts() - before;   log.launches(): the step's launches
+#include "servekit/simt/platform.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace servekit::simt {
+
+struct Counts {
+  long long launches = 0;
+  long long syncs = 0;               // the host waited for the device
+  long long h2d = 0, h2d_bytes = 0;  // copies host -> device
+  long long d2h = 0, d2h_bytes = 0;  // copies device -> host
+  long long allocs = 0, frees = 0;   // device allocations (malloc_device, free_device)
+
+  friend Counts operator-(const Counts& a, const Counts& b) {
+    return {a.launches - b.launches,   a.syncs - b.syncs, a.h2d - b.h2d,
+            a.h2d_bytes - b.h2d_bytes, a.d2h - b.d2h,     a.d2h_bytes - b.d2h_bytes,
+            a.allocs - b.allocs,       a.frees - b.frees};
+  }
+};
+
+struct LaunchRecord {
+  std::string kernel;
+  dim3 grid, block;
+  std::size_t smem = 0;  // dynamic shared memory
+  unsigned long long blocks() const {
+    return static_cast<unsigned long long>(grid.x) * grid.y * grid.z;
+  }
+};
+
+namespace detail {
+struct CounterState {
+  std::atomic<long long> launches{0}, syncs{0}, h2d{0}, h2d_bytes{0}, d2h{0}, d2h_bytes{0},
+      allocs{0}, frees{0};
+  std::mutex m;
+  int logs = 0;  // LaunchLogs alive
+  std::vector<LaunchRecord> records;
+};
+inline CounterState& counter_state() {
+  static CounterState s;
+  return s;
+}
+inline void count(std::atomic<long long>& c, long long n = 1) {
+  c.fetch_add(n, std::memory_order_relaxed);
+}
+inline void count_launch(std::string_view kernel, dim3 grid, dim3 block, std::size_t smem) {
+  auto& s = counter_state();
+  count(s.launches);
+  std::lock_guard lock(s.m);
+  if (s.logs > 0) s.records.push_back({std::string(kernel), grid, block, smem});
+}
+}  // namespace detail
+
+inline Counts counts() {
+  auto& s = detail::counter_state();
+  auto r = [](const std::atomic<long long>& c) { return c.load(std::memory_order_relaxed); };
+  return {r(s.launches), r(s.syncs),     r(s.h2d),    r(s.h2d_bytes),
+          r(s.d2h),      r(s.d2h_bytes), r(s.allocs), r(s.frees)};
+}
+
+// Keeps a record of every launch made while it lives (one log at a time is meaningful).
+class LaunchLog {
+ public:
+  LaunchLog() {
+    auto& s = detail::counter_state();
+    std::lock_guard lock(s.m);
+    if (s.logs++ == 0) s.records.clear();
+  }
+  LaunchLog(const LaunchLog&) = delete;
+  LaunchLog& operator=(const LaunchLog&) = delete;
+  ~LaunchLog() {
+    auto& s = detail::counter_state();
+    std::lock_guard lock(s.m);
+    if (--s.logs == 0) s.records.clear();
+  }
+  // The launches so far, oldest first; the log is emptied.
+  std::vector<LaunchRecord> take() {
+    auto& s = detail::counter_state();
+    std::lock_guard lock(s.m);
+    return std::exchange(s.records, {});
+  }
+};
+
+}  // namespace servekit::simt
