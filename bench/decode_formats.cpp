@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "making random GPT-2 124M ...\n");
   const auto t = sk::model::random_gpt2<D>(1);
   std::printf("host backend, %d threads, read bandwidth %.2f GB/s (measured, this run)\n",
-              omp_get_max_threads(), o.bw);
+              servekit::host_threads(), o.bw);
   std::printf(
       "roofline: tokens/s if a step cost only reading the weights once at that bandwidth\n");
   std::printf("%-34s %5s %10s %12s %10s %12s %13s %9s %9s\n", "composition", "batch", "wt MiB",

@@ -89,6 +89,21 @@ inline std::size_t max_dynamic_smem(const void* fn, std::size_t static_bytes) {
                              : kDefaultSmemBytes - std::min(static_bytes, kDefaultSmemBytes);
 }
 
+#if defined(SERVEKIT_SIMT_DEVICE)
+// A kernel's static shared memory, asked of the driver once per kernel: a
+// cudaFuncGetAttributes per launch costs microseconds on the step's critical path.
+inline std::size_t static_smem_bytes(const void* fn) {
+  static std::mutex m;
+  static std::unordered_map<const void*, std::size_t> bytes;
+  std::lock_guard lock(m);
+  auto it = bytes.find(fn);
+  if (it != bytes.end()) return it->second;
+  cudaFuncAttributes attr{};
+  check(cudaFuncGetAttributes(&attr, fn), "cudaFuncGetAttributes");
+  return bytes[fn] = attr.sharedSizeBytes;
+}
+#endif
+
 inline std::string dims(dim3 d) {
   std::ostringstream os;
   os << '(' << d.x << ',' << d.y << ',' << d.z << ')';
@@ -187,10 +202,9 @@ void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, strea
   static_assert(sizeof...(P) == sizeof...(A), "simt::launch: wrong number of kernel arguments");
   const void* key = reinterpret_cast<const void*>(k.fn);
 #if defined(SERVEKIT_SIMT_DEVICE)
-  cudaFuncAttributes attr{};
-  check(cudaFuncGetAttributes(&attr, key), "cudaFuncGetAttributes");
-  detail::check_config(k.name, grid, block, smem_bytes, attr.sharedSizeBytes,
-                       detail::max_dynamic_smem(key, attr.sharedSizeBytes));
+  const std::size_t static_smem = detail::static_smem_bytes(key);
+  detail::check_config(k.name, grid, block, smem_bytes, static_smem,
+                       detail::max_dynamic_smem(key, static_smem));
   detail::count_launch(k.name, grid, block, smem_bytes);
   k.fn<<<grid, block, smem_bytes, stream>>>(std::forward<A>(args)...);
   const cudaError_t e = cudaGetLastError();
