@@ -39,7 +39,7 @@ double rounding_ratio(const model::Gpt2Tensors& t, int C) {
       one(l.mlp_proj_w, 4 * C, C);
     }
     const int V = t.config.vocab_size;  // the head: a (C, V) linear in the format too
-    one(weights::transposed(t.lm_head.empty() ? t.wte : t.lm_head, V, C), C, V);
+    one(weights::transposed(t.head(), V, C), C, V);
     return worst;
   }
 }

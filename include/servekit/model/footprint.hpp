@@ -52,8 +52,6 @@ struct Footprint {
   // get_memory_footprint() of HF's model with every parameter in the format (the course's
   // quantize_model, whose (scale, zero_point) states live outside the model).
   std::size_t course_bytes() const { return params * elem_bytes + hf_buffers; }
-  // The same with the embeddings in fp32, as servekit stores them (state excluded).
-  std::size_t linear_only_bytes() const { return weights() - quant_state + hf_buffers; }
 
   void print(std::FILE* f = stdout) const {
     auto mib = [](std::size_t b) { return b / 1048576.0; };

@@ -103,9 +103,8 @@ class Gpt2 {
     if constexpr (kHeadInFormat) {
       // The step's largest matrix, read whole by every step: in the format, as a (C, V) linear,
       // so u8 keeps one (scale, min) per vocabulary row (per output channel) or per group.
-      const auto& src = t.lm_head.empty() ? t.wte : t.lm_head;
       head_ = Storage::resident(
-          HostMat::from_f32(weights::transposed(src, V, C), C, V, "lm_head.weight"));
+          HostMat::from_f32(weights::transposed(t.head(), V, C), C, V, "lm_head.weight"));
       t.lm_head = {};
     } else if (!t.lm_head.empty()) {
       head_f32_ = vec(t.lm_head);
@@ -264,8 +263,7 @@ class Gpt2 {
   // head in the format, a step reads only its tokens' rows of wte; those are not counted.
   std::size_t weight_bytes() const {
     std::size_t n = (wpe_.size() + ln_f_w_.size() + ln_f_b_.size()) * sizeof(float);
-    n += kHeadInFormat ? head_.bytes()
-                       : (head_f32_.empty() ? wte_ : head_f32_).size() * sizeof(float);
+    n += kHeadInFormat ? head_.bytes() : head_f32().size() * sizeof(float);
     for (const auto& l : layers_)
       n += l.attn.bytes() + l.attn_proj.bytes() + l.fc.bytes() + l.mlp_proj.bytes() +
            (l.ln_1_w.size() * 4 + l.attn_b.size() + C + l.fc_b.size() + C) * sizeof(float);
@@ -358,8 +356,9 @@ class Gpt2 {
     if constexpr (kHeadInFormat)
       Ops::template linear<Ops::Epilogue::Store>(logits, ln_.data(), head_, nullptr, M);
     else
-      Ops::lm_head(logits, ln_.data(), (head_f32_.empty() ? wte_ : head_f32_).data(), M, V, C);
+      Ops::lm_head(logits, ln_.data(), head_f32().data(), M, V, C);
   }
+  const Vec<float>& head_f32() const { return head_tied_ ? wte_ : head_f32_; }  // (V, C)
 
   // One linear of layer l. With LoRA, the rows' adapter deltas are computed first, into a
   // zeroed (N, Nout) buffer, and the linear adds that buffer before its epilogue (so c_fc's

@@ -24,6 +24,8 @@ struct Gpt2Tensors {
   std::vector<float> wte;  // (V, C)  also the tied lm_head
   // (V, C) an output projection of its own; empty: lm_head is tied to wte, as in GPT-2.
   std::vector<float> lm_head;
+  // (V, C) the output projection, whichever of the two holds it.
+  const std::vector<float>& head() const { return lm_head.empty() ? wte : lm_head; }
   std::vector<float> wpe;  // (P, C)
   std::vector<Gpt2LayerTensors> layers;
   std::vector<float> ln_f_w, ln_f_b;  // (C)

@@ -60,8 +60,7 @@ std::vector<TensorError> quant_report(const model::Gpt2Tensors& t) {
     r.push_back(tensor_error<F>(l.mlp_proj_w, 4 * C, C, p + "mlp.c_proj.weight"));
   }
   const int V = t.config.vocab_size, P = t.config.n_positions;
-  r.push_back(tensor_error<F>(weights::transposed(t.lm_head.empty() ? t.wte : t.lm_head, V, C), C,
-                              V, "lm_head.weight"));
+  r.push_back(tensor_error<F>(weights::transposed(t.head(), V, C), C, V, "lm_head.weight"));
   for (auto [w, rows, name] : {std::tuple{&t.wte, V, "wte.weight"}, {&t.wpe, P, "wpe.weight"}}) {
     try {
       r.push_back(tensor_error<F>(*w, rows, C, name));

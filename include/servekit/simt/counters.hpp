@@ -49,8 +49,8 @@ namespace detail {
 struct CounterState {
   std::atomic<long long> launches{0}, syncs{0}, h2d{0}, h2d_bytes{0}, d2h{0}, d2h_bytes{0},
       allocs{0}, frees{0};
+  std::atomic<int> logs{0};  // LaunchLogs alive: launches take the lock only while one is
   std::mutex m;
-  int logs = 0;  // LaunchLogs alive
   std::vector<LaunchRecord> records;
 };
 inline CounterState& counter_state() {
@@ -63,8 +63,9 @@ inline void count(std::atomic<long long>& c, long long n = 1) {
 inline void count_launch(std::string_view kernel, dim3 grid, dim3 block, std::size_t smem) {
   auto& s = counter_state();
   count(s.launches);
+  if (s.logs.load(std::memory_order_relaxed) == 0) return;
   std::lock_guard lock(s.m);
-  if (s.logs > 0) s.records.push_back({std::string(kernel), grid, block, smem});
+  s.records.push_back({std::string(kernel), grid, block, smem});
 }
 }  // namespace detail
 

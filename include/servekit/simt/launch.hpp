@@ -72,37 +72,39 @@ std::string unnamed(Fn fn) {
   return s;
 }
 
-// Opt-in dynamic shared memory per kernel (cudaFuncAttributeMaxDynamicSharedMemorySize).
+// Per kernel: its opt-in dynamic shared memory (cudaFuncAttributeMaxDynamicSharedMemorySize)
+// and, on the GPU, its static shared memory, asked of the driver once: a cudaFuncGetAttributes
+// per launch would cost microseconds on the step's critical path.
 struct SmemOptIns {
   std::mutex m;
   std::unordered_map<const void*, std::size_t> bytes;
+  std::unordered_map<const void*, std::size_t> static_bytes;
 };
 inline SmemOptIns& smem_opt_ins() {
   static SmemOptIns s;
   return s;
 }
-inline std::size_t max_dynamic_smem(const void* fn, std::size_t static_bytes) {
+struct SmemLimits {
+  std::size_t static_bytes, max_dynamic;
+};
+// Static shared memory is not known on the host (thread_locals): 0 there.
+inline SmemLimits smem_limits(const void* fn) {
   auto& s = smem_opt_ins();
   std::lock_guard lock(s.m);
-  auto it = s.bytes.find(fn);
-  return it != s.bytes.end() ? it->second
-                             : kDefaultSmemBytes - std::min(static_bytes, kDefaultSmemBytes);
-}
-
+  std::size_t st = 0;
 #if defined(SERVEKIT_SIMT_DEVICE)
-// A kernel's static shared memory, asked of the driver once per kernel: a
-// cudaFuncGetAttributes per launch costs microseconds on the step's critical path.
-inline std::size_t static_smem_bytes(const void* fn) {
-  static std::mutex m;
-  static std::unordered_map<const void*, std::size_t> bytes;
-  std::lock_guard lock(m);
-  auto it = bytes.find(fn);
-  if (it != bytes.end()) return it->second;
-  cudaFuncAttributes attr{};
-  check(cudaFuncGetAttributes(&attr, fn), "cudaFuncGetAttributes");
-  return bytes[fn] = attr.sharedSizeBytes;
-}
+  if (auto it = s.static_bytes.find(fn); it != s.static_bytes.end()) {
+    st = it->second;
+  } else {
+    cudaFuncAttributes attr{};
+    check(cudaFuncGetAttributes(&attr, fn), "cudaFuncGetAttributes");
+    st = s.static_bytes[fn] = attr.sharedSizeBytes;
+  }
 #endif
+  auto it = s.bytes.find(fn);
+  return {st,
+          it != s.bytes.end() ? it->second : kDefaultSmemBytes - std::min(st, kDefaultSmemBytes)};
+}
 
 inline std::string dims(dim3 d) {
   std::ostringstream os;
@@ -202,9 +204,8 @@ void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, strea
   static_assert(sizeof...(P) == sizeof...(A), "simt::launch: wrong number of kernel arguments");
   const void* key = reinterpret_cast<const void*>(k.fn);
 #if defined(SERVEKIT_SIMT_DEVICE)
-  const std::size_t static_smem = detail::static_smem_bytes(key);
-  detail::check_config(k.name, grid, block, smem_bytes, static_smem,
-                       detail::max_dynamic_smem(key, static_smem));
+  const detail::SmemLimits lim = detail::smem_limits(key);
+  detail::check_config(k.name, grid, block, smem_bytes, lim.static_bytes, lim.max_dynamic);
   detail::count_launch(k.name, grid, block, smem_bytes);
   k.fn<<<grid, block, smem_bytes, stream>>>(std::forward<A>(args)...);
   const cudaError_t e = cudaGetLastError();
@@ -215,7 +216,8 @@ void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, strea
 #else
   (void)stream;
   // Static __shared__ arrays are thread_locals on the host; their size is not known here.
-  detail::check_config(k.name, grid, block, smem_bytes, 0, detail::max_dynamic_smem(key, 0));
+  const detail::SmemLimits lim = detail::smem_limits(key);
+  detail::check_config(k.name, grid, block, smem_bytes, 0, lim.max_dynamic);
   detail::count_launch(k.name, grid, block, smem_bytes);
   if (detail::g_worker && detail::g_worker->in_block)
     throw LaunchError(servekit::detail::cat("kernel ", k.name,
