@@ -15,6 +15,7 @@ cat > "$SRC" <<'CU'
 #include "test_simt_warp_kernels.hpp"
 #include "test_simt_mma_kernels.hpp"
 #include "test_simt_schedule_kernels.hpp"
+#include "test_simt_graph_kernels.hpp"
 // Instantiate the templates and the launch wrapper, as the host side of a .cu would.
 void launch_all(float* f, int* i, unsigned* u, std::uint16_t* h, std::uint32_t* r, __half* hh) {
   namespace simt = servekit::simt;
@@ -34,6 +35,18 @@ void launch_all(float* f, int* i, unsigned* u, std::uint16_t* h, std::uint32_t* 
   e0.record(s);
   e1.record(s);
   (void)elapsed_ms(e0, e1);
+  simt::PinnedBuffer<float> pinned(16);
+  simt::Graph g = simt::capture(s, [&] {
+    simt::copy_to_device(buf.data(), pinned.data(), 16, s.handle());
+    simt::launch(simt::kernel<simt_test::affine>, dim3(1), dim3(16), 0, s.handle(), f, buf.data(),
+                 simt_test::Affine{2.f, 1.f}, 16);
+  });
+  g.launch(s);
+  simt::StagingBuffer staging;
+  (void)staging.put(std::span<const float>(pinned.data(), 16));
+  staging.reserve_device();
+  staging.upload(s);
+  simt::StreamScope scope(s);
 }
 CU
 for ARCH in sm_80 sm_90; do

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// What the device code of a process did, counted on both compilers: kernel launches, host
-// synchronisations, copies each way with their bytes, device allocations and frees. Under the
+// What the device code of a process did, counted on both compilers: kernel launches (issued or
+// captured), graph launches, host synchronisations, copies each way with their bytes, device
+// and pinned allocations and frees (a captured copy is counted when its graph runs). Under the
 // emulator nothing waits and "device" memory is host memory, but each call is counted as what
 // it is on a GPU (a null-stream copy to the device synchronises there; a copy back always
 // does), so a test can hold a decode step to its budget without a GPU.
@@ -27,12 +28,13 @@ struct Counts {
   long long syncs = 0;               // the host waited for the device
   long long h2d = 0, h2d_bytes = 0;  // copies host -> device
   long long d2h = 0, d2h_bytes = 0;  // copies device -> host
-  long long allocs = 0, frees = 0;   // device allocations (malloc_device, free_device)
+  long long allocs = 0, frees = 0;   // device and pinned allocations, and their frees
+  long long graph_launches = 0;      // captured graphs replayed (simt/graph.hpp)
 
   friend Counts operator-(const Counts& a, const Counts& b) {
     return {a.launches - b.launches,   a.syncs - b.syncs, a.h2d - b.h2d,
             a.h2d_bytes - b.h2d_bytes, a.d2h - b.d2h,     a.d2h_bytes - b.d2h_bytes,
-            a.allocs - b.allocs,       a.frees - b.frees};
+            a.allocs - b.allocs,       a.frees - b.frees, a.graph_launches - b.graph_launches};
   }
 };
 
@@ -48,7 +50,7 @@ struct LaunchRecord {
 namespace detail {
 struct CounterState {
   std::atomic<long long> launches{0}, syncs{0}, h2d{0}, h2d_bytes{0}, d2h{0}, d2h_bytes{0},
-      allocs{0}, frees{0};
+      allocs{0}, frees{0}, graph_launches{0};
   std::atomic<int> logs{0};  // LaunchLogs alive: launches take the lock only while one is
   std::mutex m;
   std::vector<LaunchRecord> records;
@@ -72,8 +74,8 @@ inline void count_launch(std::string_view kernel, dim3 grid, dim3 block, std::si
 inline Counts counts() {
   auto& s = detail::counter_state();
   auto r = [](const std::atomic<long long>& c) { return c.load(std::memory_order_relaxed); };
-  return {r(s.launches), r(s.syncs),     r(s.h2d),    r(s.h2d_bytes),
-          r(s.d2h),      r(s.d2h_bytes), r(s.allocs), r(s.frees)};
+  return {r(s.launches),  r(s.syncs),  r(s.h2d),   r(s.h2d_bytes),     r(s.d2h),
+          r(s.d2h_bytes), r(s.allocs), r(s.frees), r(s.graph_launches)};
 }
 
 // Keeps a record of every launch made while it lives (one log at a time is meaningful).

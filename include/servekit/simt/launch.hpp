@@ -198,41 +198,21 @@ inline void set_host_workers(int n) {
 }
 #endif
 
+#if defined(SERVEKIT_SIMT_HOST)
+namespace detail {
+// Runs every block of a checked launch (now, or when a captured graph runs).
 template <class... P, class... A>
-void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, stream_handle stream,
-            A&&... args) {
-  static_assert(sizeof...(P) == sizeof...(A), "simt::launch: wrong number of kernel arguments");
-  const void* key = reinterpret_cast<const void*>(k.fn);
-#if defined(SERVEKIT_SIMT_DEVICE)
-  const detail::SmemLimits lim = detail::smem_limits(key);
-  detail::check_config(k.name, grid, block, smem_bytes, lim.static_bytes, lim.max_dynamic);
-  detail::count_launch(k.name, grid, block, smem_bytes);
-  k.fn<<<grid, block, smem_bytes, stream>>>(std::forward<A>(args)...);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw LaunchError(servekit::detail::cat(
-        "kernel ", k.name, ": launch of grid ", detail::dims(grid), " block ", detail::dims(block),
-        " smem ", smem_bytes, " failed: ", cudaGetErrorString(e)));
-#else
-  (void)stream;
-  // Static __shared__ arrays are thread_locals on the host; their size is not known here.
-  const detail::SmemLimits lim = detail::smem_limits(key);
-  detail::check_config(k.name, grid, block, smem_bytes, 0, lim.max_dynamic);
-  detail::count_launch(k.name, grid, block, smem_bytes);
-  if (detail::g_worker && detail::g_worker->in_block)
-    throw LaunchError(servekit::detail::cat("kernel ", k.name,
-                                            ": launched from inside a kernel, which the "
-                                            "emulator does not support"));
-  const detail::Closure<P...> closure{k.fn, {std::forward<A>(args)...}};
+void run_grid(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, A&&... args) {
+  const Closure<P...> closure{k.fn, {std::forward<A>(args)...}};
   const long long n_blocks = static_cast<long long>(volume(grid));
   auto run = [&](long long b) {
-    detail::Worker& w = detail::this_worker();
-    detail::prepare(w, block, smem_bytes);
-    w.body = &detail::Closure<P...>::invoke;
+    Worker& w = this_worker();
+    prepare(w, block, smem_bytes);
+    w.body = &Closure<P...>::invoke;
     w.closure = &closure;
-    detail::run_block(w, k.name, unlinear_index(static_cast<unsigned long long>(b), grid), grid);
+    run_block(w, k.name, unlinear_index(static_cast<unsigned long long>(b), grid), grid);
   };
-  const int workers = detail::worker_count() > 0 ? detail::worker_count() : omp_get_max_threads();
+  const int workers = worker_count() > 0 ? worker_count() : omp_get_max_threads();
   if (n_blocks == 1 || workers == 1) {
     for (long long b = 0; b < n_blocks; ++b) run(b);
     return;
@@ -253,6 +233,50 @@ void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, strea
     }
   }
   if (first) std::rethrow_exception(first);
+}
+}  // namespace detail
+#endif
+
+template <class... P, class... A>
+void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, stream_handle stream,
+            A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "simt::launch: wrong number of kernel arguments");
+  const void* key = reinterpret_cast<const void*>(k.fn);
+#if defined(SERVEKIT_SIMT_DEVICE)
+  const detail::SmemLimits lim = detail::smem_limits(key);
+  detail::check_config(k.name, grid, block, smem_bytes, lim.static_bytes, lim.max_dynamic);
+  detail::count_launch(k.name, grid, block, smem_bytes);
+  k.fn<<<grid, block, smem_bytes, stream>>>(std::forward<A>(args)...);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw LaunchError(servekit::detail::cat(
+        "kernel ", k.name, ": launch of grid ", detail::dims(grid), " block ", detail::dims(block),
+        " smem ", smem_bytes, " failed: ", cudaGetErrorString(e)));
+#else
+  // Static __shared__ arrays are thread_locals on the host; their size is not known here.
+  const detail::SmemLimits lim = detail::smem_limits(key);
+  detail::check_config(k.name, grid, block, smem_bytes, 0, lim.max_dynamic);
+  if (detail::g_worker && detail::g_worker->in_block)
+    throw LaunchError(servekit::detail::cat("kernel ", k.name,
+                                            ": launched from inside a kernel, which the "
+                                            "emulator does not support"));
+  if (detail::recording(stream, k.name)) {
+    // The arguments are copied now, as a captured kernel node's are; so is the name, which
+    // may be a temporary's.
+    detail::count_launch(k.name, grid, block, smem_bytes);
+    detail::capture_slot()->nodes.push_back(
+        [fn = k.fn, name = std::string(k.name), grid, block, smem_bytes,
+         args = std::tuple<std::remove_cvref_t<P>...>(std::forward<A>(args)...)] {
+          std::apply(
+              [&](const auto&... a) {
+                detail::run_grid(Kernel<P...>{fn, name}, grid, block, smem_bytes, a...);
+              },
+              args);
+        });
+    return;
+  }
+  detail::count_launch(k.name, grid, block, smem_bytes);
+  detail::run_grid(k, grid, block, smem_bytes, std::forward<A>(args)...);
 #endif
 }
 

@@ -21,3 +21,5 @@
 #include "servekit/simt/stream.hpp"
 #include "servekit/simt/memory.hpp"
 #include "servekit/simt/launch.hpp"
+#include "servekit/simt/graph.hpp"
+#include "servekit/simt/staging.hpp"
