@@ -10,7 +10,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -160,58 +162,230 @@ TEMPLATE_TEST_CASE("device-resident unmerged adapters give HF + PEFT's logits",
 // What a warm decode step asks of the device, counted by simt (simt/counters.hpp): the kernels
 // it launches and the copies, synchronisations and allocations around them. On a GPU each of
 // these costs microseconds; a step of GPT-2 small is ~100 us of memory traffic at H100 speed.
+// `graphs`: run eagerly, or replay the step's captured graph (the third decode step's shape).
+namespace {
+struct DecodeRun {
+  static constexpr int S = 3;
+  std::vector<int32_t> tokens;
+  std::vector<SeqStep> seqs;
+  std::vector<sk::kernels::RowSampling> rows = std::vector<sk::kernels::RowSampling>(S);
+  std::vector<int32_t> ids = std::vector<int32_t>(S);
+  std::vector<float> lp = std::vector<float>(S);
+  DecodeRun() {
+    for (int i = 0; i < S; i++) {
+      seqs.push_back({i, 0, 4 + i});
+      for (int j = 0; j < 4 + i; j++) tokens.push_back(static_cast<int32_t>(7 * i + j));
+    }
+  }
+  template <class Model, class Cache>
+  void step(Model& model, Cache& cache) {
+    model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);
+    tokens.assign(ids.begin(), ids.end());
+    for (auto& s : seqs) s = {s.slot, s.n_past + s.n_new, 1};
+    for (auto& r : rows) r.index++;
+  }
+};
+}  // namespace
+
 TEMPLATE_TEST_CASE("a warm decode step's launches, copies and allocations, counted",
                    "[device][budget]", sk::weights::F32,
                    sk::weights::U8ZeroPoint<sk::weights::PerChannel>) {
   using D = sk::dims::TinyA;
   constexpr int L = D::n_layer;
   auto model = sk::Gpt2<Device<D, TestType, sk::kv::Paged<16>>>::load(fixture_dir<D>());
-  constexpr int S = 3;
-  auto cache = model.make_cache(S);
-  std::vector<int32_t> tokens;
-  std::vector<SeqStep> seqs;
-  for (int i = 0; i < S; i++) {
-    seqs.push_back({i, 0, 4 + i});
-    for (int j = 0; j < 4 + i; j++) tokens.push_back(static_cast<int32_t>(7 * i + j));
-  }
-  std::vector<sk::kernels::RowSampling> rows(S);
-  std::vector<int32_t> ids(S);
-  std::vector<float> lp(S);
-  auto step = [&] {
-    model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);
-    tokens.assign(ids.begin(), ids.end());
-    for (auto& s : seqs) s = {s.slot, s.n_past + s.n_new, 1};
-  };
-  step();  // prefill
-  step();  // the first decode step sizes the decode buffers
+  const bool graphs = GENERATE(false, true);
+  model.set_graphs(graphs);
+  auto cache = model.make_cache(DecodeRun::S);
+  DecodeRun run;
+  constexpr int S = DecodeRun::S;
+  for (int i = 0; i < 3; i++) run.step(model, cache);  // prefill; sizing; capture
   const sk::simt::Counts before = sk::simt::counts();
   sk::simt::LaunchLog log;
-  step();
+  run.step(model, cache);
   const sk::simt::Counts c = sk::simt::counts() - before;
   const auto launches = log.take();
   std::string names;
   for (const auto& r : launches) names += r.kernel + " (" + std::to_string(r.blocks()) + ")\n";
-  INFO("launches:\n" << names);
+  INFO((graphs ? "replayed" : "eager") << " launches:\n" << names);
   INFO("h2d " << c.h2d << " (" << c.h2d_bytes << " B), d2h " << c.d2h << " (" << c.d2h_bytes
-              << " B), syncs " << c.syncs << ", allocs " << c.allocs);
+              << " B), syncs " << c.syncs << ", allocs " << c.allocs << ", graph launches "
+              << c.graph_launches);
   // Nothing is allocated or freed once the buffers have grown to the step's shape.
   CHECK(c.allocs == 0);
   CHECK(c.frees == 0);
-  // Only the picked ids and their logprobs come back, not (S, V) logits.
-  CHECK(c.d2h == 2);
+  // One copy back: the picked ids and their logprobs, not (S, V) logits.
+  CHECK(c.d2h == 1);
   CHECK(c.d2h_bytes == S * (sizeof(int32_t) + sizeof(float)));
-  // Two uploads: the step's index arrays, and the rows' sampling parameters. Both are
-  // null-stream copies, which wait for the device, as the downloads do: 4 host waits where one
-  // would do (the plan/run split of the CUDA step issue).
-  CHECK(c.h2d == 2);
-  CHECK(c.syncs == c.h2d + c.d2h);
-  CHECK(static_cast<long long>(launches.size()) == c.launches);
-  // Per layer: ln_1, c_attn, kv_append, attention, c_proj, ln_2, c_fc, mlp c_proj; then the
-  // embedding, the last-row gather, ln_f, the head and the sampler.
-  CHECK(c.launches == 8 * L + 5);
+  // One copy up: the step's index arrays and the rows' sampling parameters, packed in pinned
+  // memory and ordered on the model's stream, so it does not wait: the download is the one
+  // host wait of the step.
+  CHECK(c.h2d == 1);
+  CHECK(c.syncs == 1);
+  if (graphs) {
+    // The whole step is one graph launch: no kernel is launched from the host.
+    CHECK(c.graph_launches == 1);
+    CHECK(c.launches == 0);
+    CHECK(model.graphs_captured() == 1);
+  } else {
+    CHECK(c.graph_launches == 0);
+    CHECK(static_cast<long long>(launches.size()) == c.launches);
+    // Per layer: ln_1, c_attn, kv_append, attention, c_proj, ln_2, c_fc, mlp c_proj; then the
+    // embedding, the last-row gather, ln_f, the head and the sampler.
+    CHECK(c.launches == 8 * L + 5);
+  }
   const std::string name = decltype(model)::name();
-  WARN("warm decode step of " << S << " rows, " << name << ": " << c.launches << " launches, "
-                              << c.h2d << " uploads (" << c.h2d_bytes << " B), " << c.d2h
-                              << " downloads, " << c.syncs << " host syncs, " << c.allocs
-                              << " allocations");
+  WARN("warm decode step of " << S << " rows, " << name << (graphs ? ", replayed" : ", eager")
+                              << ": " << c.launches << " launches, " << c.graph_launches
+                              << " graph launches, " << c.h2d << " uploads (" << c.h2d_bytes
+                              << " B), " << c.d2h << " downloads, " << c.syncs << " host syncs, "
+                              << c.allocs << " allocations");
+}
+
+// Each attention row takes the kernel of its kind, whatever the step's size: a sequence's one
+// new token the split-rows decode kernel, a prompt's rows the prefill kernel; a step of both
+// launches both, each over its own rows. The decode rows' tokens do not depend on a prompt
+// sharing their step.
+TEST_CASE("decode rows take the decode attention kernel, prompt rows the prefill kernel",
+          "[device][attention]") {
+  using D = sk::dims::TinyA;
+  constexpr int L = D::n_layer, S = 20;  // more rows than a small batch
+  using Model = sk::Gpt2<Device<D, sk::weights::F32, sk::kv::Paged<16>>>;
+  auto model = Model::load(fixture_dir<D>());
+  model.set_graphs(false);
+  auto count = [](const std::vector<sk::simt::LaunchRecord>& log, std::string_view kernel) {
+    return std::count_if(log.begin(), log.end(), [&](const sk::simt::LaunchRecord& r) {
+      return r.kernel.find(kernel) != std::string::npos;
+    });
+  };
+  // Two caches: the S sequences alone, and with a prompt joining at their decode step.
+  auto alone = model.make_cache(S + 1), shared = model.make_cache(S + 1);
+  std::vector<int32_t> prompt_tokens;
+  std::vector<SeqStep> prompts;
+  for (int i = 0; i < S; i++) {
+    prompts.push_back({i, 0, 3});
+    for (int j = 0; j < 3; j++) prompt_tokens.push_back(static_cast<int32_t>(11 * i + j));
+  }
+  std::vector<sk::kernels::RowSampling> rows(S);
+  std::vector<int32_t> ids(S);
+  std::vector<float> lp(S);
+  sk::simt::LaunchLog log;
+  model.forward_pick(alone, {prompt_tokens, prompts}, rows, ids, lp);
+  auto launched = log.take();
+  CHECK(count(launched, "attention_prefill") == L);
+  CHECK(count(launched, "attention_decode") == 0);
+  model.forward_pick(shared, {prompt_tokens, prompts}, rows, ids, lp);
+  std::vector<int32_t> next(ids);
+  std::vector<SeqStep> decode;
+  for (int i = 0; i < S; i++) decode.push_back({i, 3, 1});
+  log.take();
+  model.forward_pick(alone, {next, decode}, rows, ids, lp);
+  launched = log.take();
+  CHECK(count(launched, "attention_decode") == L);
+  CHECK(count(launched, "attention_prefill") == 0);
+  const std::vector<int32_t> ids_alone = ids;
+  const std::vector<float> lp_alone = lp;
+  // The same decode rows with a 5-token prompt after them.
+  auto mixed_tokens = next;
+  auto mixed = decode;
+  mixed.push_back({S, 0, 5});
+  for (int32_t t : {3, 1, 4, 1, 5}) mixed_tokens.push_back(t);
+  std::vector<sk::kernels::RowSampling> mrows(S + 1);
+  std::vector<int32_t> mids(S + 1);
+  std::vector<float> mlp(S + 1);
+  model.forward_pick(shared, {mixed_tokens, mixed}, mrows, mids, mlp);
+  launched = log.take();
+  CHECK(count(launched, "attention_decode") == L);
+  CHECK(count(launched, "attention_prefill") == L);
+  for (int i = 0; i < S; i++) {
+    INFO("sequence " << i);
+    CHECK(mids[i] == ids_alone[i]);
+    CHECK(std::bit_cast<uint32_t>(mlp[i]) == std::bit_cast<uint32_t>(lp_alone[i]));
+  }
+}
+
+// An engine sizes the model's step buffers once for its limits (Gpt2::reserve): then no step
+// within them allocates or frees, prefill and decode alike, and no captured graph is dropped.
+TEST_CASE("a reserved model's steps allocate nothing and keep their graphs", "[device][budget]") {
+  using D = sk::dims::TinyA;
+  using Model = sk::Gpt2<Device<D, sk::weights::F32, sk::kv::Paged<16>>>;
+  auto model = Model::load(fixture_dir<D>());
+  auto cache = model.make_cache(4);
+  REQUIRE_THROWS_WITH(model.reserve(2, 3), Catch::Contains("max_seqs = 3"));
+  model.reserve(32, 4, cache.max_len());
+  DecodeRun run;
+  const sk::simt::Counts before = sk::simt::counts();
+  for (int step = 0; step < 10; step++) {
+    if (step == 5) {  // a fourth sequence joins: a second decode shape
+      run.seqs.push_back({3, 0, 3});
+      for (int32_t t : {4, 5, 6}) run.tokens.push_back(t);
+      run.rows.push_back({}), run.ids.push_back(0), run.lp.push_back(0);
+    }
+    run.step(model, cache);
+  }
+  const sk::simt::Counts c = sk::simt::counts() - before;
+  CHECK(c.allocs == 0);
+  CHECK(c.frees == 0);
+  CHECK(model.graphs_captured() == 2);  // 3 and 4 rows, neither dropped
+  // Each shape runs eagerly once (steps 1 and 6), then is captured and replayed: steps 2-4
+  // (3 rows) and 7-9 (4 rows); step 5 mixes prefill and decode and runs eagerly.
+  CHECK(c.graph_launches == 3 + 3);
+}
+
+// Captured and replayed decode steps give the eager steps' tokens and logprobs bit for bit:
+// sampled rows (whose draw index changes every step, in the uploaded rows), greedy rows, a
+// paged cache whose block tables grow mid-run (16-token blocks), and a sequence that joins
+// later (a new shape: a second graph). Top-logprob logits come back on request.
+TEMPLATE_TEST_CASE("decode steps replayed from CUDA graphs match eager steps", "[device][graphs]",
+                   sk::weights::F32, sk::weights::U8ZeroPoint<sk::weights::PerChannel>) {
+  using D = sk::dims::TinyA;
+  using Model = sk::Gpt2<Device<D, TestType, sk::kv::Paged<16>>>;
+  auto eager = Model::load(fixture_dir<D>());
+  auto graphed = Model::load(fixture_dir<D>());
+  eager.set_graphs(false);
+  REQUIRE(graphed.graphs());
+  auto c1 = eager.make_cache(4), c2 = graphed.make_cache(4);
+  DecodeRun a, b;
+  for (auto* r : {&a, &b}) {
+    r->rows[0].temperature = 0.9f, r->rows[0].seed = 11, r->rows[0].top_k = 20;
+    r->rows[2].temperature = 1.3f, r->rows[2].seed = 5, r->rows[2].top_p = 0.8f;
+  }
+  std::vector<float> la, lb;
+  for (int step = 0; step < 24; step++) {
+    INFO("step " << step);
+    if (step == 12)  // a fourth sequence joins: prefill and decode mixed, then a new shape
+      for (auto* r : {&a, &b}) {
+        r->seqs.push_back({3, 0, 2});
+        r->tokens.push_back(9), r->tokens.push_back(10);
+        r->rows.push_back({}), r->ids.push_back(0), r->lp.push_back(0);
+      }
+    if (step % 5 == 4) {  // top logprobs asked: the logits come back too
+      eager.forward_pick(c1, {a.tokens, a.seqs}, a.rows, a.ids, a.lp, &la);
+      graphed.forward_pick(c2, {b.tokens, b.seqs}, b.rows, b.ids, b.lp, &lb);
+      REQUIRE(la == lb);
+      a.tokens.assign(a.ids.begin(), a.ids.end()), b.tokens.assign(b.ids.begin(), b.ids.end());
+      for (auto* r : {&a, &b}) {
+        for (auto& s : r->seqs) s = {s.slot, s.n_past + s.n_new, 1};
+        for (auto& q : r->rows) q.index++;
+      }
+    } else {
+      a.step(eager, c1);
+      b.step(graphed, c2);
+    }
+    REQUIRE(a.ids == b.ids);
+    REQUIRE(std::memcmp(a.lp.data(), b.lp.data(), a.lp.size() * sizeof(float)) == 0);
+  }
+  CHECK(eager.graphs_captured() == 0);
+  // The join grew the ids buffer, a free that drops every graph (they hold addresses): only
+  // the 4-row shape's graph is held.
+  CHECK(graphed.graphs_captured() == 1);
+  // Logits of a decode step through forward() replay too, and agree with the eager model's.
+  std::vector<float> fa, fb;
+  for (int i = 0; i < 3; i++) {
+    eager.forward(c1, {a.tokens, a.seqs}, fa);
+    graphed.forward(c2, {b.tokens, b.seqs}, fb);
+    REQUIRE(fa == fb);
+    for (auto* r : {&a, &b})
+      for (auto& s : r->seqs) s = {s.slot, s.n_past + s.n_new, 1};
+  }
+  CHECK(graphed.graphs_captured() == 2);
 }

@@ -164,9 +164,10 @@ TEST_CASE("split-rows decode attention matches the reference", "[kernels][emulat
   }
 }
 
-// Bitwise: the row's output as the prefill kernel gives it (whole, or in chunks of 37 rows) and
-// as the decode kernel gives it (every row its own query, up to 10 splits, so the workspace path
-// runs too). This is what keeps a request's tokens independent of the steps it shares.
+// Bitwise: the row's output as the prefill kernel gives it (whole, or in chunks of 37 rows), as
+// the decode kernel gives it (every row its own query, up to 10 splits, so the workspace path
+// runs too), and as both give it when each takes a list of the rows. This is what keeps a request's
+// tokens independent of the steps it shares.
 template <class T, bool kPaged>
 void check_same_bits(int C, int n_head) {
   std::mt19937 rng(5 + C);
@@ -184,18 +185,21 @@ void check_same_bits(int C, int n_head) {
   const int N = static_cast<int>(slot.size());
   const auto qkv = random_floats(static_cast<std::size_t>(N) * 3 * C, rng, -2.f, 2.f);
   const float scale = 1.f / std::sqrt(static_cast<float>(C / n_head));
-  // Rows [r0, r0 + n) of the list in one call of either kernel, into out.
-  auto run = [&](Kernel which, int r0, int n, std::vector<float>& out) {
-    const kn::AttentionParams p{out.data() + static_cast<std::size_t>(r0) * C,
-                                qkv.data() + static_cast<std::size_t>(r0) * 3 * C,
-                                kn::device_view(view),
-                                slot.data() + r0,
-                                first.data() + r0,
-                                row.data() + r0,
-                                n,
-                                C,
-                                n_head,
-                                scale};
+  // Rows [r0, r0 + n) of the list in one call of either kernel, into out; or, given `rows`,
+  // the n rows it lists (r0 = 0).
+  auto run = [&](Kernel which, int r0, int n, std::vector<float>& out,
+                 const int32_t* rows = nullptr) {
+    kn::AttentionParams p{out.data() + static_cast<std::size_t>(r0) * C,
+                          qkv.data() + static_cast<std::size_t>(r0) * 3 * C,
+                          kn::device_view(view),
+                          slot.data() + r0,
+                          first.data() + r0,
+                          row.data() + r0,
+                          n,
+                          C,
+                          n_head,
+                          scale};
+    p.rows = rows;
     if (which == Kernel::Prefill) {
       kn::attention_prefill(p);
     } else if (which == Kernel::Host) {
@@ -213,9 +217,25 @@ void check_same_bits(int C, int n_head) {
     for (int c = 0; c < seqs[s].len; c += 37)
       run(Kernel::Prefill, r0 + c, std::min(37, seqs[s].len - c), chunked);
   for (int r0 = 0; r0 < N; r0 += 3) run(Kernel::Decode, r0, std::min(3, N - r0), few);
+  // By a row list, as a step of decode and prefill rows is split: every third row to the
+  // decode kernel (its workspace indexed by list position), the others to the prefill kernel,
+  // each writing its rows alone.
+  std::vector<int32_t> by_kind;
+  for (int r = 0; r < N; r += 3) by_kind.push_back(r);
+  const int n_dec = static_cast<int>(by_kind.size());
+  for (int r = 0; r < N; r++)
+    if (r % 3) by_kind.push_back(r);
+  auto listed = poisoned(whole.size());
+  run(Kernel::Decode, 0, n_dec, listed, by_kind.data());
+  std::size_t wrong_rows = 0;  // written when not listed, or not written when listed
+  for (int r = 0; r < N; r++)
+    wrong_rows += std::isnan(listed[static_cast<std::size_t>(r) * C]) != (r % 3 != 0);
+  CHECK(wrong_rows == 0);
+  run(Kernel::Prefill, 0, N - n_dec, listed, by_kind.data() + n_dec);
   std::size_t differ = 0;
   for (std::size_t i = 0; i < whole.size(); i++)
-    differ += std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(chunked[i]) ||
+    differ += std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(listed[i]) ||
+              std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(chunked[i]) ||
               std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(decoded[i]) ||
               std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(few[i]);
   CHECK(differ == 0);

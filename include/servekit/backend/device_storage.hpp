@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "servekit/backend/device_step.hpp"
 #include "servekit/simt/memory.hpp"
 #include "servekit/weights/device_matrix.hpp"
 
@@ -18,6 +19,7 @@ struct DeviceStorage {
   using Vec = simt::DeviceVector<T>;
   template <class Mat>
   using Resident = weights::DeviceMatrix<weights::format_of<Mat>>;
+  using StepContext = DeviceStep;  // the stream, staging, results and graphs of the steps
 
   template <class T>
   static Vec<T> to_vec(std::vector<T>&& v) {
@@ -27,14 +29,14 @@ struct DeviceStorage {
   static Resident<Mat> resident(Mat&& m) {
     return Resident<Mat>::upload(m);
   }
+  // Both ordered on the current stream (simt::StreamScope); a download waits for it.
   template <class T>
   static void upload(Vec<T>& dst, std::span<const T> src) {
-    dst.assign(src);
+    dst.assign(src, simt::current_stream());
   }
-  // Waits for the work issued before it on the default stream.
   template <class T>
   static void download(std::span<T> dst, const Vec<T>& src) {
-    src.download(dst);
+    src.download(dst, simt::current_stream());
   }
 };
 

@@ -61,10 +61,13 @@ struct Ops<Host> : HostStorage {
     kernels::ref::kv_append(kv, qkv, slot, pos, N, C);
   }
   // Layout-generic attention (kv::ContiguousView, kv::PagedView): rows first..row per query.
+  // One task per (row, head) whatever the row's kind: no scratch, no split by kind.
+  static std::size_t attention_workspace(int, int, int, int) { return 0; }
   template <class KvView>
   static void attention(float* out, const float* qkv, const KvView& kv, const int32_t* slot,
                         const int32_t* first, const int32_t* row, int N, int C, int n_head,
-                        int max_rows) {
+                        int max_rows, float* /*workspace*/, const int32_t* /*by_kind*/,
+                        int /*n_decode*/) {
     kernels::host::attention(out, qkv, kv, slot, first, row, N, C, n_head, max_rows);
   }
   // out[i] = in[rows[i]]: (M, C) rows of an (N, C) matrix.

@@ -2,7 +2,8 @@
 #pragma once
 // The operations of the decoder on the device kernels (kernels/*.hpp), shared by the Emulated
 // and Cuda backends: the same launchers, only where the pointers live differs. Every pointer
-// is device memory (under the emulator, device memory is host memory).
+// is device memory (under the emulator, device memory is host memory). Kernels are enqueued on
+// simt::current_stream(), which the decoder sets to its own for a step.
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -35,17 +36,15 @@ template <bool kSyncEachLaunch>
 struct SimtOps {
   static constexpr bool device_sampling = true;  // the model picks tokens on the device
   using Epilogue = kernels::Epilogue;
-  // Attention steps of at most this many query rows take the split-rows decode kernel.
-  static constexpr int kDecodeRows = 16;
 
   static void embedding(float* out, const int32_t* tokens, const int32_t* pos, const float* wte,
                         const float* wpe, int N, int C) {
-    kernels::embedding({out, tokens, pos, wte, wpe, N, C});
+    kernels::embedding({out, tokens, pos, wte, wpe, N, C}, stream());
     done();
   }
   static void layernorm(float* out, const float* in, const float* w, const float* b, int N, int C,
                         float eps) {
-    kernels::layernorm({out, in, w, b, N, C, eps});
+    kernels::layernorm({out, in, w, b, N, C, eps}, stream());
     done();
   }
   // W: (K, N) dense weights, a weights::Matrix (emulator) or weights::DeviceMatrix (device
@@ -57,11 +56,12 @@ struct SimtOps {
                      const float* add = nullptr) {
     using T = std::remove_cvref_t<decltype(*W.data.data())>;
     if constexpr (std::is_same_v<T, float>) {
-      kernels::linear_simt<E>({out, x, W.data.data(), b, M, W.rows, W.cols, add});
+      kernels::linear_simt<E>({out, x, W.data.data(), b, M, W.rows, W.cols, add}, stream());
     } else if constexpr (std::is_same_v<T, half_t> || std::is_same_v<T, bf16_t>) {
       kernels::linear_mma<E, std::is_same_v<T, bf16_t>>(
           {out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()), b, M, W.rows, W.cols,
-           add});
+           add},
+          stream());
     } else {
       static_assert(sizeof(T) == 0, "servekit: no device linear kernel for this element type");
     }
@@ -80,7 +80,8 @@ struct SimtOps {
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
                      const float* add = nullptr) {
     kernels::linear_u8<E>({out, x, W.q.data(), W.scale.data(), W.zero.data(), b, M, W.rows, W.cols,
-                           W.group_rows, W.state_cols, add});
+                           W.group_rows, W.state_cols, add},
+                          stream());
     done();
   }
   template <Epilogue E, class Mat>
@@ -93,15 +94,28 @@ struct SimtOps {
   template <class KvView>
   static void kv_append(const KvView& kv, const float* qkv, const int32_t* slot, const int32_t* row,
                         int N, int C) {
-    kernels::kv_append(kernels::KvAppendParams{kernels::device_view(kv), qkv, slot, row, N, C});
+    kernels::kv_append(kernels::KvAppendParams{kernels::device_view(kv), qkv, slot, row, N, C},
+                       stream());
     done();
   }
-  // Query row r attends to cache rows first[r]..row[r]; max_rows bounds their count.
+  // Floats of scratch attention() needs for up to decode_rows decode rows over caches of up to
+  // max_rows rows: the decode kernel's split-rows partial results.
+  static std::size_t attention_workspace(int C, int n_head, int max_rows, int decode_rows) {
+    return kernels::decode_workspace_floats(decode_rows, C, n_head,
+                                            kernels::decode_splits(max_rows));
+  }
+  // Query row r attends to cache rows first[r]..row[r]; max_rows bounds their count. Decode
+  // rows (a sequence's one new token) take the split-rows decode kernel, the others the
+  // prefill kernel, whatever the step's size: by_kind holds the n_decode decode rows, then the
+  // others (null when all rows are of one kind). Both kernels sum in one order, so the choice
+  // changes no bit. workspace: attention_workspace(C, n_head, max_rows, n_decode) floats.
   template <class KvView>
   static void attention(float* out, const float* qkv, const KvView& kv, const int32_t* slot,
                         const int32_t* first, const int32_t* row, int N, int C, int n_head,
-                        int max_rows) {
+                        int max_rows, float* workspace, const int32_t* by_kind, int n_decode) {
     const int hd = kernels::check_heads("attention", C, n_head);
+    if (n_decode < 0 || n_decode > N || (!by_kind && n_decode != 0 && n_decode != N))
+      fail("attention: ", n_decode, " decode rows of ", N, " need the rows listed by kind");
     const kernels::AttentionParams p{out,
                                      qkv,
                                      kernels::device_view(kv),
@@ -112,14 +126,16 @@ struct SimtOps {
                                      C,
                                      n_head,
                                      1.f / std::sqrt(static_cast<float>(hd))};
-    if (N <= kDecodeRows) {
-      const int splits = kernels::decode_splits(max_rows);
-      auto& ws = workspace();
-      const std::size_t need = kernels::decode_workspace_floats(N, C, n_head, splits);
-      if (ws.size() < need) ws = simt::DeviceBuffer<float>(need);
-      kernels::attention_decode(p, max_rows, ws.data());
+    if (n_decode == N) {
+      kernels::attention_decode(p, max_rows, workspace, stream());
+    } else if (n_decode == 0) {
+      kernels::attention_prefill(p, stream());
     } else {
-      kernels::attention_prefill(p);
+      auto d = p, f = p;
+      d.rows = by_kind, d.N = n_decode;
+      f.rows = by_kind + n_decode, f.N = N - n_decode;
+      kernels::attention_decode(d, max_rows, workspace, stream());
+      kernels::attention_prefill(f, stream());
     }
     done();
   }
@@ -132,52 +148,50 @@ struct SimtOps {
         if (a < 0) continue;
         kernels::LoraParams q = p;
         q.only = a;
-        kernels::lora_gathered(q);
+        kernels::lora_gathered(q, stream());
       }
     } else if constexpr (std::is_same_v<Policy, servekit::lora::Gathered>) {
-      kernels::lora_gathered(p);
+      kernels::lora_gathered(p, stream());
     } else if constexpr (std::is_same_v<Policy, servekit::lora::Segmented>) {
-      kernels::lora_segmented(p);
+      kernels::lora_segmented(p, stream());
     } else {
       static_assert(sizeof(Policy) == 0, "servekit: no device LoRA kernel for this policy");
     }
     done();
   }
   static void zero(float* x, int64_t n) {
-    kernels::zero(x, n);
+    kernels::zero(x, n, stream());
     done();
   }
   // out[i] = in[rows[i]]: (M, C) rows of an (N, C) matrix.
   static void gather_rows(float* out, const float* in, const int32_t* rows, int M, int C) {
-    kernels::gather_rows({out, in, rows, M, C});
+    kernels::gather_rows({out, in, rows, M, C}, stream());
     done();
   }
   static void lm_head(float* logits, const float* x, const float* wte, int M, int V, int C) {
-    kernels::lm_head({logits, x, wte, M, V, C});
+    kernels::lm_head({logits, x, wte, M, V, C}, stream());
     done();
   }
   // ids (M) and their logprobs (M, or null) from logits (M, V), row m drawn with rows[m]
   // (kernels/sampling.hpp): one launch for a batch whose requests sample each their own way.
   static void sample(int32_t* ids, float* logprobs, const float* logits,
                      const kernels::RowSampling* rows, int M, int V) {
-    kernels::sample({ids, logprobs, logits, rows, M, V});
+    kernels::sample({ids, logprobs, logits, rows, M, V}, stream());
     done();
   }
   // Tokens refused by a row's grammar -> -inf: masks (n, ceil(V / 32)) for the rows (n).
   static void mask_logits(float* logits, const uint32_t* words, const int32_t* rows, int n, int M,
                           int V) {
-    kernels::mask_logits({logits, words, rows, n, M, V});
+    kernels::mask_logits({logits, words, rows, n, M, V}, stream());
     done();
   }
 
  private:
+  // Every launch goes to the current stream (simt::StreamScope): the decoder's own on device
+  // storage.
+  static simt::stream_handle stream() { return simt::current_stream(); }
   static void done() {
     if constexpr (kSyncEachLaunch) simt::synchronize();
-  }
-  // Split-rows partial results; one per OS thread, grown to the largest step seen.
-  static simt::DeviceBuffer<float>& workspace() {
-    thread_local simt::DeviceBuffer<float> ws;
-    return ws;
   }
 };
 

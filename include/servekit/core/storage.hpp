@@ -20,6 +20,12 @@ struct HostStorage {
   using Vec = std::vector<T>;
   template <class Mat>
   using Resident = Mat;
+  // What a decoder keeps between steps to run them on this storage: nothing (device storage
+  // keeps a stream, staging buffers and captured graphs).
+  struct StepContext {
+    struct Scope {};
+    Scope scope() const { return {}; }
+  };
 
   // A host vector made resident: moved, never copied.
   template <class T>

@@ -24,7 +24,8 @@ struct SharedStorage {
 };
 }  // namespace flash_decode
 
-// The splits' states, (N, n_head, splits): max, sum and unnormalised output.
+// The splits' states, (N, n_head, splits) by query (not by the step's row): max, sum and
+// unnormalised output.
 struct SplitWorkspace {
   float* m;    // (N, n_head, splits)
   float* l;    // (N, n_head, splits)
@@ -50,7 +51,8 @@ __global__ void __launch_bounds__(flash_decode::kThreads)
   constexpr int kDpl = (kHd + 31) / 32;
   SERVEKIT_SHARED(SharedStorage<kHd>, s);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = blockIdx.x, h = blockIdx.y, split = blockIdx.z * kWarps + warp;
+  const int i = blockIdx.x, h = blockIdx.y, split = blockIdx.z * kWarps + warp;
+  const int r = query_row(p, i);
   const int slot = p.slot[r];
   // This warp's rows; lo > hi when the split lies past the row (its state stays empty).
   const int lo = p.first[r] + split * attn::kSplitRows;
@@ -78,7 +80,7 @@ __global__ void __launch_bounds__(flash_decode::kThreads)
   }
   if (ws.splits > kWarps) {  // every split's state goes to the workspace; combine merges them
     if (split >= ws.splits) return;
-    const int64_t state = (static_cast<int64_t>(r) * p.n_head + h) * ws.splits + split;
+    const int64_t state = (static_cast<int64_t>(i) * p.n_head + h) * ws.splits + split;
     if (lane == 0) ws.m[state] = st.m, ws.l[state] = st.l;
 #pragma unroll
     for (int c = 0; c < kDpl; ++c) {
@@ -110,10 +112,12 @@ __global__ void __launch_bounds__(flash_decode::kThreads)
 // Merges the splits of one (row, head) in order, as the decode kernel does for kWarps of them.
 template <int kHd>
 __global__ void __launch_bounds__(kHd)
-    attention_combine_kernel(float* out,  // (N, C)
-                             const SplitWorkspace ws, int C, int n_head) {
-  const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-  const int64_t base = (static_cast<int64_t>(r) * n_head + h) * ws.splits;
+    attention_combine_kernel(float* out,  // (the step's rows, C)
+                             const SplitWorkspace ws, int C, int n_head,
+                             const int32_t* rows) {  // (N) as AttentionParams::rows
+  const int i = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const int r = rows ? rows[i] : i;
+  const int64_t base = (static_cast<int64_t>(i) * n_head + h) * ws.splits;
   float mt = -INFINITY, lt = 0.f, ot = 0.f;
   for (int sp = 0; sp < ws.splits; ++sp) {
     const float m = ws.m[base + sp];
@@ -147,7 +151,7 @@ void attention_decode(const AttentionParams<T, Rows>& p, int max_rows, float* wo
                  dim3(flash_decode::kThreads), 0, stream, p, ws);
     if (splits > flash_decode::kWarps)
       simt::launch(simt::kernel<attention_combine_kernel<kHd>>, dim3(p.N, p.n_head), dim3(kHd), 0,
-                   stream, p.out, ws, p.C, p.n_head);
+                   stream, p.out, ws, p.C, p.n_head, p.rows);
   });
 }
 

@@ -25,7 +25,16 @@ struct AttentionParams {
   const int32_t* row;    // (N) its own cache row, the last it sees
   int N, C, n_head;
   float scale;  // 1 / sqrt(head_dim)
+  // (N) which of the step's rows are the queries (their out, qkv, slot, first and row), in
+  // order; null: rows 0..N-1. A step of decode and prefill rows gives each kernel its own.
+  const int32_t* rows = nullptr;
 };
+
+// The step's row of the kernel's query i.
+template <class P>
+__device__ SERVEKIT_SIMT_INLINE int query_row(const P& p, int i) {
+  return p.rows ? p.rows[i] : i;
+}
 
 namespace flash {
 constexpr int BQ = 16, BK = attn::BK, kWarps = 4, kQPerWarp = BQ / kWarps;
@@ -57,7 +66,9 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
 #pragma unroll 1
   for (int i = threadIdx.x; i < BQ * kHd; i += kThreads) {
     const int qi = i / kHd, d = i % kHd;
-    s.q[qi][d] = qi < nq ? p.qkv[static_cast<int64_t>(q0 + qi) * C3 + h * kHd + d] * p.scale : 0.f;
+    s.q[qi][d] =
+        qi < nq ? p.qkv[static_cast<int64_t>(query_row(p, q0 + qi)) * C3 + h * kHd + d] * p.scale
+                : 0.f;
   }
   if (threadIdx.x < BQ) s.done[threadIdx.x] = static_cast<int>(threadIdx.x) >= nq;
   for (;;) {
@@ -68,7 +79,7 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
       for (int i = 0; i < BQ; ++i) {
         s.active[i] = 0;
         if (s.done[i]) continue;
-        const int r = q0 + i;
+        const int r = query_row(p, q0 + i);
         if (cur < 0) cur = p.slot[r], lo = p.first[r], hi = p.row[r];
         // Tiles count from the query's own first row, so a pass holds one first row.
         if (p.slot[r] != cur || p.first[r] != lo) continue;
@@ -102,10 +113,10 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
 #pragma unroll
       for (int a = 0; a < kQPerWarp; ++a) {
         const int qi = warp * kQPerWarp + a;
-        const int r = q0 + qi, t = t0 + lane;
+        const int t = t0 + lane;
         // Inactive queries (another pass's) and keys past the query's row score -inf.
         float sc = -INFINITY;
-        if (s.active[qi] && t <= p.row[r]) {
+        if (s.active[qi] && t <= p.row[query_row(p, q0 + qi)]) {
           sc = 0.f;
 #pragma unroll
           for (int d = 0; d < kHd; ++d) sc = fmaf(s.q[qi][d], s.k[lane][d], sc);
@@ -123,7 +134,7 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
     for (int a = 0; a < kQPerWarp; ++a) {
       const int qi = warp * kQPerWarp + a;
       if (!s.active[qi]) continue;
-      float* o = p.out + static_cast<int64_t>(q0 + qi) * p.C + h * kHd;
+      float* o = p.out + static_cast<int64_t>(query_row(p, q0 + qi)) * p.C + h * kHd;
 #pragma unroll
       for (int c = 0; c < kDpl; ++c) {
         const int d = lane + 32 * c;

@@ -2,7 +2,7 @@
 #pragma once
 // The one order in which servekit's attention sums, shared by the prefill and the decode
 // kernels so that a query row gets the same bits from either: a request's tokens then do not
-// depend on whether its rows ran in a decode step, a mixed step over 16 rows, a chunked
+// depend on whether its rows ran in a decode step, a step beside a prompt, a chunked
 // prefill or a recompute after preemption.
 //
 // A query sees cache rows first..row. They are cut into tiles of 32 rows and splits of

@@ -4,11 +4,14 @@
 // scratch space only; sequences live in a cache the caller owns, and requests live above, in
 // serve/. One forward() serves prefill, decode, mixed batches and the no-cache recompute.
 // Every array the kernels read lives in the backend's storage (Ops::Vec, Ops::Resident): host
-// vectors for Host and Emulated, device memory for Cuda, where a step uploads its token ids and
-// row indices once and downloads the logits once (the step's only synchronisation).
+// vectors for Host and Emulated, device memory for Cuda. There a step is planned on the host
+// (indices, sampling rows and masks packed in one pinned buffer), enqueued on the model's own
+// stream behind one upload, and waited for once, by the download of its ids (or logits); a
+// decode step is captured as a CUDA graph once and replayed (backend/device_step.hpp).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -137,14 +140,19 @@ class Gpt2 {
 
   // Runs one step. logits: (S, V) for Logits::Last, (N, V) for Logits::All.
   void forward(Cache& cache, const model::Batch& b, std::vector<float>& logits) {
-    const int M = run(cache, b);
-    logits.resize(static_cast<std::size_t>(M) * V);
+    [[maybe_unused]] const auto scope = step_.scope();
+    const Step st = plan(cache, b);
+    logits.resize(static_cast<std::size_t>(st.M) * V);
     if constexpr (Storage::is_host) {
-      head(logits.data(), M);
+      enqueue(cache, st, idx_host_.data());
+      head(logits.data(), st.M);
     } else {
       logits_.resize(logits.size());
-      head(logits_.data(), M);
-      Storage::download(std::span<float>(logits), logits_);  // waits for the step
+      step_.run(graph_key(cache, st, st.last ? kLastLogits : kAllLogits), [&] {
+        enqueue(cache, st, step_.in.template device<int32_t>(st.idx_at));
+        head(logits_.data(), st.M);
+      });
+      Storage::download(std::span<float>(logits), logits_);  // the step's one wait
     }
   }
 
@@ -184,24 +192,78 @@ class Gpt2 {
     }
     if (mask_rows_host_.size() != n_masks)
       fail("forward_pick: ", n_masks, " masks but ", mask_rows_host_.size(), " rows name one");
-    const int M = run(cache, b);
+    [[maybe_unused]] const auto scope = step_.scope();
+    const Step st = plan(cache, b);
+    const int M = st.M, n = static_cast<int>(n_masks);
     logits_.resize(static_cast<std::size_t>(M) * V);
-    head(logits_.data(), M);
-    Storage::upload(pick_rows_, rows);
-    if (n_masks > 0) {
-      Storage::upload(mask_words_, masks);
-      Storage::upload(mask_rows_, std::span<const int32_t>(mask_rows_host_));
-      Ops::mask_logits(logits_.data(), mask_words_.data(), mask_rows_.data(),
-                       static_cast<int>(n_masks), M, V);
+    if constexpr (Storage::is_host) {
+      enqueue(cache, st, idx_host_.data());
+      head(logits_.data(), M);
+      Storage::upload(pick_rows_, rows);
+      if (n > 0) Ops::mask_logits(logits_.data(), masks.data(), mask_rows_host_.data(), n, M, V);
+      pick_ids_.resize(M), pick_lp_.resize(M);
+      Ops::sample(pick_ids_.data(), pick_lp_.data(), logits_.data(), pick_rows_.data(), M, V);
+      Storage::download(ids, pick_ids_);
+      Storage::download(logprobs, pick_lp_);
+    } else {
+      // The sampling rows and masks go up with the indices, in one copy; ids and logprobs come
+      // back together, in one copy: (M) ids, then (M) logprobs.
+      auto& in = step_.in;
+      const std::size_t rows_at = in.put(rows);
+      const std::size_t mrows_at = in.put(std::span<const int32_t>(mask_rows_host_));
+      const std::size_t masks_at = in.put(masks);
+      picks_.resize(2 * static_cast<std::size_t>(M));
+      int32_t* pick_ids = picks_.data();
+      float* pick_lp = reinterpret_cast<float*>(pick_ids + M);
+      step_.run(n > 0 ? std::nullopt : graph_key(cache, st, kPick), [&] {
+        enqueue(cache, st, in.template device<int32_t>(st.idx_at));
+        head(logits_.data(), M);
+        if (n > 0)
+          Ops::mask_logits(logits_.data(), in.template device<uint32_t>(masks_at),
+                           in.template device<int32_t>(mrows_at), n, M, V);
+        Ops::sample(pick_ids, pick_lp, logits_.data(),
+                    in.template device<kernels::RowSampling>(rows_at), M, V);
+      });
+      const std::span<const int32_t> got = step_.download(picks_.data(), picks_.size());
+      std::copy_n(got.data(), M, ids.data());  // the step's one wait
+      std::memcpy(logprobs.data(), got.data() + M, M * sizeof(float));
     }
-    pick_ids_.resize(M), pick_lp_.resize(M);
-    Ops::sample(pick_ids_.data(), pick_lp_.data(), logits_.data(), pick_rows_.data(), M, V);
-    Storage::download(ids, pick_ids_);  // waits for the step
-    Storage::download(logprobs, pick_lp_);
     if (logits) {
       logits->resize(static_cast<std::size_t>(M) * V);
       Storage::download(std::span<float>(*logits), logits_);
     }
+  }
+
+  // Sizes every step buffer for steps of up to max_tokens new tokens over max_seqs sequences
+  // and caches of up to max_len rows, so that no such step allocates (an engine calls it with
+  // its limits); a larger step still grows them. forward()'s Logits::All is sized for
+  // max_seqs rows of logits, not max_tokens (that would be max_tokens x V floats).
+  void reserve(int max_tokens, int max_seqs, int max_len = P) {
+    if (max_seqs < 1 || max_tokens < max_seqs || max_len < 1)
+      fail("Gpt2::reserve: needs 1 <= max_seqs <= max_tokens and max_len >= 1; got max_tokens = ",
+           max_tokens, ", max_seqs = ", max_seqs, ", max_len = ", max_len);
+    const std::size_t T = max_tokens, S = max_seqs;
+    resize(max_tokens);
+    if (logits_.size() < S * V) logits_.resize(S * V);
+    reserve_attention(max_len, max_seqs);
+    if constexpr (!Storage::is_host) {
+      if (picks_.size() < 2 * S) picks_.resize(2 * S);
+      // What plan() and forward_pick stage: the index arrays, the rows' sampling parameters,
+      // a mask and its row per sequence, each section aligned.
+      const std::size_t W = (V + 31) / 32;
+      const std::size_t in = (by_kind_at(max_tokens) + T) * sizeof(int32_t) +
+                             S * sizeof(kernels::RowSampling) + S * (W + 1) * sizeof(uint32_t) +
+                             4 * 16;  // the staging buffer aligns sections to 16 bytes
+      step_.reserve(in, 2 * S * sizeof(int32_t));
+    }
+  }
+
+  // Device storage: whether decode steps are captured as CUDA graphs and replayed (default:
+  // on), and how many are held.
+  void set_graphs(bool on) requires(!Storage::is_host) { step_.set_graphs(on); }
+  bool graphs() const requires(!Storage::is_host) { return step_.graphs(); }
+  std::size_t graphs_captured() const requires(!Storage::is_host) {
+    return step_.graphs_captured();
   }
 
   // Unmerged adapters: each added one gets a slot that model::Batch::adapters names per
@@ -291,27 +353,43 @@ class Gpt2 {
   float layer_norm_eps() const { return eps_; }
 
  private:
-  // The step up to ln_f: the (M, C) rows that get logits are in ln_. Returns M.
-  int run(Cache& cache, const model::Batch& b) {
+  // A step's shape, planned on the host before any kernel is enqueued.
+  struct Step {
+    int N, S, M;         // new tokens, sequences, rows that get logits
+    bool last;           // Logits::Last: the M rows are each sequence's last
+    int n_decode;        // rows that are their sequence's one new token
+    std::size_t idx_at;  // device storage: where the index arrays are in the staging buffer
+    bool decode() const { return n_decode == N; }
+  };
+  // Where the rows listed by kind (decode rows, then the others) start in the index arrays.
+  static constexpr std::size_t by_kind_at(int N) {
+    return (6 + (kLora ? 4 : 0)) * static_cast<std::size_t>(N) + (kLora ? 1 : 0);
+  }
+  static constexpr int kAllLogits = 0, kLastLogits = 1, kPick = 2;  // what a graph computes
+  static constexpr int kMaxGraphRows = 256;  // larger decode steps run eagerly
+
+  // Validates the batch, reserves its cache rows and builds its index arrays on the host
+  // (device storage: into the staging buffer, which it clears).
+  Step plan(Cache& cache, const model::Batch& b) {
     const int N = validate(cache, b);
     const int S = static_cast<int>(b.seqs.size());
     reserve_rows(cache, b);  // may throw (out of blocks); then nothing was allocated
     const bool last = b.logits == model::Logits::Last;
-    const int M = last ? S : N;  // rows that get logits
+    const int M = last ? S : N;
     resize(N);
-    // (6, N) ints, built on the host: token, slot, position, first and own cache row of each
-    // new token, then the last row of each sequence. Device storage uploads them in one copy;
-    // host storage builds them in place.
-    std::vector<int32_t>& h = host_idx();
-    // LoRA: then (N) each row's adapter slot, (N) the adapted rows grouped by adapter, (N + 1)
-    // segment bounds and (N) segment slots, for the device kernels.
-    h.resize((6 + (kLora ? 4 : 0)) * static_cast<std::size_t>(N) + (kLora ? 1 : 0));
+    // (6, N) ints: token, slot, position, first and own cache row of each new token, then the
+    // last row of each sequence. LoRA: then (N) each row's adapter slot, (N) the adapted rows
+    // grouped by adapter, (N + 1) segment bounds and (N) segment slots.
+    // Then (N) the rows by kind for the attention: decode rows, then the others.
+    std::vector<int32_t>& h = idx_host_;
+    h.resize(by_kind_at(N) + N);
     int32_t *tok = h.data(), *slot = tok + N, *pos = slot + N, *first = pos + N, *row = first + N;
     int32_t* last_row = row + N;  // (S)
     std::copy_n(b.tokens.begin(), N, tok);
-    int r = 0;
+    int r = 0, n_decode = 0;
     for (int i = 0; i < S; i++) {
       const auto& s = b.seqs[i];
+      n_decode += s.n_new == 1;
       for (int j = 0; j < s.n_new; j++, r++) {
         slot[r] = s.slot, pos[r] = s.n_past + j;
         first[r] = s.row_offset, row[r] = s.row_offset + s.n_past + j;
@@ -319,11 +397,38 @@ class Gpt2 {
       last_row[i] = r - 1;
     }
     if constexpr (kLora) plan_lora(b, h.data() + 6 * static_cast<std::size_t>(N), N);
-    if constexpr (!Storage::is_host) Storage::upload(idx_, std::span<const int32_t>(h));
-    // The same pointers into the kernels' copy.
-    tok = idx_.data(), slot = tok + N, pos = slot + N, first = pos + N, row = first + N;
-    last_row = row + N;
-    if constexpr (kLora) lora_idx_ = idx_.data() + 6 * static_cast<std::size_t>(N);
+    int32_t *dec = h.data() + by_kind_at(N), *pre = dec + n_decode;
+    r = 0;
+    for (const auto& s : b.seqs)
+      for (int j = 0; j < s.n_new; j++, r++) *(s.n_new == 1 ? dec++ : pre++) = r;
+    reserve_attention(cache.max_len(), n_decode);
+    std::size_t idx_at = 0;
+    if constexpr (!Storage::is_host) {
+      step_.in.clear();
+      idx_at = step_.in.put(std::span<const int32_t>(h));
+    }
+    return {N, S, M, last, n_decode, idx_at};
+  }
+
+  // A decode step of a model without LoRA launches the same kernels with the same arguments at
+  // every step of its shape (positions, rows and tokens are read from the index arrays), so it
+  // can be a graph. LoRA steps launch per adapter group; prefill and mixed steps vary.
+  auto graph_key(const Cache& cache, const Step& st, int kind) const requires(!Storage::is_host) {
+    using Key = typename Storage::StepContext::Key;
+    std::optional<Key> k;
+    if (!kLora && st.decode() && st.N <= kMaxGraphRows) k = Key{&cache, st.N, kind};
+    return k;
+  }
+
+  // Enqueues the step up to ln_f: the (M, C) rows that get logits are in ln_. idx: the index
+  // arrays where the kernels read them.
+  void enqueue(Cache& cache, const Step& st, const int32_t* idx) {
+    const int N = st.N, M = st.M;
+    const bool last = st.last;
+    const int32_t *tok = idx, *slot = tok + N, *pos = slot + N, *first = pos + N, *row = first + N;
+    const int32_t* last_row = row + N;
+    if constexpr (kLora) lora_idx_ = idx + 6 * static_cast<std::size_t>(N);
+    const int32_t* by_kind = idx + by_kind_at(N);
     using E = typename Ops::Epilogue;
     using T = lora::Target;
     float* x = x_.data();  // (N, C) residual stream
@@ -334,7 +439,8 @@ class Gpt2 {
       Ops::layernorm(ln_.data(), x, w.ln_1_w.data(), w.ln_1_b.data(), N, C, eps_);
       linear<E::Store>(qkv_.data(), ln_.data(), w.attn, w.attn_b.data(), N, l, T::Attn);  // (N, 3C)
       Ops::kv_append(kv, qkv_.data(), slot, row, N, C);
-      Ops::attention(att_.data(), qkv_.data(), kv, slot, first, row, N, C, H, cache.max_len());
+      Ops::attention(att_.data(), qkv_.data(), kv, slot, first, row, N, C, H, cache.max_len(),
+                     attn_ws_.data(), by_kind, st.n_decode);
       linear<E::Residual>(x, att_.data(), w.attn_proj, w.attn_proj_b.data(), N, l, T::AttnProj);
       Ops::layernorm(ln_.data(), x, w.ln_2_w.data(), w.ln_2_b.data(), N, C, eps_);
       linear<E::Gelu>(fc_.data(), ln_.data(), w.fc, w.fc_b.data(), N, l, T::Fc);  // (N, 4C)
@@ -347,7 +453,6 @@ class Gpt2 {
       rows = att_.data();
     }
     Ops::layernorm(ln_.data(), rows, ln_f_w_.data(), ln_f_b_.data(), M, C, eps_);
-    return M;
   }
 
   // logits (M, V) of the M rows in ln_. In fp32 the head is read (V, C) by its own kernel, so
@@ -524,17 +629,17 @@ class Gpt2 {
     cache.reserve(reserve_);
   }
 
+  // The attention's scratch, for decode_rows decode rows over caches of up to max_len rows
+  // (none on the host).
+  void reserve_attention(int max_len, int decode_rows) {
+    const std::size_t n = Ops::attention_workspace(C, H, max_len, decode_rows);
+    if (attn_ws_.size() < n) attn_ws_.resize(n);
+  }
   void resize(int N) {
     const std::size_t n = N;
     if (x_.size() >= n * C) return;
     x_.resize(n * C), ln_.resize(n * C), att_.resize(n * C), qkv_.resize(n * 3 * C);
     fc_.resize(n * 4 * C);
-  }
-  std::vector<int32_t>& host_idx() {
-    if constexpr (Storage::is_host)
-      return idx_;
-    else
-      return idx_host_;
   }
 
   float eps_;
@@ -545,19 +650,21 @@ class Gpt2 {
   std::vector<Layer> layers_;
   // Scratch, grown to the largest step seen.
   Vec<float> x_, ln_, att_, qkv_, fc_;
+  Vec<float> attn_ws_;  // the attention's scratch (Ops::attention_workspace)
   // (6, N): token, slot, position, first cache row each query sees, its own row; then (S) the
-  // last row of each sequence. idx_host_ stages it for device storage.
-  Vec<int32_t> idx_;
+  // last row of each sequence (and the LoRA plan). The kernels read it in place on host
+  // storage; device storage uploads it in the step's staging buffer.
   std::vector<int32_t> idx_host_;
   Vec<float> logits_;  // (M, V) on the device; unused by forward on host storage
-  // forward_pick: each row's sampling parameters, and the picked ids and their logprobs.
+  // forward_pick on host storage: each row's sampling parameters, the picked ids and their
+  // logprobs. On device storage: (M) ids then (M) logprobs, downloaded in one copy.
   Vec<kernels::RowSampling> pick_rows_;
   Vec<int32_t> pick_ids_;
   Vec<float> pick_lp_;
-  // forward_pick's token masks (constrained rows) and the row each applies to.
-  Vec<uint32_t> mask_words_;
-  Vec<int32_t> mask_rows_;
-  std::vector<int32_t> mask_rows_host_;
+  Vec<int32_t> picks_;
+  std::vector<int32_t> mask_rows_host_;  // the row each of forward_pick's masks applies to
+  // The stream, staging buffer, result buffer and captured graphs of device storage's steps.
+  typename Storage::StepContext step_;
   std::vector<kv::Reserve> reserve_;
   // Unmerged adapters by slot; on device storage, each one's A and B matrices uploaded.
   std::vector<std::shared_ptr<const lora::Adapter>> adapters_;

@@ -89,6 +89,9 @@ class Engine {
         cache_(make_cache(model, opt_)),
         core_(cache_, opt_, P),
         sched_(std::move(sched)) {
+    // Every step of the engine fits its limits: size the model's step buffers once.
+    model_.reserve(opt_.max_batched_tokens, std::min(opt_.max_batch, opt_.max_batched_tokens),
+                   cache_.max_len());
     if (opt_.pad_id < 0) opt_.pad_id = std::max(0, tok.eos_id());
     if (opt_.pad_id >= V) opt_.pad_id = 0;
     if constexpr (kLora) {
