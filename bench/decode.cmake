@@ -7,3 +7,10 @@ add_executable(bench_decode_host_openmp ${CMAKE_CURRENT_LIST_DIR}/decode_host.cp
 target_link_libraries(bench_decode_host_openmp PRIVATE servekit::servekit servekit_warnings
   CLI11::CLI11)
 target_compile_definitions(bench_decode_host_openmp PRIVATE SERVEKIT_OPENMP_LOOPS)
+# The Cuda backend's decode (nvcc; built wherever nvcc is, run by scripts/gpu_check.sh on a GPU).
+if(SERVEKIT_HAVE_CUDA)
+  add_executable(bench_decode_cuda ${CMAKE_CURRENT_LIST_DIR}/decode_cuda.cu)
+  target_link_libraries(bench_decode_cuda PRIVATE servekit::servekit servekit_cuda_flags
+    CLI11::CLI11)
+  set_target_properties(bench_decode_cuda PROPERTIES CUDA_ARCHITECTURES "90")
+endif()

@@ -29,7 +29,7 @@ void linears(float* f, const Mat& w) {
 template <class View>
 void attention(const View& kv, float* f, const int32_t* i) {
   Ops::kv_append(kv, f, i, i, 1, 64);
-  Ops::attention(f, f, kv, i, i, i, 1, 64, 4, 128);
+  Ops::attention(f, f, kv, i, i, i, 2, 64, 4, 128, f, i, 1);  // a decode row and a prompt row
 }
 void instantiate_all(float* f, int32_t* i, sk::half_t* h) {
   Ops::embedding(f, i, i, f, f, 1, 64);
