@@ -16,7 +16,7 @@ REPORT="$REPORT_DIR/gpu_report.md"
 LOG="$REPORT_DIR/gpu_check.log"
 : >"$LOG"
 status=0
-note() { echo "$*" | tee -a "$REPORT"; }
+note() { echo "$*" >>"$REPORT"; }
 step() {  # step NAME CMD...: runs CMD, logs it, records pass/fail in the report
   local name=$1
   shift
@@ -24,8 +24,10 @@ step() {  # step NAME CMD...: runs CMD, logs it, records pass/fail in the report
   local t0=$SECONDS
   if "$@" >>"$LOG" 2>&1; then
     note "- $name: passed ($((SECONDS - t0)) s)"
+    echo "   passed"
   else
     note "- $name: **FAILED** ($((SECONDS - t0)) s; see gpu_check.log)"
+    echo "   FAILED (see $LOG)"
     status=1
   fi
 }
@@ -47,17 +49,18 @@ if [ -d "$ROOT/.gpu-deps" ]; then
   PREFIX=/tmp/servekit-gpu-deps
   mkdir -p "$PREFIX"
   for f in "$ROOT"/.gpu-deps/*.deb; do dpkg -x "$f" "$PREFIX"; done
+  # Found through CMake's package search, whose imported targets' headers are system headers
+  # (nvcc's --Werror=all-warnings must not judge CLI11's); the ICU libraries at run time.
   export CMAKE_PREFIX_PATH="$PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export CPATH="$PREFIX/usr/include${CPATH:+:$CPATH}"
   export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
   note "- packages unpacked from .gpu-deps/: $(ls "$ROOT"/.gpu-deps | tr '\n' ' ')"
 fi
 
 note
 note "## Steps"
 step configure cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVEKIT_CUDA=ON
-step build cmake --build "$BUILD" --target test_gpt2_cuda bench_decode_cuda 01_kv_cache_cuda
+step build cmake --build "$BUILD" --target test_gpt2_cuda bench_decode_cuda 01_kv_cache_cuda \
+  -- -k 0
 step "ctest -L cuda" ctest --test-dir "$BUILD" -L cuda --output-on-failure
 # memcheck over the whole suite; the slower tools over the decode steps (eager and replayed
 # from graphs) and the HF checks of one composition.

@@ -129,3 +129,31 @@ TEST_CASE("the current stream is scoped per thread", "[simt][graph]") {
   REQUIRE(a.handle() != nullptr);
   REQUIRE(a.handle() != b.handle());
 }
+
+TEST_CASE("a dry run checks, counts and logs launches without running them", "[simt][graph]") {
+  simt::DeviceBuffer<float> x(kN), y(kN);
+  x.fill_bytes(0), y.fill_bytes(0);
+  std::vector<float> out(kN);
+  simt::LaunchLog log;
+  const simt::Counts before = simt::counts();
+  {
+    const simt::DryRun dry;
+    REQUIRE(simt::DryRun::active());
+    affine(nullptr, y.data(), x.data(), {1.f, 5.f});
+    // The launch is still checked as it would be on a GPU.
+    REQUIRE_THROWS_AS(simt::launch(simt::kernel<simt_test::affine>, dim3(1), dim3(2048), 0,
+                                   nullptr, y.data(), x.data(), simt_test::Affine{}, kN),
+                      simt::LaunchError);
+    y.download(out);  // copies run
+  }
+  REQUIRE_FALSE(simt::DryRun::active());
+  for (float v : out) REQUIRE(v == 0.f);  // the kernel did not run
+  const auto launched = log.take();
+  REQUIRE(launched.size() == 1);
+  CHECK(launched[0].kernel.find("affine") != std::string::npos);
+  CHECK(launched[0].blocks() == (kN + 127) / 128);
+  CHECK((simt::counts() - before).launches == 1);
+  affine(nullptr, y.data(), x.data(), {1.f, 5.f});  // and runs again outside the dry run
+  y.download(out);
+  for (float v : out) REQUIRE(v == 5.f);
+}

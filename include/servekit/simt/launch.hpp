@@ -196,6 +196,25 @@ inline const auto kernel = named(F, detail::pretty_name<F>());
 inline void set_host_workers(int n) {
   detail::worker_count() = n;
 }
+
+// While a DryRun lives, this thread's launches are checked, counted and logged but their
+// blocks do not run (copies still do): a program can list the launches of a step of any size
+// at no cost, e.g. GPT-2 small at batch 64 (bench/decode_launches.cpp). What the kernels
+// would have written stays unwritten.
+class DryRun {
+ public:
+  DryRun() { ++depth(); }
+  DryRun(const DryRun&) = delete;
+  DryRun& operator=(const DryRun&) = delete;
+  ~DryRun() { --depth(); }
+  static bool active() { return depth() > 0; }
+
+ private:
+  static int& depth() {
+    thread_local int d = 0;
+    return d;
+  }
+};
 #endif
 
 #if defined(SERVEKIT_SIMT_HOST)
@@ -276,6 +295,7 @@ void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, strea
     return;
   }
   detail::count_launch(k.name, grid, block, smem_bytes);
+  if (DryRun::active()) return;
   detail::run_grid(k, grid, block, smem_bytes, std::forward<A>(args)...);
 #endif
 }

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a GPT-2 124M decode step asks of a GPU, listed without one: the Cuda backend's step run
+// by the emulator in dry-run mode (simt::DryRun: launches are checked and logged, no block
+// runs), per weight format at batches 1, 8 and 64 with 512 tokens of context. For each
+// launch: the kernel, its grid in CTAs and in waves of an H100's 132 SMs. For each step: the
+// bytes it must move (every weight once, the KV rows it attends to and writes, the
+// activations and logits) and the time that takes at the H100's 3.35 TB/s, the floor of a
+// step's time. A linear whose grid is under 2 CTAs per SM cannot pull that bandwidth.
+//   bench_decode_launches [--context 512] [--batches 1 8 64] [--csv out.csv] [--launches]
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "servekit/backend/emulated_device.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/model/random_gpt2.hpp"
+
+namespace sk = servekit;
+namespace simt = servekit::simt;
+using D = sk::dims::Gpt2Small;
+
+constexpr int kSms = 132;             // H100 SXM
+constexpr double kH100Bps = 3.35e12;  // HBM3 read bandwidth
+
+struct Opts {
+  int context = 512;
+  std::vector<int> batches{1, 8, 64};
+  std::string csv;
+  bool launches = false;  // print every launch, not only the summary
+};
+
+std::string short_name(std::string k) {
+  for (const std::string p : {"servekit::kernels::", "servekit::"})
+    for (std::size_t i; (i = k.find(p)) != std::string::npos;) k.erase(i, p.size());
+  return k;
+}
+bool is_linear(const std::string& k) {
+  return k.find("linear") != std::string::npos || k.find("lm_head") != std::string::npos;
+}
+
+template <class F>
+void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv) {
+  using Model =
+      sk::Gpt2<sk::Config<D, F, sk::kv::Paged<16>, sk::lora::None, sk::backend::EmulatedDevice>>;
+  std::fprintf(stderr, "%s: quantizing ...\n", Model::name().c_str());
+  Model model(t);
+  model.set_graphs(false);  // the eager step: its launches are the graph's nodes
+  constexpr int L = D::n_layer, C = D::n_embd, V = D::vocab;
+  const double wbytes = static_cast<double>(model.weight_bytes());
+  for (int B : o.batches) {
+    auto cache = model.make_cache(B, o.context + 1);
+    std::vector<int32_t> tokens;
+    std::vector<sk::model::SeqStep> seqs;
+    for (int b = 0; b < B; b++) {
+      seqs.push_back({b, 0, o.context});
+      for (int i = 0; i < o.context; i++) tokens.push_back((b * 131 + i * 7919) % V);
+    }
+    std::vector<sk::kernels::RowSampling> rows(B);
+    std::vector<int32_t> ids(B);
+    std::vector<float> lp(B);
+    const simt::DryRun dry;
+    model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);  // the context: a dry prefill
+    tokens.assign(B, 464);  // ids from a dry run are garbage: decode a fixed token
+    for (auto& s : seqs) s = {s.slot, o.context, 1};
+    simt::LaunchLog log;
+    model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);
+    const auto launched = log.take();
+    // Bytes the step must move: each weight once; the KV rows attended to (f32 K and V) and the
+    // new ones; per layer and row ~26 C floats of activations between the kernels; the logits
+    // written and read back by the sampler.
+    const double kv = static_cast<double>(B) * (o.context + 2) * L * 2 * C * sizeof(float);
+    const double act = static_cast<double>(B) * (L * 26.0 * C + 2.0 * V) * sizeof(float);
+    const double must = wbytes + kv + act;
+    unsigned long long min_linear = ~0ull;
+    int n_linear = 0, thin = 0;
+    for (const auto& r : launched) {
+      const std::string k = short_name(r.kernel);
+      if (o.launches)
+        std::printf("  %-64.64s %8llu CTAs %6.2f waves %5u threads\n", k.c_str(), r.blocks(),
+                    static_cast<double>(r.blocks()) / kSms, r.block.x * r.block.y * r.block.z);
+      if (is_linear(k)) {
+        n_linear++;
+        min_linear = std::min(min_linear, r.blocks());
+        thin += r.blocks() < 2ull * kSms;
+      }
+      if (csv)
+        std::fprintf(csv, "%s,%d,%s,%llu,%.4f\n", Model::name().c_str(), B, k.c_str(), r.blocks(),
+                     static_cast<double>(r.blocks()) / kSms);
+    }
+    std::printf("%-46s %5d %8zu %8d %10llu %8d %10.1f %10.1f %10.1f %10.1f\n",
+                Model::name().c_str(), B, launched.size(), n_linear, min_linear, thin,
+                wbytes / 1048576.0, kv / 1048576.0, act / 1048576.0, must / kH100Bps * 1e6);
+    std::fflush(stdout);
+  }
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_decode_launches: a GPT-2 124M Cuda decode step's launches, listed dry"};
+  Opts o;
+  app.add_option("--context", o.context, "tokens of context per sequence");
+  app.add_option("--batches", o.batches, "decode batch sizes");
+  app.add_option("--csv", o.csv, "also write every launch to this CSV file");
+  app.add_flag("--launches", o.launches, "print every launch");
+  CLI11_PARSE(app, argc, argv);
+  std::FILE* csv = o.csv.empty() ? nullptr : std::fopen(o.csv.c_str(), "w");
+  if (!o.csv.empty() && !csv) {
+    std::fprintf(stderr, "bench_decode_launches: cannot write %s\n", o.csv.c_str());
+    return 1;
+  }
+  if (csv) std::fprintf(csv, "composition,batch,kernel,ctas,waves\n");
+  std::printf(
+      "decode step of GPT-2 124M at %d tokens of context, launched as on a GPU "
+      "(dry run); H100: %d SMs, %.2f TB/s\n",
+      o.context, kSms, kH100Bps / 1e12);
+  std::printf(
+      "thin: linears with fewer than 2 CTAs per SM; floor us: the must-move bytes at "
+      "that bandwidth\n");
+  std::printf("%-46s %5s %8s %8s %10s %8s %10s %10s %10s %10s\n", "composition", "batch",
+              "launches", "linears", "min CTAs", "thin", "wt MiB", "KV MiB", "act MiB", "floor us");
+  std::fprintf(stderr, "making random GPT-2 124M ...\n");
+  const auto t = sk::model::random_gpt2<D>(1);
+  bench_format<sk::weights::F32>(o, t, csv);
+  bench_format<sk::weights::F16>(o, t, csv);
+  bench_format<sk::weights::BF16>(o, t, csv);
+  bench_format<sk::weights::U8ZeroPoint<sk::weights::PerChannel>>(o, t, csv);
+  if (csv) std::fclose(csv);
+}
