@@ -109,7 +109,7 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
   }
 }
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"bench_decode_cuda: GPT-2 124M decode per weight format on the Cuda backend"};
   Opts o;
   app.add_option("--prefill", o.prefill, "prompt tokens per sequence");
@@ -144,4 +144,14 @@ int main(int argc, char** argv) {
   bench_format<sk::weights::BF16>(o, t, csv);
   bench_format<sk::weights::U8ZeroPoint<sk::weights::PerChannel>>(o, t, csv);
   if (csv) std::fclose(csv);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // no GPU, a driver too old, out of memory: say which
+    std::fprintf(stderr, "bench_decode_cuda: error: %s\n", e.what());
+    return 1;
+  }
 }

@@ -8,8 +8,13 @@
 # Packages the machine lacks and cannot download: run scripts/gpu_deps.sh where there is
 # network and bring .gpu-deps/ along; they are unpacked into a private prefix here.
 set -uo pipefail
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_check: no NVIDIA GPU here (nvidia-smi -L failed); nothing to check" >&2
+  exit 2
+fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD="$ROOT/build-gpu"
+SANITIZER=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 REPORT_DIR=${1:-${OUT:-$BUILD}}
 mkdir -p "$REPORT_DIR"
 REPORT="$REPORT_DIR/gpu_report.md"
@@ -32,10 +37,6 @@ step() {  # step NAME CMD...: runs CMD, logs it, records pass/fail in the report
   fi
 }
 
-if ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "gpu_check: no NVIDIA GPU here (nvidia-smi -L failed); nothing to check" >&2
-  exit 2
-fi
 {
   echo "# servekit GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
@@ -64,10 +65,10 @@ step build cmake --build "$BUILD" --target test_gpt2_cuda bench_decode_cuda 01_k
 step "ctest -L cuda" ctest --test-dir "$BUILD" -L cuda --output-on-failure
 # memcheck over the whole suite; the slower tools over the decode steps (eager and replayed
 # from graphs) and the HF checks of one composition.
-step "compute-sanitizer memcheck" compute-sanitizer --tool memcheck --error-exitcode 9 \
+step "compute-sanitizer memcheck" "$SANITIZER" --tool memcheck --error-exitcode 9 \
   "$BUILD/tests/test_gpt2_cuda"
 for tool in racecheck synccheck initcheck; do
-  step "compute-sanitizer $tool" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+  step "compute-sanitizer $tool" "$SANITIZER" --tool "$tool" --error-exitcode 9 \
     "$BUILD/tests/test_gpt2_cuda" "[budget],[graphs]"
 done
 note
