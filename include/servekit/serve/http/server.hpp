@@ -455,6 +455,9 @@ class HttpServer {
           ok = on_end(sink, r);
           done->store(true);
           finished(*job, r, job->adapter, !ok);
+          // The request stops counting as admitted before its last byte is written: a client
+          // that has read the whole answer must not see it in num_requests_admitted.
+          job->ticket.reset();
           if (ok) sink.done();
           return ok;
         },
