@@ -2,10 +2,12 @@
 // What a GPT-2 124M decode step asks of a GPU, listed without one: the Cuda backend's step run
 // by the emulator in dry-run mode (simt::DryRun: launches are checked and logged, no block
 // runs), per weight format at batches 1, 8 and 64 with 512 tokens of context. For each
-// launch: the kernel, its grid in CTAs and in waves of an H100's 132 SMs. For each step: the
-// bytes it must move (every weight once, the KV rows it attends to and writes, the
-// activations and logits) and the time that takes at the H100's 3.35 TB/s, the floor of a
-// step's time. A linear whose grid is under 2 CTAs per SM cannot pull that bandwidth.
+// launch: the kernel, its grid in CTAs and in waves of an H100's 132 SMs, and the bytes it
+// moves by its launcher's model (LaunchRecord::bytes). For each step: the bytes it must move
+// (every weight once, the KV rows it attends to and writes, the activations and logits), the
+// bytes its launches move, their ratio, and both at the H100's 3.35 TB/s: the floor of the
+// step's time, and the step as launched if every kernel ran at that bandwidth. A linear whose
+// grid is under 2 CTAs per SM cannot pull that bandwidth.
 //   bench_decode_launches [--context 512] [--batches 1 8 64] [--csv out.csv] [--launches]
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -75,23 +77,27 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
     const double must = wbytes + kv + act;
     unsigned long long min_linear = ~0ull;
     int n_linear = 0, thin = 0;
+    double moved = 0;
     for (const auto& r : launched) {
       const std::string k = short_name(r.kernel);
+      moved += static_cast<double>(r.bytes);
       if (o.launches)
-        std::printf("  %-64.64s %8llu CTAs %6.2f waves %5u threads\n", k.c_str(), r.blocks(),
-                    static_cast<double>(r.blocks()) / kSms, r.block.x * r.block.y * r.block.z);
+        std::printf("  %-64.64s %8llu CTAs %6.2f waves %5u threads %10.3f MiB\n", k.c_str(),
+                    r.blocks(), static_cast<double>(r.blocks()) / kSms,
+                    r.block.x * r.block.y * r.block.z, r.bytes / 1048576.0);
       if (is_linear(k)) {
         n_linear++;
         min_linear = std::min(min_linear, r.blocks());
         thin += r.blocks() < 2ull * kSms;
       }
       if (csv)
-        std::fprintf(csv, "%s,%d,%s,%llu,%.4f\n", Model::name().c_str(), B, k.c_str(), r.blocks(),
-                     static_cast<double>(r.blocks()) / kSms);
+        std::fprintf(csv, "%s,%d,\"%s\",%llu,%.4f,%zu\n", Model::name().c_str(), B, k.c_str(),
+                     r.blocks(), static_cast<double>(r.blocks()) / kSms, r.bytes);
     }
-    std::printf("%-46s %5d %8zu %8d %10llu %8d %10.1f %10.1f %10.1f %10.1f\n",
+    std::printf("%-46s %5d %8zu %8d %8llu %5d %9.1f %9.1f %9.1f %10.1f %10.1f %6.2fx %9.1f %9.1f\n",
                 Model::name().c_str(), B, launched.size(), n_linear, min_linear, thin,
-                wbytes / 1048576.0, kv / 1048576.0, act / 1048576.0, must / kH100Bps * 1e6);
+                wbytes / 1048576.0, kv / 1048576.0, act / 1048576.0, must / 1048576.0,
+                moved / 1048576.0, moved / must, must / kH100Bps * 1e6, moved / kH100Bps * 1e6);
     std::fflush(stdout);
   }
 }
@@ -109,16 +115,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_decode_launches: cannot write %s\n", o.csv.c_str());
     return 1;
   }
-  if (csv) std::fprintf(csv, "composition,batch,kernel,ctas,waves\n");
+  if (csv) std::fprintf(csv, "composition,batch,kernel,ctas,waves,bytes\n");
   std::printf(
       "decode step of GPT-2 124M at %d tokens of context, launched as on a GPU "
       "(dry run); H100: %d SMs, %.2f TB/s\n",
       o.context, kSms, kH100Bps / 1e12);
   std::printf(
-      "thin: linears with fewer than 2 CTAs per SM; floor us: the must-move bytes at "
-      "that bandwidth\n");
-  std::printf("%-46s %5s %8s %8s %10s %8s %10s %10s %10s %10s\n", "composition", "batch",
-              "launches", "linears", "min CTAs", "thin", "wt MiB", "KV MiB", "act MiB", "floor us");
+      "thin: linears with fewer than 2 CTAs per SM. must: weights + KV + activations, "
+      "each once; moved: what the launches move (their launchers' models); floor / "
+      "launched us: those bytes at that bandwidth\n");
+  std::printf("%-46s %5s %8s %8s %8s %5s %9s %9s %9s %10s %10s %7s %9s %9s\n", "composition",
+              "batch", "launches", "linears", "min CTAs", "thin", "wt MiB", "KV MiB", "act MiB",
+              "must MiB", "moved MiB", "ratio", "floor us", "launch us");
   std::fprintf(stderr, "making random GPT-2 124M ...\n");
   const auto t = sk::model::random_gpt2<D>(1);
   bench_format<sk::weights::F32>(o, t, csv);

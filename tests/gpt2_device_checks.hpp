@@ -199,6 +199,8 @@ TEMPLATE_TEST_CASE("a warm decode step's launches, copies and allocations, count
   DecodeRun run;
   constexpr int S = DecodeRun::S;
   for (int i = 0; i < 3; i++) run.step(model, cache);  // prefill; sizing; capture
+  std::size_t attended = 0;  // cache rows the step's queries see: their past and themselves
+  for (const auto& s : run.seqs) attended += s.n_past + 1;
   const sk::simt::Counts before = sk::simt::counts();
   sk::simt::LaunchLog log;
   run.step(model, cache);
@@ -232,6 +234,24 @@ TEMPLATE_TEST_CASE("a warm decode step's launches, copies and allocations, count
     // Per layer: ln_1, c_attn, kv_append, attention, c_proj, ln_2, c_fc, mlp c_proj; then the
     // embedding, the last-row gather, ln_f, the head and the sampler.
     CHECK(c.launches == 8 * L + 5);
+    // Every launch carries its launcher's model of the bytes it moves; together they read
+    // every weight at least once; the attention's are its queries' indices, q and output and
+    // exactly the K and V rows they attend to (an f32 cache).
+    constexpr int C = D::n_embd;
+    std::size_t moved = 0;
+    int attention = 0;
+    for (const auto& r : launches) {
+      INFO(r.kernel);
+      CHECK(r.bytes > 0);
+      moved += r.bytes;
+      if (r.kernel.find("attention_decode") != std::string::npos) {
+        attention++;
+        CHECK(r.bytes ==
+              S * (3 * sizeof(int32_t) + 2 * C * sizeof(float)) + attended * 2 * C * sizeof(float));
+      }
+    }
+    CHECK(attention == L);
+    CHECK(moved >= model.weight_bytes());
   }
   const std::string name = decltype(model)::name();
   WARN("warm decode step of " << S << " rows, " << name << (graphs ? ", replayed" : ", eager")

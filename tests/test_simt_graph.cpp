@@ -139,10 +139,11 @@ TEST_CASE("a dry run checks, counts and logs launches without running them", "[s
   {
     const simt::DryRun dry;
     REQUIRE(simt::DryRun::active());
+    simt::expect_bytes(2 * kN * sizeof(float));  // the launcher's model of what it moves
     affine(nullptr, y.data(), x.data(), {1.f, 5.f});
     // The launch is still checked as it would be on a GPU.
-    REQUIRE_THROWS_AS(simt::launch(simt::kernel<simt_test::affine>, dim3(1), dim3(2048), 0,
-                                   nullptr, y.data(), x.data(), simt_test::Affine{}, kN),
+    REQUIRE_THROWS_AS(simt::launch(simt::kernel<simt_test::affine>, dim3(1), dim3(2048), 0, nullptr,
+                                   y.data(), x.data(), simt_test::Affine{}, kN),
                       simt::LaunchError);
     y.download(out);  // copies run
   }
@@ -152,8 +153,10 @@ TEST_CASE("a dry run checks, counts and logs launches without running them", "[s
   REQUIRE(launched.size() == 1);
   CHECK(launched[0].kernel.find("affine") != std::string::npos);
   CHECK(launched[0].blocks() == (kN + 127) / 128);
+  CHECK(launched[0].bytes == 2 * kN * sizeof(float));
   CHECK((simt::counts() - before).launches == 1);
   affine(nullptr, y.data(), x.data(), {1.f, 5.f});  // and runs again outside the dry run
   y.download(out);
   for (float v : out) REQUIRE(v == 5.f);
+  CHECK(log.take().at(0).bytes == 0);  // a model is for one launch only
 }

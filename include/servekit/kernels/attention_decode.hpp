@@ -145,13 +145,19 @@ void attention_decode(const AttentionParams<T, Rows>& p, int max_rows, float* wo
     fail(who, ": max_rows = ", max_rows, " needs ", splits, " splits and a workspace, got none");
   const std::size_t states = static_cast<std::size_t>(p.N) * p.n_head * splits;
   const SplitWorkspace ws{workspace, workspace + states, workspace + 2 * states, splits};
+  // With a combine, the splits' states go through the workspace: written here, read there.
+  const std::size_t ws_bytes =
+      splits > flash_decode::kWarps ? decode_workspace_floats(p.N, p.C, p.n_head, splits) * 4 : 0;
   dispatch_head_dim(hd, who, p.C, p.n_head, [&]<int kHd>() {
+    simt::expect_bytes(attention_io_bytes(p) + attention_kv_bytes(p, false) + ws_bytes);
     simt::launch(simt::kernel<attention_decode_kernel<T, Rows, kHd>>,
                  dim3(p.N, p.n_head, ceil_div(splits, flash_decode::kWarps)),
                  dim3(flash_decode::kThreads), 0, stream, p, ws);
-    if (splits > flash_decode::kWarps)
+    if (splits > flash_decode::kWarps) {
+      simt::expect_bytes(ws_bytes + static_cast<std::size_t>(p.N) * p.C * sizeof(float));
       simt::launch(simt::kernel<attention_combine_kernel<kHd>>, dim3(p.N, p.n_head), dim3(kHd), 0,
                    stream, p.out, ws, p.C, p.n_head, p.rows);
+    }
   });
 }
 

@@ -144,13 +144,56 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
   }
 }
 
+// Bytes of K and V the kernels read for p's queries, walking the row arrays as the kernels do:
+// the decode kernel each query's rows once; the prefill kernel, per tile of BQ queries, each
+// pass's rows (a pass: the tile's queries of one slot and first row). The arrays are read on
+// the host, so this is known under the emulator (device memory is host memory), but not while
+// capturing (the step's arrays are not uploaded yet) nor under nvcc: 0 there.
+template <class T, class Rows>
+std::size_t attention_kv_bytes(const AttentionParams<T, Rows>& p, bool prefill) {
+#if defined(SERVEKIT_SIMT_HOST)
+  if (simt::capturing_on_host()) return 0;
+  std::size_t rows = 0;
+  const int tile = prefill ? flash::BQ : 1;
+  for (int q0 = 0; q0 < p.N; q0 += tile) {
+    const int nq = imin(tile, p.N - q0);
+    int done = 0;
+    unsigned taken = 0;  // a bit per query of the tile (BQ <= 32)
+    while (done < nq) {
+      int slot = -1, lo = 0, hi = -1;
+      for (int i = 0; i < nq; i++) {
+        if (taken >> i & 1u) continue;
+        const int r = p.rows ? p.rows[q0 + i] : q0 + i;
+        if (slot < 0) slot = p.slot[r], lo = p.first[r];
+        if (p.slot[r] != slot || p.first[r] != lo) continue;
+        taken |= 1u << i, done++;
+        hi = imax(hi, p.row[r]);
+      }
+      rows += static_cast<std::size_t>(hi - lo + 1);
+    }
+  }
+  return rows * 2 * p.C * sizeof(T);
+#else
+  (void)p, (void)prefill;
+  return 0;
+#endif
+}
+// The rest of an attention launch's bytes: each query's indices and q read, its output written.
+template <class T, class Rows>
+std::size_t attention_io_bytes(const AttentionParams<T, Rows>& p) {
+  return static_cast<std::size_t>(p.N) *
+         (3 * sizeof(int32_t) + (p.rows ? sizeof(int32_t) : 0) + 2 * p.C * sizeof(float));
+}
+
 template <class T, class Rows>
 void attention_prefill(const AttentionParams<T, Rows>& p, simt::stream_handle stream = nullptr) {
   constexpr const char* who = "kernels::attention_prefill";
   const int hd = check_heads(who, p.C, p.n_head);
   if (p.N < 1) fail(who, ": cannot run N = ", p.N, " query rows");
   if (p.n_head > 65535) fail(who, ": n_head = ", p.n_head, " exceeds the grid's y limit 65535");
+  static_assert(flash::BQ <= 32, "attention_kv_bytes keeps a tile's queries in 32 bits");
   dispatch_head_dim(hd, who, p.C, p.n_head, [&]<int kHd>() {
+    simt::expect_bytes(attention_io_bytes(p) + attention_kv_bytes(p, true));
     simt::launch(simt::kernel<attention_prefill_kernel<T, Rows, kHd>>,
                  dim3(ceil_div(p.N, flash::BQ), p.n_head), dim3(flash::kThreads), 0, stream, p);
   });

@@ -122,6 +122,18 @@ __host__ __device__ constexpr int k_slice_len(int K) {
   return ceil_div(ceil_div(K, kKSlices), 16) * 16;
 }
 
+// The global-memory bytes of a linear launch (simt::expect_bytes): the weights, w_bytes, read
+// once per tile of row_tile rows of x; x (M, K) read once per tile of col_tile columns; the
+// bias, the added (M, N) delta and the residual's (M, N) read; the (M, N) output written.
+inline std::size_t linear_bytes(Epilogue e, int M, int K, int N, std::size_t w_bytes, int row_tile,
+                                int col_tile, bool bias, bool add) {
+  const std::size_t mn = static_cast<std::size_t>(M) * N * sizeof(float);
+  return w_bytes * ceil_div(M, row_tile) +
+         static_cast<std::size_t>(M) * K * sizeof(float) * ceil_div(N, col_tile) +
+         (bias ? static_cast<std::size_t>(N) * sizeof(float) * ceil_div(M, row_tile) : 0) +
+         (add ? mn : 0) + (e == Epilogue::Residual ? mn : 0) + mn;
+}
+
 // The attention kernels hold a head's features in registers (head_dim / 32 per lane), so
 // head_dim is a template argument; this is the one place a runtime value becomes one.
 template <class F>

@@ -28,6 +28,9 @@ __global__ void __launch_bounds__(kThreads) embedding_kernel(const EmbeddingPara
 inline void embedding(const EmbeddingParams& p, simt::stream_handle stream = nullptr) {
   if (p.N < 1 || p.C < 1) fail("kernels::embedding: cannot run N = ", p.N, ", C = ", p.C);
   constexpr int kThreads = 128;
+  // Per row: its token and position, their wte and wpe rows; the (C) sum written.
+  simt::expect_bytes(static_cast<std::size_t>(p.N) *
+                     (2 * sizeof(int32_t) + 3 * p.C * sizeof(float)));
   simt::launch(simt::kernel<embedding_kernel<kThreads>>, dim3(p.N), dim3(kThreads), 0, stream, p);
 }
 

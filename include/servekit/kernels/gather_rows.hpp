@@ -26,6 +26,7 @@ __global__ void __launch_bounds__(kThreads) gather_rows_kernel(const GatherRowsP
 inline void gather_rows(const GatherRowsParams& p, simt::stream_handle stream = nullptr) {
   if (p.M < 1 || p.C < 1) fail("kernels::gather_rows: cannot run M = ", p.M, ", C = ", p.C);
   constexpr int kThreads = 128;
+  simt::expect_bytes(static_cast<std::size_t>(p.M) * (sizeof(int32_t) + 2 * p.C * sizeof(float)));
   simt::launch(simt::kernel<gather_rows_kernel<kThreads>>, dim3(p.M), dim3(kThreads), 0, stream, p);
 }
 

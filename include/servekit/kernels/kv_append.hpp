@@ -30,6 +30,9 @@ template <class T, class Rows>
 void kv_append(const KvAppendParams<T, Rows>& p, simt::stream_handle stream = nullptr) {
   if (p.N < 1 || p.C < 1) fail("kernels::kv_append: cannot run N = ", p.N, ", C = ", p.C);
   constexpr int kThreads = 128;
+  // Per row: its slot and row, its k and v read (f32), written into the cache (T).
+  simt::expect_bytes(static_cast<std::size_t>(p.N) *
+                     (2 * sizeof(int32_t) + 2 * p.C * (sizeof(float) + sizeof(T))));
   simt::launch(simt::kernel<kv_append_kernel<T, Rows, kThreads>>, dim3(p.N), dim3(kThreads), 0,
                stream, p);
 }

@@ -36,6 +36,9 @@ __global__ void __launch_bounds__(kWarps * 32) layernorm_kernel(const LayernormP
 inline void layernorm(const LayernormParams& p, simt::stream_handle stream = nullptr) {
   if (p.N < 1 || p.C < 1) fail("kernels::layernorm: cannot run N = ", p.N, ", C = ", p.C);
   constexpr int kWarps = 4;
+  // Each row read and written; the (C) weight and bias read by every block.
+  simt::expect_bytes(static_cast<std::size_t>(p.N) * 2 * p.C * sizeof(float) +
+                     static_cast<std::size_t>(ceil_div(p.N, kWarps)) * 2 * p.C * sizeof(float));
   simt::launch(simt::kernel<layernorm_kernel<kWarps>>, dim3(ceil_div(p.N, kWarps)),
                dim3(kWarps * 32), 0, stream, p);
 }

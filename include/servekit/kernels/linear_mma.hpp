@@ -110,6 +110,9 @@ void linear_mma(const LinearB16Params& p, simt::stream_handle stream = nullptr) 
   if (ceil_div(p.M, mma_gemm::BM) > 65535)
     fail(who, ": M = ", p.M, " needs more than 65535 row tiles");
   using namespace mma_gemm;
+  simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N,
+                                  static_cast<std::size_t>(p.K) * p.N * sizeof(std::uint16_t),
+                                  mma_gemm::BM, mma_gemm::BN, p.b, p.add));
   simt::launch(simt::kernel<linear_mma_kernel<E, kBf16>>,
                dim3(ceil_div(p.N, BN), ceil_div(p.M, BM)), dim3(kThreads), 0, stream, p);
 }

@@ -162,12 +162,15 @@ inline void check_linear(const LinearParams& p, const char* who) {
 template <Epilogue E>
 void linear_simt(const LinearParams& p, simt::stream_handle stream = nullptr) {
   check_linear(p, "kernels::linear_simt");
+  const std::size_t w = static_cast<std::size_t>(p.K) * p.N * sizeof(float);
   if (p.M <= simt_gemv::kMaxM) {
+    simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w, p.M, simt_gemv::kCols, p.b, p.add));
     simt::launch(simt::kernel<linear_gemv_kernel<E>>, dim3(ceil_div(p.N, simt_gemv::kCols)),
                  dim3(simt_gemv::kThreads), 0, stream, p);
     return;
   }
   using namespace simt_gemm;
+  simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w, BM, BN, p.b, p.add));
   simt::launch(simt::kernel<linear_simt_kernel<E>>, dim3(ceil_div(p.N, BN), ceil_div(p.M, BM)),
                dim3(kThreads), 0, stream, p);
 }

@@ -217,12 +217,17 @@ inline void check_linear_u8(const LinearU8Params& p) {
 template <Epilogue E>
 void linear_u8(const LinearU8Params& p, simt::stream_handle stream = nullptr) {
   check_linear_u8(p);
+  const std::size_t w =
+      static_cast<std::size_t>(p.K) * p.N +
+      static_cast<std::size_t>(p.K / p.group_rows) * p.state_cols * 2 * sizeof(float);
   if (p.M <= simt_gemv::kMaxM) {
+    simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w, p.M, simt_gemv::kCols, p.b, p.add));
     simt::launch(simt::kernel<linear_u8_gemv_kernel<E>>, dim3(ceil_div(p.N, simt_gemv::kCols)),
                  dim3(simt_gemv::kThreads), 0, stream, p);
     return;
   }
   using namespace u8_gemm;
+  simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w, BM, BN, p.b, p.add));
   simt::launch(simt::kernel<linear_u8_kernel<E>>, dim3(ceil_div(p.N, BN), ceil_div(p.M, BM)),
                dim3(kThreads), 0, stream, p);
 }

@@ -71,6 +71,12 @@ inline void lm_head(const LmHeadParams& p, simt::stream_handle stream = nullptr)
     fail("kernels::lm_head: cannot run M = ", p.M, ", V = ", p.V, ", C = ", p.C);
   if (ceil_div(p.M, kRows) > 65535)
     fail("kernels::lm_head: M = ", p.M, " needs more than 65535 row tiles");
+  // wte read once per tile of kRows rows of x; x once per block of vocabulary rows; the
+  // (M, V) logits written.
+  const int vocab_blocks = ceil_div(p.V, kWarps * kVocabPerWarp);
+  simt::expect_bytes(static_cast<std::size_t>(p.V) * p.C * sizeof(float) * ceil_div(p.M, kRows) +
+                     static_cast<std::size_t>(p.M) * p.C * sizeof(float) * vocab_blocks +
+                     static_cast<std::size_t>(p.M) * p.V * sizeof(float));
   simt::launch(simt::kernel<lm_head_kernel<>>,
                dim3(ceil_div(p.V, kWarps * kVocabPerWarp), ceil_div(p.M, kRows)), dim3(kThreads), 0,
                stream, p);

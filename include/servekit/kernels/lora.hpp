@@ -160,6 +160,7 @@ __global__ void __launch_bounds__(256) zero_kernel(float* x, int64_t n) {
 }
 inline void zero(float* x, int64_t n, simt::stream_handle stream = nullptr) {
   if (n < 1) return;
+  simt::expect_bytes(static_cast<std::size_t>(n) * sizeof(float));
   simt::launch(simt::kernel<zero_kernel>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256),
                0, stream, x, n);
 }

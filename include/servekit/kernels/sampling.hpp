@@ -59,6 +59,7 @@ __global__ void __launch_bounds__(argmax_cfg::kThreads) argmax_kernel(const Argm
 
 inline void argmax(const ArgmaxParams& p, simt::stream_handle stream = nullptr) {
   if (p.M < 1 || p.V < 1) fail("kernels::argmax: cannot run M = ", p.M, ", V = ", p.V);
+  simt::expect_bytes(static_cast<std::size_t>(p.M) * (p.V * sizeof(float) + sizeof(int32_t)));
   simt::launch(simt::kernel<argmax_kernel<>>, dim3(p.M), dim3(argmax_cfg::kThreads), 0, stream, p);
 }
 
@@ -268,6 +269,10 @@ inline void sample(const SampleParams& p, simt::stream_handle stream = nullptr) 
   if (p.M < 1 || p.V < 1) fail("kernels::sample: cannot run M = ", p.M, ", V = ", p.V);
   if (p.rows == nullptr) fail("kernels::sample: rows is null; every row needs its parameters");
   using namespace sample_cfg;
+  // Each block's row of logits, counted once (its passes re-read it from L1/L2); its
+  // parameters; the id and logprob written.
+  simt::expect_bytes(static_cast<std::size_t>(p.M) *
+                     (p.V * sizeof(float) + sizeof(RowSampling) + sizeof(int32_t) + sizeof(float)));
   if (p.V <= kSmallV)
     simt::launch(simt::kernel<sample_kernel<kSmallThreads>>, dim3(p.M), dim3(kSmallThreads), 0,
                  stream, p);

@@ -33,6 +33,9 @@ __global__ void __launch_bounds__(mask_cfg::kThreads) mask_logits_kernel(const M
 
 inline void mask_logits(const MaskParams& p, simt::stream_handle stream = nullptr) {
   if (p.n < 1 || p.V < 1) fail("kernels::mask_logits: cannot run n = ", p.n, ", V = ", p.V);
+  simt::expect_bytes(
+      static_cast<std::size_t>(p.n) *
+      (sizeof(int32_t) + ceil_div(p.V, 32) * sizeof(uint32_t) + 2 * p.V * sizeof(float)));
   simt::launch(simt::kernel<mask_logits_kernel<>>, dim3(p.n), dim3(mask_cfg::kThreads), 0, stream,
                p);
 }

@@ -42,6 +42,10 @@ struct LaunchRecord {
   std::string kernel;
   dim3 grid, block;
   std::size_t smem = 0;  // dynamic shared memory
+  // Global-memory bytes the launch reads and writes, by its launcher's model of the kernel
+  // (simt::expect_bytes): each block's loads and stores, what several blocks load counted for
+  // each (an L2 may serve the repeats). 0: not modelled.
+  std::size_t bytes = 0;
   unsigned long long blocks() const {
     return static_cast<unsigned long long>(grid.x) * grid.y * grid.z;
   }
@@ -62,14 +66,25 @@ inline CounterState& counter_state() {
 inline void count(std::atomic<long long>& c, long long n = 1) {
   c.fetch_add(n, std::memory_order_relaxed);
 }
+inline std::size_t& pending_bytes() {
+  thread_local std::size_t b = 0;
+  return b;
+}
 inline void count_launch(std::string_view kernel, dim3 grid, dim3 block, std::size_t smem) {
   auto& s = counter_state();
   count(s.launches);
+  const std::size_t bytes = std::exchange(pending_bytes(), 0);
   if (s.logs.load(std::memory_order_relaxed) == 0) return;
   std::lock_guard lock(s.m);
-  s.records.push_back({std::string(kernel), grid, block, smem});
+  s.records.push_back({std::string(kernel), grid, block, smem, bytes});
 }
 }  // namespace detail
+
+// The global-memory bytes the next launch from this thread moves, for its LaunchRecord: a
+// launcher's model of its kernel, given just before simt::launch.
+inline void expect_bytes(std::size_t n) {
+  detail::pending_bytes() = n;
+}
 
 inline Counts counts() {
   auto& s = detail::counter_state();

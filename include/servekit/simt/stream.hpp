@@ -82,6 +82,16 @@ inline bool recording(stream_handle s, std::string_view what) {
 #endif
 }  // namespace detail
 
+// Whether this thread is capturing a stream under the emulator (simt/graph.hpp); what a
+// capture records has not run yet, so device arrays hold the last step's values.
+inline bool capturing_on_host() {
+#if defined(SERVEKIT_SIMT_HOST)
+  return detail::capture_slot() != nullptr;
+#else
+  return false;
+#endif
+}
+
 // The stream this thread's operations enqueue on (default: the default stream).
 inline stream_handle current_stream() {
   return detail::current_stream_slot();
