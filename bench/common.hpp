@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace servekit::bench {
@@ -33,6 +35,19 @@ inline double read_bandwidth_gbs(std::size_t bytes = std::size_t(1) << 30, int r
     best = std::max(best, bytes / dt / 1e9);
   }
   return best;
+}
+
+// The --csv file of a benchmark with its header written, or nullptr when path is empty; a file
+// that cannot be written ends the program with a message naming it.
+inline std::FILE* open_csv(const std::string& path, const char* header) {
+  if (path.empty()) return nullptr;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "error: cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+  std::fputs(header, f);
+  return f;
 }
 
 }  // namespace servekit::bench

@@ -129,14 +129,8 @@ int run(int argc, char** argv) {
   std::printf("roof ms: every weight and the attended KV rows read once at that bandwidth\n");
   std::printf("%-34s %6s %5s %9s %9s %9s %11s %9s %9s\n", "composition", "mode", "batch", "wt MiB",
               "KV MiB", "ms/step", "tokens/s", "roof ms", "of roof");
-  std::FILE* csv = o.csv.empty() ? nullptr : std::fopen(o.csv.c_str(), "w");
-  if (!o.csv.empty() && !csv) {
-    std::fprintf(stderr, "bench_decode_cuda: cannot write %s\n", o.csv.c_str());
-    return 1;
-  }
-  if (csv)
-    std::fprintf(csv,
-                 "composition,mode,batch,weight_bytes,kv_bytes,ms,tokens_s,roof_ms,read_gbs\n");
+  std::FILE* csv = sk::bench::open_csv(
+      o.csv, "composition,mode,batch,weight_bytes,kv_bytes,ms,tokens_s,roof_ms,read_gbs\n");
   std::fprintf(stderr, "making random GPT-2 124M ...\n");
   const auto t = sk::model::random_gpt2<D>(1);
   bench_format<sk::weights::F32>(o, t, csv);

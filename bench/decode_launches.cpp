@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common.hpp"
 #include "servekit/backend/emulated_device.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/random_gpt2.hpp"
@@ -110,12 +111,7 @@ int main(int argc, char** argv) {
   app.add_option("--csv", o.csv, "also write every launch to this CSV file");
   app.add_flag("--launches", o.launches, "print every launch");
   CLI11_PARSE(app, argc, argv);
-  std::FILE* csv = o.csv.empty() ? nullptr : std::fopen(o.csv.c_str(), "w");
-  if (!o.csv.empty() && !csv) {
-    std::fprintf(stderr, "bench_decode_launches: cannot write %s\n", o.csv.c_str());
-    return 1;
-  }
-  if (csv) std::fprintf(csv, "composition,batch,kernel,ctas,waves,bytes\n");
+  std::FILE* csv = sk::bench::open_csv(o.csv, "composition,batch,kernel,ctas,waves,bytes\n");
   std::printf(
       "decode step of GPT-2 124M at %d tokens of context, launched as on a GPU "
       "(dry run); H100: %d SMs, %.2f TB/s\n",

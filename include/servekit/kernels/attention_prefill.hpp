@@ -148,11 +148,12 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
 // the decode kernel each query's rows once; the prefill kernel, per tile of BQ queries, each
 // pass's rows (a pass: the tile's queries of one slot and first row). The arrays are read on
 // the host, so this is known under the emulator (device memory is host memory), but not while
-// capturing (the step's arrays are not uploaded yet) nor under nvcc: 0 there.
+// capturing (the step's arrays are not uploaded yet) nor under nvcc: 0 there. Walked only
+// while a LaunchLog keeps the launches, to keep it off the step's path otherwise.
 template <class T, class Rows>
 std::size_t attention_kv_bytes(const AttentionParams<T, Rows>& p, bool prefill) {
 #if defined(SERVEKIT_SIMT_HOST)
-  if (simt::capturing_on_host()) return 0;
+  if (!simt::logging_launches() || simt::capturing_on_host()) return 0;
   std::size_t rows = 0;
   const int tile = prefill ? flash::BQ : 1;
   for (int q0 = 0; q0 < p.N; q0 += tile) {

@@ -80,6 +80,12 @@ inline void count_launch(std::string_view kernel, dim3 grid, dim3 block, std::si
 }
 }  // namespace detail
 
+// Whether a LaunchLog is keeping launches: models costlier than arithmetic (the attention's
+// walk of its rows) are made only then.
+inline bool logging_launches() {
+  return detail::counter_state().logs.load(std::memory_order_relaxed) > 0;
+}
+
 // The global-memory bytes the next launch from this thread moves, for its LaunchRecord: a
 // launcher's model of its kernel, given just before simt::launch.
 inline void expect_bytes(std::size_t n) {
