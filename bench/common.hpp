@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Benchmark helpers: the machine's measured read bandwidth (the roofline every decode figure
-// is compared with) and a wall clock.
+// Benchmark helpers: the machine's measured read bandwidth and multiply-add rate (the roofline
+// every host figure is compared with) and a wall clock.
 #include <omp.h>
 
 #include <algorithm>
@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "servekit/kernels/host/simd.hpp"
 
 namespace servekit::bench {
 
@@ -33,6 +35,37 @@ inline double read_bandwidth_gbs(std::size_t bytes = std::size_t(1) << 30, int r
     const double dt = now_s() - t0;
     sink = sink + total;
     best = std::max(best, bytes / dt / 1e9);
+  }
+  return best;
+}
+
+// Peak fp32 multiply-add rate of this machine's cores, GFLOP/s (2 per FMA), best of reps: each
+// thread runs 12 independent chains of the host kernels' own vector FMA (12 fit AVX2's 16
+// registers as well as AVX-512's 32), long enough that the chains' latency is hidden.
+inline double fma_gflops(int reps = 5) {
+  namespace h = servekit::kernels::host;
+  constexpr int kChains = 12;
+  constexpr long kIters = 20'000'000;
+  double best = 0;
+  volatile float sink = 0;
+  for (int r = 0; r < reps; r++) {
+    int threads = 1;
+    const double t0 = now_s();
+#pragma omp parallel
+    {
+#pragma omp single
+      threads = omp_get_num_threads();
+      h::vec acc[kChains];
+      for (int c = 0; c < kChains; c++) acc[c] = h::vec{} + 0.001f * c;
+      const h::vec a = h::vec{} + 0.999999f, b = h::vec{} + 1e-7f;
+      for (long i = 0; i < kIters; i++)
+        for (int c = 0; c < kChains; c++) acc[c] = h::madd(acc[c], a, b);
+      float s = 0;
+      for (int c = 0; c < kChains; c++) s += h::lane_sum(acc[c]);
+      sink = sink + s;
+    }
+    const double dt = now_s() - t0;
+    best = std::max(best, 2.0 * h::kLanes * kChains * kIters * threads / dt / 1e9);
   }
   return best;
 }

@@ -4,8 +4,10 @@
 // and prefill tokens/s of one 128-token prompt (batch "pre"). A decode step reads every weight once
 // whatever the batch, so at batch 1 its ceiling is read bandwidth / weight bytes, and fewer bytes
 // per weight should buy proportionally more tokens/s; at batch 16 those bytes are shared by 16
-// tokens and compute (including the dequantisation) matters more. Bandwidth is measured in the same
-// run.
+// tokens and compute (including the dequantisation) matters more. Bandwidth and the cores' peak
+// multiply-add rate are measured in the same run; "floor" is the step time neither can beat:
+// max(bytes / bandwidth, flops / peak), the bytes being the weights once plus the K/V rows the
+// batch's attention reads, the flops 2 per multiply-add of the linears, lm_head and attention.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -22,8 +24,22 @@ struct Opts {
   int prefill = 16, decode = 16, prompt = 128;
   std::vector<int> batches{1, 8, 16};
   std::string only;  // run the formats whose name contains this
-  double bw = 0;
+  double bw = 0, gflops = 0;
 };
+
+// A decode step's minimum bytes and flops at batch B, every sequence at context ctx (the mean
+// over the timed steps): weights once, each sequence's K and V rows of every layer read once.
+struct StepCost {
+  double bytes, flops;
+};
+template <class Model>
+StepCost step_cost(const Model& model, int B, double ctx) {
+  constexpr double C = D::n_embd, L = D::n_layer;
+  const double kv_elem = sizeof(typename Model::Config::Kv::Elem::type);
+  const double macs_per_token = L * 12 * C * C + double(D::vocab) * C + L * 2 * ctx * C;
+  return {static_cast<double>(model.weight_bytes()) + B * L * 2 * ctx * C * kv_elem,
+          2 * B * macs_per_token};
+}
 
 template <class F>
 void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t) {
@@ -70,10 +86,14 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t) {
     const double dt = sk::bench::now_s() - t0;
     const double steps_s = o.decode / dt, tps = B * steps_s;
     const double roof_steps = o.bw * 1e9 / wbytes;  // steps/s if only weight reads counted
+    const StepCost cost = step_cost(model, B, o.prefill + (o.decode + 1) / 2.0);
+    const double floor_ms =
+        1e3 * std::max(cost.bytes / (o.bw * 1e9), cost.flops / (o.gflops * 1e9));
     if (B == 1) tps1 = tps;
-    std::printf("%-34s %5d %10.1f %12.2f %10.2f %12.2f %13.2f %8.0f%% %8.2fx\n",
+    std::printf("%-34s %5d %10.1f %12.2f %10.2f %12.2f %13.2f %8.0f%% %8.2fx %9.2f %9.2f\n",
                 Model::name().c_str(), B, wbytes / 1048576.0, wbytes / B / 1048576.0, steps_s, tps,
-                B * roof_steps, 100 * steps_s / roof_steps, tps1 > 0 ? tps / tps1 : 0.0);
+                B * roof_steps, 100 * steps_s / roof_steps, tps1 > 0 ? tps / tps1 : 0.0,
+                1e3 / steps_s, floor_ms);
     std::fflush(stdout);
   }
 }
@@ -90,14 +110,20 @@ int main(int argc, char** argv) {
 
   std::fprintf(stderr, "measuring read bandwidth ...\n");
   o.bw = sk::bench::read_bandwidth_gbs();
+  std::fprintf(stderr, "measuring the multiply-add peak ...\n");
+  o.gflops = sk::bench::fma_gflops();
   std::fprintf(stderr, "making random GPT-2 124M ...\n");
   const auto t = sk::model::random_gpt2<D>(1);
-  std::printf("host backend, %d threads, read bandwidth %.2f GB/s (measured, this run)\n",
-              servekit::host_threads(), o.bw);
   std::printf(
-      "roofline: tokens/s if a step cost only reading the weights once at that bandwidth\n");
-  std::printf("%-34s %5s %10s %12s %10s %12s %13s %9s %9s\n", "composition", "batch", "wt MiB",
-              "MiB/token", "steps/s", "tokens/s", "roof tok/s", "of roof", "vs b=1");
+      "host backend, %d threads, read bandwidth %.2f GB/s, fp32 FMA peak %.1f GFLOP/s "
+      "(measured, this run)\n",
+      servekit::host_threads(), o.bw, o.gflops);
+  std::printf(
+      "roofline: tokens/s if a step cost only reading the weights once at that bandwidth\n"
+      "floor: a step's least time, max(weights + K/V bytes / bandwidth, flops / peak)\n");
+  std::printf("%-34s %5s %10s %12s %10s %12s %13s %9s %9s %9s %9s\n", "composition", "batch",
+              "wt MiB", "MiB/token", "steps/s", "tokens/s", "roof tok/s", "of roof", "vs b=1",
+              "step ms", "floor ms");
   std::apply([&]<class... F>(F...) { (bench_format<F>(o, t), ...); }, sk::weights::AllFormats{});
   return 0;
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The host kernels (kernels/host/): the matmul on both shapes (one row streamed in bands, more
 // rows in register tiles) against a plain triple loop in double, every format's linear against
-// its oracle in kernels/ref/, lm_head likewise, on awkward sizes; and batch invariance.
+// its oracle in kernels/ref/, lm_head likewise, on awkward sizes; batch invariance; and the
+// vector exp and GELU (kernels/host/vmath.hpp) against libm in double.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -12,6 +13,7 @@
 
 #include "servekit/kernels/host/linear.hpp"
 #include "servekit/kernels/host/lm_head.hpp"
+#include "servekit/kernels/host/vmath.hpp"
 #include "servekit/kernels/ref/linear.hpp"
 #include "servekit/kernels/ref/lm_head.hpp"
 
@@ -182,4 +184,68 @@ TEST_CASE("host lm_head == its oracle, and a row's logits do not depend on the o
         }
       }
   }
+}
+
+// The vector exp and GELU against double precision: e^x within 2 ulp over the whole normal
+// range, the GELU within 4 ulp of its value (e^x's error, the add and the divide) plus what its
+// fp32 argument's rounding makes of it, NaN kept, and
+// every input giving the same float in every lane (the kernels' batch invariance rests on it).
+namespace {
+double ulp_of(double v) {
+  return std::ldexp(1.0, std::max(std::ilogb(static_cast<float>(v)), -126) - 23);
+}
+}  // namespace
+
+TEST_CASE("vector exp and gelu: accurate to a few ulp, the same in every lane") {
+  int checked = 0;
+  for (float x = -87.3f; x < 88.3f; x += 0.00137f) {
+    const double want = std::exp(static_cast<double>(x));
+    const float got = k::exp(k::vec{} + x)[k::kLanes - 1];
+    INFO("exp(" << x << ") = " << got << ", want " << want);
+    REQUIRE(std::abs(got - want) <= 2 * ulp_of(want));
+    checked++;
+  }
+  CHECK(checked > 100000);
+  // Below the normal range the result is clamped just above 2^-126, not rounded to zero.
+  const float tiny = k::exp(k::vec{} - 200.f)[0];
+  CHECK(tiny >= std::ldexp(1.f, -126));
+  CHECK(tiny <= std::ldexp(1.0001f, -126));
+  CHECK(std::isnan(k::exp(k::vec{} + std::numeric_limits<float>::quiet_NaN())[0]));
+
+  auto gelu = [](double x) {  // 0.5 x (1 + tanh y) in the form without its cancellation
+    return x / (1 + std::exp(-2 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  };
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-12.f, 12.f);
+  for (int i = 0; i < 200000; i++) {
+    const float x = i < 100000 ? -12.f + 24.f * i / 100000 : u(rng);
+    const double want = gelu(x);
+    k::vec v;
+    for (int l = 0; l < k::kLanes; l++) v[l] = x + l * 0.001f;
+    const k::vec got = k::gelu_tanh(v);
+    INFO("gelu(" << x << ") = " << got[0] << ", want " << want);
+    // Beyond the 4 ulp: y = sqrt(2/pi) (x + 0.044715 x^3) is itself computed in fp32 (4
+    // roundings, as in the reference's tanh form), and for x < 0 the value e^(2y) scales with
+    // it: a relative error of 2 |y| times y's, up to ~6e-6 at x = -12.
+    const double y = 0.7978845608028654 * (x + 0.044715 * double(x) * x * x);
+    // Below x ~ -11.6, e^(-2y) passes 2^127.5 and is clamped there: the GELU is then some
+    // value under 2^-120 instead of a smaller one.
+    const double tol = 4 * ulp_of(want) + std::abs(want) * 2 * std::abs(y) * 4 * 0x1p-24 + 0x1p-120;
+    REQUIRE(std::abs(got[0] - want) <= tol);
+    for (int l = 0; l < k::kLanes; l++) {
+      k::vec w = k::vec{} + 1.f;
+      w[k::kLanes - 1 - l] = v[l];
+      REQUIRE(std::bit_cast<uint32_t>(k::gelu_tanh(w)[k::kLanes - 1 - l]) ==
+              std::bit_cast<uint32_t>(got[l]));
+    }
+    REQUIRE(std::bit_cast<uint32_t>(k::gelu_tanh(x)) == std::bit_cast<uint32_t>(got[0]));
+  }
+  CHECK(std::isnan(k::gelu_tanh(std::numeric_limits<float>::quiet_NaN())));
+  // gelu_row: a row whose length is no multiple of kLanes, in place, tail included.
+  std::vector<float> row(3 * k::kLanes + 5), want(row.size());
+  for (std::size_t i = 0; i < row.size(); i++) row[i] = -6.f + 0.37f * i;
+  for (std::size_t i = 0; i < row.size(); i++) want[i] = k::gelu_tanh(row[i]);
+  k::gelu_row(row.data(), row.data(), static_cast<int>(row.size()));
+  for (std::size_t i = 0; i < row.size(); i++)
+    REQUIRE(std::bit_cast<uint32_t>(row[i]) == std::bit_cast<uint32_t>(want[i]));
 }

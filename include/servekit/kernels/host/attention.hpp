@@ -1,18 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Causal self-attention over a KV cache on the host: kernels/ref/attention.hpp's loop (each
-// query row attends to its slot's cache rows first[r]..row[r]) with the head dimension in
-// vectors. A score is a lane-wise chain over the head dimension and one lane sum, four keys at
-// a time so that four chains are in flight; the output row adds p * v in vectors. Each
-// (row, head) is computed alone in one fixed order, so a row's output does not depend on the
-// batch around it, and prefill and decode rows take the same path (cached decode equals the
-// no-cache recompute bit for bit).
+// query row attends to its slot's cache rows first[r]..row[r]) in vectors.
+//  - scores: q . k as a lane-wise FMA chain over the head dimension and a tree lane sum, four
+//    keys at a time so that four chains are in flight;
+//  - softmax: the max, the exponentials (host/vmath.hpp's exp) and their sum in vectors of
+//    consecutive keys, counted from the row's first key;
+//  - output: p * v added into accumulators that stay in registers (two sets, even and odd
+//    keys, so that two FMA chains are in flight), when the head is 1, 2, 4 or 8 vectors wide.
+// Each (row, head) is computed alone in one fixed order that depends only on its own keys, so a
+// row's output does not depend on the batch around it, and prefill and decode rows take the
+// same path (cached decode equals the no-cache recompute bit for bit).
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "servekit/core/thread_pool.hpp"
 #include "servekit/kernels/host/simd.hpp"
+#include "servekit/kernels/host/vmath.hpp"
 #include "servekit/kernels/ref/attention.hpp"
 
 namespace servekit::kernels::host {
@@ -28,13 +33,68 @@ inline float dot(const float* q, const E* k, int hd) {
   return s;
 }
 
-// o (hd) += p * v (hd).
-template <class E>
-inline void add_scaled(float* o, float p, const E* v, int hd) {
-  const vec pv = vec{} + p;
-  int d = 0;
-  for (; d + kLanes <= hd; d += kLanes) store(o + d, madd(pv, load(v + d), load(o + d)));
-  for (; d < hd; d++) o[d] = madd(p, widen(v[d]), o[d]);
+// att[t0 .. T) = exp(att - max), returns 1 / their sum. Vectors of keys start at t0, so the
+// lanes a key falls in depend on the row only; the last partial vector runs padded.
+inline float softmax_in_place(float* att, int t0, int T) {
+  vec m = vec{} - INFINITY;
+  int t = t0;
+  for (; t + kLanes <= T; t += kLanes) {
+    const vec a = load(att + t);
+    m = a > m ? a : m;
+  }
+  float maxv = -INFINITY;
+  for (int i = 0; i < kLanes; i++) maxv = m[i] > maxv ? m[i] : maxv;
+  for (int u = t; u < T; u++) maxv = att[u] > maxv ? att[u] : maxv;
+  vec sum{};
+  for (t = t0; t + kLanes <= T; t += kLanes) {
+    const vec e = exp(load(att + t) - maxv);
+    store(att + t, e);
+    sum += e;
+  }
+  if (t < T) {
+    vec a{};
+    for (int j = 0; t + j < T; j++) a[j] = att[t + j] - maxv;
+    const vec e = exp(a);
+    for (int j = 0; t + j < T; j++) att[t + j] = e[j], sum[j] += e[j];
+  }
+  return 1.f / lane_sum(sum);
+}
+
+// o (NV vectors) = sum_t p_t v_t, the head's features in registers.
+template <int NV, class Value>
+inline void weighted_sum(float* o, const float* att, float inv, int t0, int T, Value&& value) {
+  vec a[NV] = {}, b[NV] = {};
+  int t = t0;
+  for (; t + 2 <= T; t += 2) {
+    const auto* v0 = value(t);
+    const auto* v1 = value(t + 1);
+    const vec p0 = vec{} + att[t] * inv, p1 = vec{} + att[t + 1] * inv;
+    for (int i = 0; i < NV; i++) {
+      a[i] = madd(p0, load(v0 + i * kLanes), a[i]);
+      b[i] = madd(p1, load(v1 + i * kLanes), b[i]);
+    }
+  }
+  if (t < T) {
+    const auto* v0 = value(t);
+    const vec p0 = vec{} + att[t] * inv;
+    for (int i = 0; i < NV; i++) a[i] = madd(p0, load(v0 + i * kLanes), a[i]);
+  }
+  for (int i = 0; i < NV; i++) store(o + i * kLanes, a[i] + b[i]);
+}
+
+// Any head width: the output row in memory.
+template <class Value>
+inline void weighted_sum_any(float* o, const float* att, float inv, int t0, int T, int hd,
+                             Value&& value) {
+  for (int d = 0; d < hd; d++) o[d] = 0.f;
+  for (int t = t0; t < T; t++) {
+    const auto* v = value(t);
+    const float p = att[t] * inv;
+    const vec pv = vec{} + p;
+    int d = 0;
+    for (; d + kLanes <= hd; d += kLanes) store(o + d, madd(pv, load(v + d), load(o + d)));
+    for (; d < hd; d++) o[d] = madd(p, widen(v[d]), o[d]);
+  }
 }
 
 template <ref::KvRowView View>
@@ -47,6 +107,7 @@ void attention(float* out,        // (N, C)
                int N, int C, int n_head, int max_rows) {
   const int hd = C / n_head;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  const int nv = hd % kLanes == 0 ? hd / kLanes : 0;
   parallel_for(
       N * n_head,
       [&](int rh) {
@@ -57,6 +118,7 @@ void attention(float* out,        // (N, C)
         const float* q = qkv + static_cast<int64_t>(r) * 3 * C + h * hd;
         const int t0 = first[r], T = row[r] + 1;
         auto key = [&](int t) { return kv.k + kv.offset(slot[r], t) + h * hd; };
+        auto value = [&](int t) { return kv.v + kv.offset(slot[r], t) + h * hd; };
         int t = t0;
         for (; t + 4 <= T; t += 4) {  // four independent chains
           const float s0 = dot(q, key(t), hd), s1 = dot(q, key(t + 1), hd);
@@ -65,18 +127,20 @@ void attention(float* out,        // (N, C)
           att[t + 3] = s3 * scale;
         }
         for (; t < T; t++) att[t] = dot(q, key(t), hd) * scale;
-        float maxv = -INFINITY;
-        for (t = t0; t < T; t++) maxv = att[t] > maxv ? att[t] : maxv;
-        float sum = 0.f;
-        for (t = t0; t < T; t++) {
-          att[t] = std::exp(att[t] - maxv);
-          sum += att[t];
-        }
-        const float inv = 1.f / sum;
+        const float inv = softmax_in_place(att, t0, T);
         float* o = out + static_cast<int64_t>(r) * C + h * hd;
-        for (int d = 0; d < hd; d++) o[d] = 0.f;
-        for (t = t0; t < T; t++)
-          add_scaled(o, att[t] * inv, kv.v + kv.offset(slot[r], t) + h * hd, hd);
+        switch (nv) {
+          case 1:
+            return weighted_sum<1>(o, att, inv, t0, T, value);
+          case 2:
+            return weighted_sum<2>(o, att, inv, t0, T, value);
+          case 4:
+            return weighted_sum<4>(o, att, inv, t0, T, value);
+          case 8:
+            return weighted_sum<8>(o, att, inv, t0, T, value);
+          default:
+            return weighted_sum_any(o, att, inv, t0, T, hd, value);
+        }
       },
       4);
 }

@@ -24,12 +24,11 @@
 #include "servekit/core/thread_pool.hpp"
 #include "servekit/kernels/epilogue.hpp"
 #include "servekit/kernels/host/simd.hpp"
-#include "servekit/kernels/ref/gelu.hpp"
+#include "servekit/kernels/host/vmath.hpp"
 
 namespace servekit::kernels::host {
 
 using kernels::Epilogue;
-using ref::gelu_tanh;
 
 // W as the kernels stream it: (K, N) elements of T. Zero-point codes (T = uint8_t) carry a
 // (scale, min) per group of group_rows input rows and per column (state_cols = N) or per
@@ -53,10 +52,12 @@ inline void store_row(float* o, const float* acc, const float* b, const float* a
   for (int c = 0; c < cols; c++) {
     float v = acc[c] + (b ? b[c] : 0.f);
     if (add) v += add[c];
-    if constexpr (E == Epilogue::Store) o[c] = v;
-    if constexpr (E == Epilogue::Gelu) o[c] = gelu_tanh(v);
-    if constexpr (E == Epilogue::Residual) o[c] += v;
+    if constexpr (E == Epilogue::Residual)
+      o[c] += v;
+    else
+      o[c] = v;
   }
+  if constexpr (E == Epilogue::Gelu) gelu_row(o, o, cols);
 }
 
 // Per-thread scratch that outlives a call: a decode step runs ~50 linears, whose partial sums
@@ -101,6 +102,20 @@ const float* group_sums(const float* x, const WeightView<T>& W, int M) {
 
 // The micro-kernel: acc (MR, kNR) at ld += x (MR, kn) at ldx @ w (kn, kNR) at ldw, w widened
 // from T as it is loaded.
+// How many rows of W ahead the micro-kernel asks for its strip: a strip is one or two cache lines
+// per row, rows N elements apart, which the hardware prefetchers do not follow (one line per
+// 4 KiB page), so without this each row costs a miss at memory latency. 96 rows in flight per
+// thread doubled batch-8 decode's linears on Zen 5 (bench/decode_formats, docs/host_kernels.md);
+// into L2 (prefetcht2), since the line is used once.
+constexpr int kAhead = 96;
+
+// Asks for the line at byte offset off of p. Integer arithmetic: the row ahead may lie past the
+// end of W, which a prefetch may touch but a pointer may not point to.
+inline void prefetch_l2(const void* p, int64_t off) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + off), 0,
+                     1);
+}
+
 template <int MR, class T>
 inline void tile(float* acc, int ld, const float* x, int ldx, const T* w, int64_t ldw, int kn) {
   constexpr int NV = kNR / kLanes;
@@ -109,6 +124,8 @@ inline void tile(float* acc, int ld, const float* x, int ldx, const T* w, int64_
     for (int v = 0; v < NV; v++) t[r][v] = load(acc + r * ld + v * kLanes);
   for (int k = 0; k < kn; k++) {
     vec wv[NV];
+    for (int b = 0; b < int(NV * kLanes * sizeof(T)); b += 64)
+      prefetch_l2(w, static_cast<int64_t>((k + kAhead) * ldw * sizeof(T)) + b);
     for (int v = 0; v < NV; v++) wv[v] = load(w + k * ldw + v * kLanes);
     for (int r = 0; r < MR; r++) {
       const vec xb = broadcast(x + static_cast<int64_t>(r) * ldx + k);
@@ -251,10 +268,24 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
           for (int k0 = g0; k0 < g0 + GK; k0 += KB) {
             const int kn = std::min(KB, g0 + GK - k0);
             const T* wk = W.w + static_cast<int64_t>(k0) * N + n0;
-            for (int k = 0; k < kn; k++)
-              widen_row(wbuf + k * NB, wk + static_cast<int64_t>(k) * N, cols);
             // Row tiles of even height (8 rows on a 6-row tile: 4 + 4, not 6 + 2).
             const int n_tiles = (rows + kMR - 1) / kMR, th = (rows + n_tiles - 1) / n_tiles;
+            if (n_tiles == 1) {
+              // One row tile (batched decode): each weight feeds that tile only, so it is widened
+              // in the tile's loads, straight from W, and a block copy would be a second pass
+              // over the bytes that bound the step.
+              const float* xr = xb + k0;
+              for (int c0 = 0; c0 < cols; c0 += kNR) {
+                float* a = p + c0;
+                if (cols - c0 >= kNR)
+                  tile_rows(rows, a, NB, xr, K, wk + c0, N, kn);
+                else
+                  tile_edge(a, NB, xr, K, wk + c0, N, kn, rows, cols - c0);
+              }
+              continue;
+            }
+            for (int k = 0; k < kn; k++)
+              widen_row(wbuf + k * NB, wk + static_cast<int64_t>(k) * N, cols);
             for (int r0 = 0; r0 < rows; r0 += th) {
               const int mr = std::min(th, rows - r0);
               const float* xr = xb + static_cast<int64_t>(r0) * K + k0;

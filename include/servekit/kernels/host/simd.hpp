@@ -54,12 +54,40 @@ inline void store(float* p, vec v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-// The lanes of v added in lane order.
+// The lanes of v added as a tree (halves, then quarters, ...): log2(kLanes) dependent adds
+// where a lane-order sum has kLanes - 1. One fixed order per target.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 inline float lane_sum(vec v) {
-  float s = 0.f;
-  for (int i = 0; i < kLanes; i++) s += v[i];
-  return s;
+#if defined(__AVX512F__)
+  const __m512 z = __m512(v);
+  // GCC 12's AVX-512 intrinsics start from an undefined value that it then reports as
+  // uninitialised (bug 105593): the pragmas around this function.
+  __m256 h = _mm512_castps512_ps256(_mm512_add_ps(z, _mm512_shuffle_f32x4(z, z, 0xee)));
+#elif defined(__AVX__)
+  __m256 h = __m256(v);
+#endif
+#if defined(__AVX__)
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+#elif defined(__SSE__)
+  __m128 s = __m128(v);
+#endif
+#if defined(__SSE__)
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+#else
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int i = 0; i < w; i++) v[i] += v[i + w];
+  return v[0];
+#endif
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // a * b + c, fused wherever the target has FMA, in the vector and the scalar code alike: a
 // column summed by a vector in one call and by the scalar edge loop in another must round the

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// One host linear at a time: GPT-2 124M's four layer shapes and its lm_head as a (C, V) matrix,
+// in fp32, f16 and uint8 codes (per column), at a few row counts, each timed over enough distinct
+// matrices that every call reads W from memory. Prints GB/s of W beside the machine's streaming
+// read bandwidth and GFLOP/s beside its multiply-add peak, both measured in the same run: the two
+// ceilings a decode step's linears live under (one row: bandwidth; a batch: both).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <vector>
+
+#include "common.hpp"
+#include "servekit/core/dtype.hpp"
+#include "servekit/kernels/host/matmul.hpp"
+
+namespace sk = servekit;
+namespace h = servekit::kernels::host;
+
+template <class T>
+void run(const char* fmt, int M, int K, int N, double bw, double peak) {
+  // Distinct matrices adding up to >= 256 MiB, so that none is in a cache when it is used.
+  const std::size_t per = static_cast<std::size_t>(K) * N;
+  const int n_mats = static_cast<int>(std::max<std::size_t>(2, (256u << 20) / (per * sizeof(T))));
+  std::vector<T> w(per * n_mats);
+  for (std::size_t i = 0; i < w.size(); i++) {
+    if constexpr (std::is_same_v<T, float>)
+      w[i] = 0.001f * static_cast<float>(i & 1023);
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      w[i] = static_cast<std::uint8_t>(i & 255);
+    else
+      w[i].bits = static_cast<std::uint16_t>(0x1400 + (i & 1023));  // small normal halves
+  }
+  std::vector<float> scale(N, 0.01f), zero(N, -1.f), x(static_cast<std::size_t>(M) * K, 0.01f),
+      out(static_cast<std::size_t>(M) * N);
+  auto view = [&](int i) {
+    h::WeightView<T> v{w.data() + per * i, K, N, K};
+    if constexpr (h::WeightView<T>::grouped)
+      v.scale = scale.data(), v.zero = zero.data(), v.state_cols = N;
+    return v;
+  };
+  double best = 1e30;
+  for (int rep = 0; rep < 5; rep++) {
+    const double t0 = sk::bench::now_s();
+    for (int i = 0; i < n_mats; i++)
+      h::matmul<h::Epilogue::Store>(out.data(), x.data(), view(i), nullptr, M);
+    best = std::min(best, (sk::bench::now_s() - t0) / n_mats);
+  }
+  const double gbs = per * sizeof(T) / best / 1e9, gflops = 2.0 * per * M / best / 1e9;
+  std::printf("%-4s %4d %5d %6d %10.1f %8.1f %7.0f%% %9.1f %7.0f%%\n", fmt, M, K, N, best * 1e6,
+              gbs, 100 * gbs / bw, gflops, 100 * gflops / peak);
+  std::fflush(stdout);
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_host_linear: GPT-2 124M's linears on the host, one at a time"};
+  std::vector<int> rows{1, 4, 8, 16};
+  app.add_option("--rows", rows, "row counts (batch sizes) to time");
+  CLI11_PARSE(app, argc, argv);
+  std::fprintf(stderr, "measuring read bandwidth and the multiply-add peak ...\n");
+  const double bw = sk::bench::read_bandwidth_gbs(), peak = sk::bench::fma_gflops();
+  std::printf("host, %d threads: read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s (this run)\n",
+              sk::host_threads(), bw, peak);
+  std::printf("%-4s %4s %5s %6s %10s %8s %8s %9s %8s\n", "fmt", "M", "K", "N", "us/call", "GB/s",
+              "of bw", "GFLOP/s", "of peak");
+  const int shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50257}};
+  for (int M : rows)
+    for (auto [K, N] : shapes) {
+      run<float>("f32", M, K, N, bw, peak);
+      run<sk::half_t>("f16", M, K, N, bw, peak);
+      run<std::uint8_t>("u8", M, K, N, bw, peak);
+    }
+  return 0;
+}
