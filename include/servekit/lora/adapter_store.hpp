@@ -246,10 +246,14 @@ class AdapterStore {
       Listener l;
       {
         std::lock_guard lk(mu_);
-        loading_.erase(id);
         l = listener_;
       }
+      // Heard before the id stops counting as loading: a fetch in between returns nothing
+      // instead of starting the same load again, so the requests waiting on a bad adapter
+      // fail on its one load, not on one per fetch that raced the report.
       if (l) l(std::move(r));
+      std::lock_guard lk(mu_);
+      loading_.erase(id);
     }
   }
 
