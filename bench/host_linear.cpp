@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // One host linear at a time: GPT-2 124M's four layer shapes and its lm_head as a (C, V) matrix,
-// in fp32, f16 and uint8 codes (per column), at a few row counts, each timed over enough distinct
-// matrices that every call reads W from memory. Prints GB/s of W beside the machine's streaming
+// in fp32, f16 and uint8 codes (per column), W in its (K, N) order and packed in the host
+// backend's strips, at a few row counts, each timed over enough distinct matrices that every
+// call reads W from memory. Prints GB/s of W beside the machine's streaming
 // read bandwidth and GFLOP/s beside its multiply-add peak, both measured in the same run: the two
 // ceilings a decode step's linears live under (one row: bandwidth; a batch: both).
 #include <CLI/CLI.hpp>
@@ -11,12 +12,13 @@
 #include "common.hpp"
 #include "servekit/core/dtype.hpp"
 #include "servekit/kernels/host/matmul.hpp"
+#include "servekit/kernels/host/packed.hpp"
 
 namespace sk = servekit;
 namespace h = servekit::kernels::host;
 
 template <class T>
-void run(const char* fmt, int M, int K, int N, double bw, double peak) {
+void run(const char* fmt, bool packed, int M, int K, int N, double bw, double peak) {
   // Distinct matrices adding up to >= 256 MiB, so that none is in a cache when it is used.
   const std::size_t per = static_cast<std::size_t>(K) * N;
   const int n_mats = static_cast<int>(std::max<std::size_t>(2, (256u << 20) / (per * sizeof(T))));
@@ -29,10 +31,21 @@ void run(const char* fmt, int M, int K, int N, double bw, double peak) {
     else
       w[i].bits = static_cast<std::uint16_t>(0x1400 + (i & 1023));  // small normal halves
   }
+  if (packed) {  // each matrix in the host backend's strips (kernels/host/packed.hpp)
+    std::vector<T> p;
+    for (int i = 0; i < n_mats; i++) {
+      const auto s =
+          h::pack_strips(std::vector<T>(w.begin() + per * i, w.begin() + per * (i + 1)), K, N);
+      p.insert(p.end(), s.begin(), s.end());
+    }
+    w = std::move(p);
+  }
+  const std::size_t stride = w.size() / n_mats;
   std::vector<float> scale(N, 0.01f), zero(N, -1.f), x(static_cast<std::size_t>(M) * K, 0.01f),
       out(static_cast<std::size_t>(M) * N);
   auto view = [&](int i) {
-    h::WeightView<T> v{w.data() + per * i, K, N, K};
+    h::WeightView<T> v{w.data() + stride * i, K, N, K};
+    v.packed = packed;
     if constexpr (h::WeightView<T>::grouped)
       v.scale = scale.data(), v.zero = zero.data(), v.state_cols = N;
     return v;
@@ -45,8 +58,9 @@ void run(const char* fmt, int M, int K, int N, double bw, double peak) {
     best = std::min(best, (sk::bench::now_s() - t0) / n_mats);
   }
   const double gbs = per * sizeof(T) / best / 1e9, gflops = 2.0 * per * M / best / 1e9;
-  std::printf("%-4s %4d %5d %6d %10.1f %8.1f %7.0f%% %9.1f %7.0f%%\n", fmt, M, K, N, best * 1e6,
-              gbs, 100 * gbs / bw, gflops, 100 * gflops / peak);
+  std::printf("%-4s %-6s %4d %5d %6d %10.1f %8.1f %7.0f%% %9.1f %7.0f%%\n", fmt,
+              packed ? "packed" : "(K,N)", M, K, N, best * 1e6, gbs, 100 * gbs / bw, gflops,
+              100 * gflops / peak);
   std::fflush(stdout);
 }
 
@@ -59,14 +73,16 @@ int main(int argc, char** argv) {
   const double bw = sk::bench::read_bandwidth_gbs(), peak = sk::bench::fma_gflops();
   std::printf("host, %d threads: read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s (this run)\n",
               sk::host_threads(), bw, peak);
-  std::printf("%-4s %4s %5s %6s %10s %8s %8s %9s %8s\n", "fmt", "M", "K", "N", "us/call", "GB/s",
-              "of bw", "GFLOP/s", "of peak");
+  std::printf("%-4s %-6s %4s %5s %6s %10s %8s %8s %9s %8s\n", "fmt", "W", "M", "K", "N", "us/call",
+              "GB/s", "of bw", "GFLOP/s", "of peak");
   const int shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50257}};
   for (int M : rows)
     for (auto [K, N] : shapes) {
-      run<float>("f32", M, K, N, bw, peak);
-      run<sk::half_t>("f16", M, K, N, bw, peak);
-      run<std::uint8_t>("u8", M, K, N, bw, peak);
+      for (bool packed : {false, true}) {
+        run<float>("f32", packed, M, K, N, bw, peak);
+        run<sk::half_t>("f16", packed, M, K, N, bw, peak);
+        run<std::uint8_t>("u8", packed, M, K, N, bw, peak);
+      }
     }
   return 0;
 }

@@ -64,8 +64,9 @@ TEST_CASE("host matmul matches a double-precision loop for every epilogue and aw
 }
 
 // Batch invariance: a row's output is the same float whatever rows share the call and however
-// many threads run it, in every weight format and on both paths (bands for M < 8, blocks for
-// more). The engine's "a request gets its tokens alone" rests on this.
+// many threads run it, in every weight format, on every path (bands for one row, one row tile
+// read in place, blocks widened for more) and whether W is in its (K, N) order or packed in
+// strips (host/packed.hpp). The engine's "a request gets its tokens alone" rests on this.
 namespace {
 template <class Fmt>
 void check_invariant(int K, int N, std::mt19937& rng) {
@@ -76,28 +77,32 @@ void check_invariant(int K, int N, std::mt19937& rng) {
   for (auto& v : Wf) v = u(rng);
   for (auto& v : b) v = u(rng);
   for (auto& v : add) v = u(rng);
-  const auto W = servekit::weights::Matrix<Fmt>::from_f32(Wf, K, N);
-  auto run = [&](int M, int offset) {
+  using Mat = servekit::weights::Matrix<Fmt>;
+  const auto W = Mat::from_f32(Wf, K, N);
+  const auto P = k::Packed<Mat>::pack(Mat::from_f32(Wf, K, N));  // the host backend's form
+  auto run = [&](const auto& mat, int M, int offset) {
     std::vector<float> out(M * N);
-    k::linear<k::Epilogue::Gelu>(out.data(), x.data() + offset * K, W, b.data(), M,
+    k::linear<k::Epilogue::Gelu>(out.data(), x.data() + offset * K, mat, b.data(), M,
                                  add.data() + offset * N);
     return out;
   };
-  const auto all = run(kRows, 0);
+  const auto all = run(W, kRows, 0);
   const int threads = servekit::host_threads();
   for (int T : {1, 2, 3}) {
     servekit::set_host_threads(T);
-    for (int M : {1, 2, 3, 6, 7, 8, 9, 16, 33})
-      for (int offset : {0, kRows - M}) {
-        const auto got = run(M, offset);
-        for (int m = 0; m < M; m++)
-          for (int n = 0; n < N; n++) {
-            INFO(Fmt::name << " K " << K << " N " << N << ": row " << offset + m
-                           << " of a call with M " << M << " on " << T << " threads, column " << n);
-            REQUIRE(std::bit_cast<uint32_t>(got[m * N + n]) ==
-                    std::bit_cast<uint32_t>(all[(offset + m) * N + n]));
-          }
-      }
+    for (int M : {1, 2, 3, 6, 7, 8, 9, 16, 33, 40})
+      for (int offset : {0, kRows - M})
+        for (bool packed : {false, true}) {
+          const auto got = packed ? run(P, M, offset) : run(W, M, offset);
+          for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+              INFO(Fmt::name << " K " << K << " N " << N << ": row " << offset + m
+                             << " of a call with M " << M << " on " << T << " threads, column " << n
+                             << (packed ? ", W packed" : ""));
+              REQUIRE(std::bit_cast<uint32_t>(got[m * N + n]) ==
+                      std::bit_cast<uint32_t>(all[(offset + m) * N + n]));
+            }
+        }
   }
   servekit::set_host_threads(threads);
 }

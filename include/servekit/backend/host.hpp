@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "servekit/backend/ops.hpp"
@@ -26,6 +27,15 @@ template <>
 struct Ops<Host> : HostStorage {
   using Storage = HostStorage;
   using Epilogue = kernels::Epilogue;
+
+  // Weight matrices are held packed in the micro-kernel's strips (kernels/host/packed.hpp),
+  // made once here, when the model is built: the layout a host matmul streams fastest.
+  template <class Mat>
+  using Resident = kernels::host::Packed<Mat>;
+  template <class Mat>
+  static Resident<Mat> resident(Mat&& m) {
+    return Resident<Mat>::pack(std::move(m));
+  }
 
   static void embedding(float* out, const int32_t* tokens, const int32_t* pos, const float* wte,
                         const float* wpe, int N, int C) {

@@ -46,7 +46,7 @@ class Gpt2 {
   using Storage = typename Ops::Storage;
   template <class T>
   using Vec = typename Storage::template Vec<T>;  // std::vector, or a device vector
-  using Mat = typename Storage::template Resident<weights::Matrix<typename Cfg::Weights>>;
+  using Mat = typename Ops::template Resident<weights::Matrix<typename Cfg::Weights>>;
   using Cache = kv::cache_t<typename Cfg::Kv, Storage>;  // the layout policy's cache class
   static constexpr int L = Dims::n_layer, C = Dims::n_embd, H = Dims::n_head;
   static constexpr int V = Dims::vocab, P = Dims::n_positions;
@@ -85,7 +85,7 @@ class Gpt2 {
     // HF's tensor names, so that a format's load error says which matrix it could not take.
     auto wname = [](int i, const char* m) { return detail::cat("h.", i, ".", m, ".weight"); };
     auto mat = [&](std::vector<float>& w, int K, int N, int i, const char* m) {
-      return Storage::resident(HostMat::from_f32(std::exchange(w, {}), K, N, wname(i, m)));
+      return Ops::resident(HostMat::from_f32(std::exchange(w, {}), K, N, wname(i, m)));
     };
     int l_i = 0;
     for (auto& s : t.layers) {
@@ -106,7 +106,7 @@ class Gpt2 {
     if constexpr (kHeadInFormat) {
       // The step's largest matrix, read whole by every step: in the format, as a (C, V) linear,
       // so u8 keeps one (scale, min) per vocabulary row (per output channel) or per group.
-      head_ = Storage::resident(
+      head_ = Ops::resident(
           HostMat::from_f32(weights::transposed(t.head(), V, C), C, V, "lm_head.weight"));
       t.lm_head = {};
     } else if (!t.lm_head.empty()) {

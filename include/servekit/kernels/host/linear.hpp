@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "servekit/kernels/host/matmul.hpp"
+#include "servekit/kernels/host/packed.hpp"
 #include "servekit/weights/formats.hpp"
 
 namespace servekit::kernels::host {
@@ -22,6 +23,26 @@ auto view(const weights::Matrix<Fmt>& W) {
 template <weights::Granularity G>
 WeightView<uint8_t> view(const weights::Matrix<weights::U8ZeroPoint<G>>& W) {
   return {W.q.data(), W.rows, W.cols, W.group_rows, W.scale.data(), W.zero.data(), W.state_cols};
+}
+
+// The same matrices packed in strips (host/packed.hpp): the host backend's resident form.
+inline WeightView<float> view(const Packed<weights::Matrix<weights::F32>>& P) {
+  WeightView<float> v = view(P.strips());
+  v.packed = true;
+  return v;
+}
+template <class Fmt>
+requires std::is_same_v<Fmt, weights::F16> || std::is_same_v<Fmt, weights::BF16>
+auto view(const Packed<weights::Matrix<Fmt>>& P) {
+  auto v = view(P.strips());
+  v.packed = true;
+  return v;
+}
+template <weights::Granularity G>
+WeightView<uint8_t> view(const Packed<weights::Matrix<weights::U8ZeroPoint<G>>>& P) {
+  WeightView<uint8_t> v = view(P.strips());
+  v.packed = true;
+  return v;
 }
 
 template <Epilogue E, class Mat>

@@ -43,6 +43,7 @@ struct WeightView {
   const float* scale = nullptr;
   const float* zero = nullptr;
   int state_cols = 0;
+  bool packed = false;  // w in strips of kNR columns (host/packed.hpp), else (K, N)
   static constexpr bool grouped = std::is_same_v<T, uint8_t>;
 };
 
@@ -267,34 +268,51 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
           if (grouped) std::fill(part, part + static_cast<std::size_t>(rows) * NB, 0.f);
           for (int k0 = g0; k0 < g0 + GK; k0 += KB) {
             const int kn = std::min(KB, g0 + GK - k0);
-            const T* wk = W.w + static_cast<int64_t>(k0) * N + n0;
+            // Rows k0.. of the strip starting at panel column c (a multiple of kNR), and the
+            // stride between its rows: N in W's (K, N) order, kNR packed (host/packed.hpp).
+            const int64_t ldw = W.packed ? kNR : N;
+            auto strip = [&](int c) {
+              return W.packed ? W.w + (static_cast<int64_t>((n0 + c) / kNR) * K + k0) * kNR
+                              : W.w + static_cast<int64_t>(k0) * N + n0 + c;
+            };
             // Row tiles of even height (8 rows on a 6-row tile: 4 + 4, not 6 + 2).
             const int n_tiles = (rows + kMR - 1) / kMR, th = (rows + n_tiles - 1) / n_tiles;
             if (n_tiles == 1) {
-              // One row tile (batched decode): each weight feeds that tile only, so it is widened
-              // in the tile's loads, straight from W, and a block copy would be a second pass
-              // over the bytes that bound the step.
+              // One row tile (decode): each weight feeds that tile only, so it is widened in the
+              // tile's loads, straight from W, and a block copy would be a second pass over the
+              // bytes that bound the step. A packed strip's padding lanes are summed like the
+              // others and never stored (NB is a whole number of strips).
               const float* xr = xb + k0;
               for (int c0 = 0; c0 < cols; c0 += kNR) {
                 float* a = p + c0;
-                if (cols - c0 >= kNR)
-                  tile_rows(rows, a, NB, xr, K, wk + c0, N, kn);
+                if (cols - c0 >= kNR || W.packed)
+                  tile_rows(rows, a, NB, xr, K, strip(c0), ldw, kn);
                 else
-                  tile_edge(a, NB, xr, K, wk + c0, N, kn, rows, cols - c0);
+                  tile_edge(a, NB, xr, K, strip(c0), ldw, kn, rows, cols - c0);
               }
               continue;
             }
-            for (int k = 0; k < kn; k++)
-              widen_row(wbuf + k * NB, wk + static_cast<int64_t>(k) * N, cols);
+            // More: the block widened once into wbuf, in the same order as W (packed: strip
+            // after strip of kn x kNR; else kn rows of NB), reused by every row tile from L2.
+            const int64_t ldb = W.packed ? kNR : NB;
+            auto block = [&](int c) {
+              return W.packed ? wbuf + static_cast<int64_t>(c) * kn : wbuf + c;
+            };
+            if (W.packed) {
+              for (int c0 = 0; c0 < cols; c0 += kNR) widen_row(block(c0), strip(c0), kn * kNR);
+            } else {
+              for (int k = 0; k < kn; k++)
+                widen_row(wbuf + k * NB, strip(0) + static_cast<int64_t>(k) * N, cols);
+            }
             for (int r0 = 0; r0 < rows; r0 += th) {
               const int mr = std::min(th, rows - r0);
               const float* xr = xb + static_cast<int64_t>(r0) * K + k0;
               for (int c0 = 0; c0 < cols; c0 += kNR) {
                 float* a = p + r0 * NB + c0;
-                if (cols - c0 >= kNR)
-                  tile_rows(mr, a, NB, xr, K, wbuf + c0, NB, kn);
+                if (cols - c0 >= kNR || W.packed)
+                  tile_rows(mr, a, NB, xr, K, block(c0), ldb, kn);
                 else
-                  tile_edge(a, NB, xr, K, wbuf + c0, NB, kn, mr, cols - c0);
+                  tile_edge(a, NB, xr, K, block(c0), ldb, kn, mr, cols - c0);
               }
             }
           }
@@ -322,7 +340,7 @@ void matmul(float* out,              // (M, N)
             const float* b,          // (N) or nullptr
             int M,
             const float* add = nullptr) {  // (M, N) added before the epilogue, or nullptr
-  if (M == 1)
+  if (M == 1 && !W.packed)
     gemv<E>(out, x, W, b, add);
   else
     gemm<E>(out, x, W, b, M, add);
