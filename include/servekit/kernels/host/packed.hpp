@@ -10,7 +10,7 @@
 // The format's other arrays (zero-point scale and min) are untouched.
 //
 // On the Zen 5 machine of docs/PERFORMANCE.md, an (8 x 768) @ (768 x 3072) f16 linear read W
-// at 16 GB/s from the (K, N) order and at 39 GB/s packed (bench_host_linear).
+// at 16 GB/s in the (K, N) order and at 32 GB/s packed (bench_host_linear).
 #include <cstdint>
 #include <utility>
 #include <vector>
