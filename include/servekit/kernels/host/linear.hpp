@@ -25,22 +25,10 @@ WeightView<uint8_t> view(const weights::Matrix<weights::U8ZeroPoint<G>>& W) {
   return {W.q.data(), W.rows, W.cols, W.group_rows, W.scale.data(), W.zero.data(), W.state_cols};
 }
 
-// The same matrices packed in strips (host/packed.hpp): the host backend's resident form.
-inline WeightView<float> view(const Packed<weights::Matrix<weights::F32>>& P) {
-  WeightView<float> v = view(P.strips());
-  v.packed = true;
-  return v;
-}
-template <class Fmt>
-requires std::is_same_v<Fmt, weights::F16> || std::is_same_v<Fmt, weights::BF16>
-auto view(const Packed<weights::Matrix<Fmt>>& P) {
+// Any of them packed in strips (host/packed.hpp): the host backend's resident form.
+template <class Mat>
+auto view(const Packed<Mat>& P) {
   auto v = view(P.strips());
-  v.packed = true;
-  return v;
-}
-template <weights::Granularity G>
-WeightView<uint8_t> view(const Packed<weights::Matrix<weights::U8ZeroPoint<G>>>& P) {
-  WeightView<uint8_t> v = view(P.strips());
   v.packed = true;
   return v;
 }

@@ -101,13 +101,10 @@ const float* group_sums(const float* x, const WeightView<T>& W, int M) {
   }
 }
 
-// The micro-kernel: acc (MR, kNR) at ld += x (MR, kn) at ldx @ w (kn, kNR) at ldw, w widened
-// from T as it is loaded.
-// How many rows of W ahead the micro-kernel asks for its strip: a strip is one or two cache lines
-// per row, rows N elements apart, which the hardware prefetchers do not follow (one line per
-// 4 KiB page), so without this each row costs a miss at memory latency. 96 rows in flight per
-// thread doubled batch-8 decode's linears on Zen 5 (bench/decode_formats, docs/host_kernels.md);
-// into L2 (prefetcht2), since the line is used once.
+// How many rows of W ahead the micro-kernel asks for its strip, into L2 (prefetcht2: the line
+// is used once). In W's (K, N) order a strip is one or two cache lines per row, rows N elements
+// apart, which the hardware prefetchers do not follow; packed (host/packed.hpp) the strip is one
+// stream and this only covers its start.
 constexpr int kAhead = 96;
 
 // Asks for the line at byte offset off of p. Integer arithmetic: the row ahead may lie past the
@@ -117,6 +114,8 @@ inline void prefetch_l2(const void* p, int64_t off) {
                      1);
 }
 
+// The micro-kernel: acc (MR, kNR) at ld += x (MR, kn) at ldx @ w (kn, kNR) at ldw, w widened
+// from T as it is loaded.
 template <int MR, class T>
 inline void tile(float* acc, int ld, const float* x, int ldx, const T* w, int64_t ldw, int kn) {
   constexpr int NV = kNR / kLanes;
