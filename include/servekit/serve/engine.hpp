@@ -512,6 +512,7 @@ class Engine {
 
   // A load ended: the requests parked on it fail with its error, or may now be placed.
   void on_loaded(lora::Loaded l) {
+    tiers_->awaited.erase(l.id);
     std::vector<Seq*> failed;
     for (Seq* p : tiers_->parked)
       if (*p->st->request().adapter == l.id) {
@@ -541,8 +542,8 @@ class Engine {
         try {
           if (auto r = t.ready.find(id); r != t.ready.end())
             a = r->second;
-          else
-            a = t.store.fetch(id);  // null: loading; the listener will say when
+          else if (!t.awaited.contains(id) && !(a = t.store.fetch(id)))
+            t.awaited.insert(id);  // loading; the listener will say when
           if (a) slot = t.slots.place(a);
         } catch (const std::exception& e) {
           failed.emplace_back(p, e.what());
@@ -644,6 +645,10 @@ class Engine {
     Store store;
     std::vector<Seq*> parked;  // arrival order
     std::unordered_map<std::string, std::shared_ptr<const lora::Adapter>> ready;
+    // Ids whose load this engine started and has not heard the end of. The store stops
+    // counting a load as under way when it reports it, before this thread reads the report:
+    // asking the store again in between would start a second load of the same folder.
+    std::unordered_set<std::string> awaited;
   };
   std::conditional_t<kLora, std::unique_ptr<Tiers>, std::monostate> tiers_;
   bool replace_ = false;  // engine thread: an adapter was let go while requests are parked
