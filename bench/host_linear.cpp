@@ -11,6 +11,7 @@
 
 #include "common.hpp"
 #include "servekit/core/dtype.hpp"
+#include "servekit/kernels/host/lm_head.hpp"
 #include "servekit/kernels/host/matmul.hpp"
 #include "servekit/kernels/host/packed.hpp"
 
@@ -64,10 +65,31 @@ void run(const char* fmt, bool packed, int M, int K, int N, double bw, double pe
   std::fflush(stdout);
 }
 
+// The fp32 tied head as the host backend runs it without a copy: wte (V, C) read along C.
+void run_tied_head(int M, int C, int V, double bw, double peak) {
+  const std::size_t per = static_cast<std::size_t>(V) * C;
+  const int n_mats = 2;  // 2 x 154 MB: neither is in a cache when it is used
+  std::vector<float> w(per * n_mats), x(static_cast<std::size_t>(M) * C, 0.01f),
+      out(static_cast<std::size_t>(M) * V);
+  for (std::size_t i = 0; i < w.size(); i++) w[i] = 0.001f * static_cast<float>(i & 1023);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; rep++) {
+    const double t0 = sk::bench::now_s();
+    for (int i = 0; i < n_mats; i++) h::lm_head(out.data(), x.data(), w.data() + per * i, M, V, C);
+    best = std::min(best, (sk::bench::now_s() - t0) / n_mats);
+  }
+  const double gbs = per * sizeof(float) / best / 1e9, gflops = 2.0 * per * M / best / 1e9;
+  std::printf("%-4s %-6s %4d %5d %6d %10.1f %8.1f %7.0f%% %9.1f %7.0f%%\n", "f32", "(V,C)", M, C, V,
+              best * 1e6, gbs, 100 * gbs / bw, gflops, 100 * gflops / peak);
+  std::fflush(stdout);
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"bench_host_linear: GPT-2 124M's linears on the host, one at a time"};
   std::vector<int> rows{1, 4, 8, 16};
+  bool head_only = false;
   app.add_option("--rows", rows, "row counts (batch sizes) to time");
+  app.add_flag("--head", head_only, "only the fp32 lm_head: wte (V, C) as tied, and (C, V) packed");
   CLI11_PARSE(app, argc, argv);
   std::fprintf(stderr, "measuring read bandwidth and the multiply-add peak ...\n");
   const double bw = sk::bench::read_bandwidth_gbs(), peak = sk::bench::fma_gflops();
@@ -76,7 +98,12 @@ int main(int argc, char** argv) {
   std::printf("%-4s %-6s %4s %5s %6s %10s %8s %8s %9s %8s\n", "fmt", "W", "M", "K", "N", "us/call",
               "GB/s", "of bw", "GFLOP/s", "of peak");
   const int shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50257}};
-  for (int M : rows)
+  for (int M : rows) {
+    run_tied_head(M, 768, 50257, bw, peak);
+    if (head_only) {
+      run<float>("f32", true, M, 768, 50257, bw, peak);
+      continue;
+    }
     for (auto [K, N] : shapes) {
       for (bool packed : {false, true}) {
         run<float>("f32", packed, M, K, N, bw, peak);
@@ -84,5 +111,6 @@ int main(int argc, char** argv) {
         run<std::uint8_t>("u8", packed, M, K, N, bw, peak);
       }
     }
+  }
   return 0;
 }

@@ -11,4 +11,9 @@ struct Ops {
   static_assert(sizeof(B) == 0, "servekit: no backend::Ops specialisation for this backend");
 };
 
+// Ops that want the model's output projection as a resident copy in the weight format even in
+// f32 (static constexpr bool kHeadCopy = true), not the tied wte read by their lm_head.
+template <class O>
+concept CopiesHead = O::kHeadCopy;
+
 }  // namespace servekit::backend

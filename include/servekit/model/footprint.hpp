@@ -4,8 +4,8 @@
 //
 // servekit keeps the embedding tables wte (V, C) and wpe (P, C) in fp32 whatever the format
 // (the input lookup reads a few rows per step). The output projection, tied to wte in GPT-2,
-// is read whole by every step, so every format but f32 keeps a copy of it in the format: the
-// "lm_head" line. See docs/04_quantization.md.
+// is read whole by every step, so every format but f32 keeps a copy of it in the format (and
+// f32 too on the host backend, a packed copy): the "lm_head" line. See docs/04_quantization.md.
 // The course instead quantizes every parameter and reports HF's get_memory_footprint(), which
 // counts every parameter in its storage dtype plus the module buffers. course_bytes()
 // reproduces that number, so the two can be printed side by side.

@@ -54,7 +54,10 @@ class Gpt2 {
   static constexpr bool kLora = lora::enabled<Lora>;
   // Every format but f32 keeps a copy of the output projection in the format: it is the
   // largest matrix a step reads (38.6M weights in GPT-2), and wte stays fp32 for the lookup.
-  static constexpr bool kHeadInFormat = !std::is_same_v<typename Cfg::Weights, weights::F32>;
+  // A backend may ask for the copy in f32 too (Ops::kHeadCopy), when its linear reads a
+  // resident matrix faster than its lm_head kernel reads wte.
+  static constexpr bool kHeadInFormat =
+      !std::is_same_v<typename Cfg::Weights, weights::F32> || backend::CopiesHead<Ops>;
 
   struct Layer {
     Vec<float> ln_1_w, ln_1_b;  // (C)
