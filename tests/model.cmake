@@ -4,3 +4,19 @@ servekit_test(test_gpt2_errors LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/tes
 servekit_test(test_generate LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_generate.cpp)
 servekit_test(test_host_matmul LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_host_matmul.cpp)
 servekit_test(test_thread_pool LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_pool.cpp)
+
+# The host kernels take their vector width and register tiles from the target's flags
+# (kernels/host/simd.hpp: AVX-512, AVX2 or SSE). The suite is built for this CPU; these build
+# the host kernels' tests again for AVX2 + FMA + F16C (x86-64-v3) and for SSE2 alone (x86-64),
+# which any x86-64 machine runs, so that every width is tested whichever machine CI is on.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  foreach(arch x86-64-v3 x86-64)
+    string(REPLACE "-" "_" isa ${arch})
+    servekit_test(test_host_matmul_${isa} LABELS host isa MARCH ${arch}
+      SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_host_matmul.cpp)
+    if(TARGET servekit_simt)  # the attention test file also runs the emulated kernels
+      servekit_test(test_host_attention_${isa} LABELS host isa MARCH ${arch} ARGS "[host]"
+        SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_attention.cpp LIBS servekit_simt)
+    endif()
+  endforeach()
+endif()
