@@ -14,6 +14,7 @@ two runs on the same prompts: (prompt + 1 + steps tokens) minus (prompt + 1 toke
 """
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,7 +37,10 @@ class Ct2:
                                          inter_threads=1)
         vocab = json.loads((out / "model" / "vocab.json").read_text())
         self.token = {i: s for s, i in vocab.items()}
-        self.info = {"compute_type": self.gen.compute_type}
+        # CTranslate2 has no call that tells its ISA; it obeys CT2_FORCE_CPU_ISA, else picks
+        # the widest the CPU has (CT2_VERBOSE=1 logs "Selected ISA").
+        self.info = {"compute_type": self.gen.compute_type,
+                     "isa": os.environ.get("CT2_FORCE_CPU_ISA", "widest")}
 
     def generate(self, prompts, new):
         res = self.gen.generate_batch([[self.token[i] for i in p] for p in prompts],
@@ -53,7 +57,7 @@ class Hf:
         torch.set_num_threads(threads)
         self.torch = torch
         self.model = GPT2LMHeadModel.from_pretrained(out / "model", dtype=torch.float32).eval()
-        self.info = {"torch": torch.__version__}
+        self.info = {"torch": torch.__version__, "isa": torch.backends.cpu.get_cpu_capability()}
 
     def generate(self, prompts, new):
         ids = self.torch.tensor(prompts)
@@ -108,7 +112,11 @@ class Llama:
             sys.exit("engines.py: llama.cpp could not make a context")
         self.batch = L.llama_batch_init(cp.n_batch, 0, rows)
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
-        self.info = {"llama_cpp_python": L.__version__ if hasattr(L, "__version__") else "?"}
+        # ggml's system info lists each x86 extension it was built with as "NAME = 1".
+        built = L.llama_print_system_info().decode()
+        isa = next((n for n in ("AVX512", "AVX2", "AVX") if f"{n} = 1" in built), "SSE")
+        self.info = {"llama_cpp_python": L.__version__ if hasattr(L, "__version__") else "?",
+                     "isa": isa}
 
     def _decode(self, rows):
         """rows: (seq, pos, tokens) each; returns each row's greedy next token."""

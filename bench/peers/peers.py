@@ -24,12 +24,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 AGREE_PROMPT = [464, 2068, 7586, 21831, 18045, 625, 262]  # "The quick brown fox jumps over the"
 AGREE_NEW = 16
-SERVEKIT_FORMATS = ["f32", "f16", "bf16", "u8"]
+# "/kv16": the same weights with an f16 KV cache, as llama.cpp runs every format by default
+# (CTranslate2 keeps its cache in the compute type).
+SERVEKIT_FORMATS = ["f32", "f32/kv16", "f16", "f16/kv16", "bf16", "u8"]
 CT2_FORMATS = ["float32", "int8", "int8_float32", "bfloat16"]
 LLAMA_FORMATS = ["f32", "f16", "q8_0"]
 # Precision class of what an engine computes with (CTranslate2 reports its compute type: on a
 # CPU without a bf16 path a bfloat16 model runs float32, so it is classed by that).
-CLASS = {"f32": "32-bit", "fp32": "32-bit", "float32": "32-bit", "f16": "16-bit",
+CLASS = {"f32": "32-bit", "f32/kv16": "32-bit", "f16/kv16": "16-bit", "fp32": "32-bit", "float32": "32-bit", "f16": "16-bit",
          "bf16": "16-bit", "bfloat16": "16-bit", "u8": "8-bit", "int8": "8-bit",
          "int8_float32": "8-bit", "q8_0": "8-bit"}
 CLASSES = ["32-bit", "16-bit", "8-bit"]
@@ -49,6 +51,8 @@ def engines(llama):
 def command(a, engine, fmt, mode, extra):
     if engine == "servekit":
         cmd = [str(a.servekit), "--model", str(a.out / "model")]
+        if fmt.endswith("/kv16"):
+            fmt, cmd = fmt.removesuffix("/kv16"), cmd + ["--kv", "f16"]
     else:
         cmd = [sys.executable, str(HERE / "engines.py"), "--engine", engine, "--out", str(a.out)]
     return cmd + ["--format", fmt, "--mode", mode, "--threads", str(a.threads)] + extra
@@ -62,7 +66,8 @@ def run_one(a, engine, fmt, mode, extra):
     if p.returncode != 0 or not lines:
         why = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
         return {"engine": engine, "format": fmt, "measure": mode, "error": why}
-    return {**json.loads(lines[-1]), "load1": load[0], "load5": load[1]}
+    # The format as asked ("f32/kv16"), not as the engine names its weights ("f32").
+    return {**json.loads(lines[-1]), "format": fmt, "load1": load[0], "load5": load[1]}
 
 
 def agreement(a, engs):
@@ -73,24 +78,26 @@ def agreement(a, engs):
     if ref is None:
         log(f"  HF fp32 failed: {got[('hf', 'fp32')]['error']}")
         return got
-    log(f"  HF fp32 ids: {ref}")
+    log(f"  HF fp32 ids: {ref}  [{got[('hf', 'fp32')].get('isa', '?')}]")
     for (e, f), r in got.items():
         if (e, f) == ("hf", "fp32"):
             continue
-        log(f"  {e + ' ' + f:22s} {verdict(r, ref, CLASS.get(f, '?'))}")
+        exact = CLASS.get(f) == "32-bit" and not f.endswith("/kv16")
+        log(f"  {e + ' ' + f:22s} {verdict(r, ref, exact)}  [{r.get('isa', '?')}]")
+    log("  [...]: the instruction set each engine says it runs")
     return got
 
 
-def verdict(r, ref, cls):
+def verdict(r, ref, exact):
     if "error" in r:
         return f"FAILED: {r['error']}"
     ids = r["ids"]
     same = next((i for i, (x, y) in enumerate(zip(ids, ref)) if x != y), len(ref))
     if same == len(ref) and len(ids) == len(ref):
         return f"agrees ({len(ref)}/{len(ref)})"
-    if cls == "32-bit":
+    if exact:
         return f"DISAGREES after {same} of {len(ref)} tokens (expected exact), then {ids[same:]}"
-    return (f"diverges after {same} of {len(ref)} tokens (quantised: near-ties expected), "
+    return (f"diverges after {same} of {len(ref)} tokens (rounded: near-ties expected), "
             f"then {ids[same:]}")
 
 
@@ -176,7 +183,7 @@ def order(r):
 
 def table(rows, runs, a):
     log(f"\n== tokens/s, median (min-max) of {a.rounds} round(s); {a.threads} threads each; "
-        f"prompt {a.prompt}, {a.steps} decode steps")
+        f"prompt {a.prompt}, {a.steps} decode steps; ISA: {a.isa}")
     log("   ratio: servekit / best peer of the same precision class (> 1: servekit faster)")
     loads = [r["load1"] for r in runs if "load1" in r]
     if loads:
@@ -222,7 +229,7 @@ def chart(path, rows, a):
         ax.invert_yaxis()
         ax.set_title(label(m, b))
         ax.set_xlabel("tokens/s (median, min-max)")
-    fig.suptitle(f"GPT-2 124M, host CPU, {a.threads} threads, {a.rounds} round(s), "
+    fig.suptitle(f"GPT-2 124M, host CPU ({a.isa}), {a.threads} threads, {a.rounds} round(s), "
                  f"prompt {a.prompt}, {a.steps} decode steps")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -237,6 +244,7 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="1 round, 16-token prompt, 8 steps, b=1,8")
     ap.add_argument("--llama", default="", help="empty: llama.cpp is there; else why it is not")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--isa", default="this CPU's", help="the instruction set the run is held to")
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error("--rounds must be at least 1")
@@ -253,7 +261,7 @@ def main():
     table(rows, runs, a)
     write_csv(a.out / "runs.csv", runs, ["round", "engine", "format", "compute_type", "measure",
                                          "batch", "prompt", "steps", "seconds", "tokens_per_s",
-                                         "load1", "load5", "error"])
+                                         "isa", "load1", "load5", "error"])
     write_csv(a.out / "summary.csv", rows, ["engine", "format", "class", "compute_type", "measure",
                                             "batch", "median", "min", "max", "ratio", "vs"])
     chart(a.out / "peers.png", rows, a)

@@ -3,8 +3,13 @@
 # servekit's host backend beside the CPU engines people use (CTranslate2, llama.cpp, HF
 # transformers) on one seeded random GPT-2 124M checkpoint: greedy agreement, then prefill and
 # batch 1 / 8 / 32 decode in interleaved rounds, each run its own process, 2 threads each.
-#   bash bench/peers/run.sh [--rounds N] [--smoke] [--out DIR]     (default: 5 rounds, out/peers)
+#   bash bench/peers/run.sh [--rounds N] [--smoke] [--isa avx2] [--out DIR]
+#                                              (default: 5 rounds, this CPU's ISA, out/peers)
 # --smoke: 1 round, 16-token prompt, 8 decode steps, batches 1 and 8: checks that all runs.
+# --isa avx2: every engine held to AVX2 + FMA + F16C, as on machines without AVX-512: servekit
+#   built with -march=x86-64-v3 (in build-avx2), llama.cpp built again for AVX2 alone (in
+#   .venv-peers/llama-avx2), CTranslate2 with CT2_FORCE_CPU_ISA=AVX2, torch with
+#   ATEN_CPU_CAPABILITY=avx2, MKL and oneDNN held to AVX2 too. Results in out/peers-avx2.
 # Installs into .venv-peers, from PyPI: ctranslate2, transformers, torch (PyPI's wheel, which
 # brings its CUDA libraries; they stay unused), numpy, safetensors, matplotlib; and tries to
 # build llama-cpp-python from source (CPU only, at most $PEERS_LLAMA_TIMEOUT s, default 900). A
@@ -14,10 +19,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 venv="$root/.venv-peers"
-build="${SERVEKIT_BUILD_DIR:-$root/build}"
 jobs="${PEERS_JOBS:-$(nproc)}"
 llama_timeout="${PEERS_LLAMA_TIMEOUT:-900}"
-out="$root/out/peers" args=()
+out="" args=() isa=native
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) [ $# -ge 2 ] || { echo "run.sh: --rounds needs a number" >&2; exit 2; }
@@ -25,10 +29,30 @@ while [ $# -gt 0 ]; do
     --smoke) args+=(--smoke); shift ;;
     --out) [ $# -ge 2 ] || { echo "run.sh: --out needs a folder" >&2; exit 2; }
            out="$2"; shift 2 ;;
-    -h|--help) sed -n '3,13p' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (--rounds N, --smoke, --out DIR)" >&2; exit 2 ;;
+    --isa) [ $# -ge 2 ] && [[ "$2" =~ ^(native|avx2)$ ]] ||
+             { echo "run.sh: --isa takes native or avx2" >&2; exit 2; }
+           isa="$2"; shift 2 ;;
+    -h|--help) sed -n '3,18p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (--rounds N, --smoke, --isa avx2, --out DIR)" >&2
+       exit 2 ;;
   esac
 done
+if [ "$isa" = avx2 ]; then
+  build="${SERVEKIT_BUILD_DIR:-$root/build-avx2}" out="${out:-$root/out/peers-avx2}"
+  llama_dir="$venv/llama-avx2"
+  # ggml's own switches for an AVX2 + FMA + F16C machine, nothing wider.
+  llama_isa="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+-DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF \
+-DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF"
+  # CTranslate2's and torch's own kernels, and the GEMM libraries under them (MKL, oneDNN).
+  export CT2_FORCE_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+    ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 PYTHONPATH="$llama_dir"
+  args+=(--isa "AVX2 + FMA + F16C (x86-64-v3)")
+else
+  build="${SERVEKIT_BUILD_DIR:-$root/build}" out="${out:-$root/out/peers}"
+  llama_dir="" llama_isa="-DGGML_NATIVE=ON"
+  args+=(--isa "this CPU's (-march=native)")
+fi
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 
@@ -40,7 +64,8 @@ py="$(bash "$root/tools/pyvenv.sh" "$venv" bench/peers ctranslate2=ctranslate2 \
 
 # llama-cpp-python: its sdist both builds llama.cpp and carries the converter to GGUF, so it is
 # downloaded once and used for both.
-src="$venv/src" failed="$venv/llama-cpp-python.failed" llama_missing="" convert=""
+src="$venv/src" failed="$venv/llama-cpp-python${llama_dir:+-avx2}.failed" llama_missing=""
+convert=""
 try_llama() {
   mkdir -p "$src"
   local sdist
@@ -60,20 +85,28 @@ try_llama() {
       "$top/conversion" "$top/gguf-py"
   fi
   convert="$convert_dir/convert_hf_to_gguf.py"
-  "$py" -c "import llama_cpp" 2>/dev/null && return
-  echo "peers: building llama-cpp-python from source (CPU only, $jobs jobs, at most" \
-    "${llama_timeout}s; log: $src/build.log)"
+  # With --isa avx2 the package is installed a second time, alone, into llama_dir, which
+  # PYTHONPATH puts before the venv's own.
+  if [ -n "$llama_dir" ]; then
+    [ -d "$llama_dir/llama_cpp" ] && return
+  else
+    "$py" -c "import llama_cpp" 2>/dev/null && return
+  fi
+  local log="$src/build${llama_dir:+-avx2}.log"
+  echo "peers: building llama-cpp-python from source (CPU only, ${llama_dir:+AVX2, }$jobs jobs," \
+    "at most ${llama_timeout}s; log: $log)"
   local t0=$SECONDS rc=0
-  CMAKE_BUILD_PARALLEL_LEVEL="$jobs" CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_CUDA=OFF \
+  CMAKE_BUILD_PARALLEL_LEVEL="$jobs" CMAKE_ARGS="$llama_isa -DGGML_CUDA=OFF \
 -DGGML_BLAS=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
-    timeout "$llama_timeout" "$py" -m pip install -v "$sdist" >"$src/build.log" 2>&1 || rc=$?
+    timeout "$llama_timeout" "$py" -m pip install -v ${llama_dir:+--no-deps --target "$llama_dir"} \
+    "$sdist" >"$log" 2>&1 || rc=$?
   if [ $rc -eq 124 ]; then
     echo "its build did not finish in ${llama_timeout}s" >"$failed"
   elif [ $rc -ne 0 ]; then
     local why
-    why="$(grep -m1 -E '(^|[^-])(error:|CMake Error)' "$src/build.log" | cut -c1-160 || true)"
-    echo "its build failed (exit $rc): ${why:-see $src/build.log}" >"$failed"
+    why="$(grep -m1 -E '(^|[^-])(error:|CMake Error)' "$log" | cut -c1-160 || true)"
+    echo "its build failed (exit $rc): ${why:-see $log}" >"$failed"
   else
     echo "peers: llama-cpp-python built in $((SECONDS - t0)) s"
   fi
@@ -86,7 +119,14 @@ fi
 
 echo "peers: building bench_peers_servekit"
 [ -f "$build/build.ninja" ] || bash "$root/scripts/setup.sh"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVEKIT_BENCH_PEERS=ON >/dev/null
+if [ "$isa" = avx2 ]; then
+  # Only the one benchmark, for AVX2 + FMA + F16C; no tests, no CUDA.
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVEKIT_BENCH_PEERS=ON \
+    -DSERVEKIT_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3 -DSERVEKIT_CUDA=OFF \
+    -DSERVEKIT_BUILD_TESTS=OFF >/dev/null
+else
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVEKIT_BENCH_PEERS=ON >/dev/null
+fi
 cmake --build "$build" -j"$jobs" --target bench_peers_servekit
 
 export TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1

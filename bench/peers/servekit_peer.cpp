@@ -20,7 +20,7 @@ namespace sk = servekit;
 using D = sk::dims::Gpt2Small;
 
 struct Opts {
-  std::string model, format = "f32", mode = "decode";
+  std::string model, format = "f32", mode = "decode", kv = "f32";
   int prompt = 128, steps = 128, batch = 1, threads = 2;
   std::vector<int32_t> ids;
 };
@@ -79,13 +79,19 @@ std::vector<std::vector<int32_t>> prompts(int rows, int n) {
   return p;
 }
 
+// The vector width the host kernels were compiled for (kernels/host/simd.hpp).
+constexpr const char* kIsa = sk::kernels::host::kLanes == 16  ? "AVX512"
+                             : sk::kernels::host::kLanes == 8 ? "AVX2"
+                                                              : "SSE";
+
 template <class Model>
 nlohmann::json measure(const Opts& o, Model& model) {
   nlohmann::json j = {{"engine", "servekit"},
                       {"format", o.format},
                       {"measure", o.mode},
                       {"composition", Model::name()},
-                      {"threads", sk::host_threads()}};
+                      {"threads", sk::host_threads()},
+                      {"isa", kIsa}};
   if (o.mode == "ids") {
     Runner<Model> r(model, 1, static_cast<int>(o.ids.size()) + o.steps);
     std::vector<int32_t> out = r.prefill({o.ids});
@@ -124,8 +130,13 @@ nlohmann::json measure(const Opts& o, Model& model) {
 
 template <class F>
 nlohmann::json run(const Opts& o, sk::model::Gpt2Tensors t) {
-  sk::Gpt2<sk::Config<D, F>> model(std::move(t));  // quantizes here, untimed
-  return measure(o, model);
+  auto go = [&]<class Kv>(Kv) {
+    sk::Gpt2<sk::Config<D, F, Kv>> model(std::move(t));  // quantizes here, untimed
+    nlohmann::json j = measure(o, model);
+    j["kv"] = o.kv;
+    return j;
+  };
+  return o.kv == "f16" ? go(sk::kv::ContiguousF16{}) : go(sk::kv::Contiguous{});
 }
 
 int main(int argc, char** argv) {
@@ -140,6 +151,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "decode steps (ids: new tokens)")->check(CLI::Range(1, 511));
   app.add_option("--batch", o.batch, "rows decoded together")->check(CLI::Range(1, 256));
   app.add_option("--threads", o.threads, "host threads")->check(CLI::PositiveNumber);
+  app.add_option("--kv", o.kv, "KV cache element type (llama.cpp's default is f16)")
+      ->check(CLI::IsMember({"f32", "f16"}));
   app.add_option("--ids", o.ids, "prompt ids for --mode ids")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   if (o.mode == "ids" && o.ids.empty()) {
