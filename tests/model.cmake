@@ -19,4 +19,12 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
         SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_attention.cpp LIBS servekit_simt)
     endif()
   endforeach()
+  # ... and the micro-kernel's accumulators stay in registers through its k loop on AVX2 and
+  # AVX-512, which is the compiler's choice (scripts/check_host_tiles.sh reads its assembly).
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    add_test(NAME host_tiles_asm
+      COMMAND ${PROJECT_SOURCE_DIR}/scripts/check_host_tiles.sh ${CMAKE_CXX_COMPILER}
+              ${CMAKE_CURRENT_BINARY_DIR}/host_tiles)
+    set_tests_properties(host_tiles_asm PROPERTIES LABELS "host;isa")
+  endif()
 endif()
