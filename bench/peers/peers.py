@@ -245,6 +245,9 @@ def main():
     ap.add_argument("--llama", default="", help="empty: llama.cpp is there; else why it is not")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--isa", default="this CPU's", help="the instruction set the run is held to")
+    ap.add_argument("--only", default="",
+                    help="comma-separated engine:format pairs to run (e.g. servekit:f32,llama:f32);"
+                         " HF fp32 always runs for the agreement check")
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error("--rounds must be at least 1")
@@ -254,6 +257,12 @@ def main():
     if a.llama:
         log(f"llama.cpp: not available ({a.llama})")
     engs = engines(not a.llama)
+    if a.only:
+        want = {tuple(x.split(":", 1)) for x in a.only.split(",")}
+        unknown = want - set(engs)
+        if unknown:
+            ap.error(f"--only: no such engine:format {sorted(unknown)}; there are {engs}")
+        engs = [e for e in engs if e in want or e == ("hf", "fp32")]
     started = time.time()
     agreement(a, engs)
     runs = rounds(a, cases(a, engs))

@@ -6,6 +6,7 @@
 #   bash bench/peers/run.sh [--rounds N] [--smoke] [--isa avx2] [--out DIR]
 #                                              (default: 5 rounds, this CPU's ISA, out/peers)
 # --smoke: 1 round, 16-token prompt, 8 decode steps, batches 1 and 8: checks that all runs.
+# --only servekit:f32,llama:f32: just those engine:format pairs (and HF fp32, the reference).
 # --isa avx2: every engine held to AVX2 + FMA + F16C, as on machines without AVX-512: servekit
 #   built with -march=x86-64-v3 (in build-avx2), llama.cpp built again for AVX2 alone (in
 #   .venv-peers/llama-avx2), CTranslate2 with CT2_FORCE_CPU_ISA=AVX2, torch with
@@ -27,13 +28,16 @@ while [ $# -gt 0 ]; do
     --rounds) [ $# -ge 2 ] || { echo "run.sh: --rounds needs a number" >&2; exit 2; }
               args+=(--rounds "$2"); shift 2 ;;
     --smoke) args+=(--smoke); shift ;;
+    --only) [ $# -ge 2 ] || { echo "run.sh: --only needs engine:format[,...]" >&2; exit 2; }
+            args+=(--only "$2"); shift 2 ;;
     --out) [ $# -ge 2 ] || { echo "run.sh: --out needs a folder" >&2; exit 2; }
            out="$2"; shift 2 ;;
     --isa) [ $# -ge 2 ] && [[ "$2" =~ ^(native|avx2)$ ]] ||
              { echo "run.sh: --isa takes native or avx2" >&2; exit 2; }
            isa="$2"; shift 2 ;;
-    -h|--help) sed -n '3,18p' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (--rounds N, --smoke, --isa avx2, --out DIR)" >&2
+    -h|--help) sed -n '3,19p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (--rounds N, --smoke, --only PAIRS, --isa avx2," \
+         "--out DIR)" >&2
        exit 2 ;;
   esac
 done
