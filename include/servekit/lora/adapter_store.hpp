@@ -247,13 +247,13 @@ class AdapterStore {
       {
         std::lock_guard lk(mu_);
         l = listener_;
+        // No longer loading before anyone hears of it: a fetch after the report must start a
+        // new load, or it would wait for a report that never comes. A fetch between this and
+        // the report starts a second load; the engine avoids that by not fetching an id whose
+        // report it awaits.
+        loading_.erase(id);
       }
-      // Heard before the id stops counting as loading: a fetch in between returns nothing
-      // instead of starting the same load again, so the requests waiting on a bad adapter
-      // fail on its one load, not on one per fetch that raced the report.
       if (l) l(std::move(r));
-      std::lock_guard lk(mu_);
-      loading_.erase(id);
     }
   }
 
