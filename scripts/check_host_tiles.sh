@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The host matmul's micro-kernel (kernels/host/matmul.hpp, tile<MR, T>) only runs at its rate if
-# its accumulators stay in registers through the k loop. Whether they do is the compiler's
-# choice, and it differs by ISA: g++ 12 at -O3 for AVX2 once kept them in memory as well and
-# stored all of them on every k. This compiles every tile the ISA's build runs (1..kMR rows;
-# f32, f16, bf16, uint8 weights) to assembly for AVX2 + FMA + F16C (x86-64-v3) and AVX-512
-# (x86-64-v4), at -O2 and -O3, finds each loop that holds an FMA, and fails if such a loop
-# touches the stack. (The SSE2 build, without FMA, is a fallback kept for correctness: its
-# 6-row tile needs more than its 16 registers.)
+# The host matmul's micro-kernels (kernels/host/matmul.hpp: tile<MR, T>, and tile_strips for
+# one and two rows over several strips) only run at their rate if their accumulators stay in
+# registers through the k loop. Whether they do is the compiler's choice, and it differs by ISA:
+# g++ 12 at -O3 for AVX2 once kept them in memory as well and stored all of them on every k.
+# This compiles every tile the ISA's build runs (f32, f16, bf16, uint8 weights) to assembly for
+# AVX2 + FMA + F16C (x86-64-v3) and AVX-512 (x86-64-v4), at -O2 and -O3, finds each loop that
+# holds an FMA, and fails if such a loop touches the stack. (The SSE2 build, without FMA, is a
+# fallback kept for correctness: its 6-row tile needs more than its 16 registers.)
 #   scripts/check_host_tiles.sh [c++ compiler] [work dir]
 set -euo pipefail
 CXX=$(command -v "${1:-g++}")
@@ -18,16 +18,18 @@ SRC="$WORK/tiles.cpp"
 {
   echo '#include "servekit/kernels/host/matmul.hpp"'
   echo 'namespace h = servekit::kernels::host;'
-  # tile_rows<T> holds tile<1..kMR, T>, the tiles this ISA's build runs.
+  # tile_rows<T> holds tile<1..kMR, T>, and tile_packed<T> the multi-strip tiles of one and two
+  # rows: the tiles this ISA's build runs.
   for T in float servekit::half_t servekit::bf16_t std::uint8_t; do
     echo "template void h::tile_rows<$T>(int, float*, int, const float*, int, const $T*, int64_t, int);"
+    echo "template void h::tile_packed<$T>(int, float*, int, const float*, int, const $T*, int64_t, int, int);"
   done
 } >"$SRC"
 
 # One line per loop with an FMA: "<function> <loop label> <FMAs> <stack references>". A loop is
 # a label with a later jump back to it.
 loops() {
-  awk '/^_ZN8servekit7kernels4host4tile/ { sub(":", "", $1); fn = $1 }
+  awk '/^_ZN8servekit7kernels4host(4tile|11tile_strips)/ { sub(":", "", $1); fn = $1 }
        /^\.L[0-9]+:/ { lab = $1; sub(":", "", lab); f = 0; s = 0 }
        /vfmadd/ { f++ }
        /\(%rsp\)|\(%rbp\)/ { s++ }

@@ -10,6 +10,9 @@ endif()
 
 servekit_test(test_gpt2_device_storage LABELS emulated
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt2_device_storage.cpp LIBS servekit_simt)
+# GPT-2 small's decode linears, launched dry: each fills an H100 at batch 1.
+servekit_test(test_decode_grid LABELS emulated
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_decode_grid.cpp LIBS servekit_simt)
 
 if(NOT SERVEKIT_HAVE_CUDA)
   return()

@@ -100,20 +100,30 @@ TEMPLATE_TEST_CASE("tensor-core linear matches the reference within the 16-bit r
 
 // Bitwise: each row of a 40-row call against the same row computed in calls of 1..17 rows
 // at other offsets. For fp32 that is the tiled GEMM against the GEMV (M <= 8); the tensor-core
-// kernel serves every M.
+// kernel serves every M. With a split-K scratch the launches of up to 8 (fp32) or 32 (16-bit)
+// rows give each (column tile, K part) a block, and must still give every row the same bits.
 template <class Fmt>
-void check_row_bits(int K, int N, std::mt19937& rng) {
-  INFO(Fmt::name << ": K = " << K << ", N = " << N);
+void check_row_bits(int K, int N, std::mt19937& rng, bool split = false) {
+  INFO(Fmt::name << ": K = " << K << ", N = " << N << (split ? ", split-K scratch" : ""));
   constexpr int M = 40;
   const auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
   const auto W =
       sk::weights::Matrix<Fmt>::from_f32(random_floats(static_cast<std::size_t>(K) * N, rng), K, N);
   const auto b = random_floats(N, rng);
+  SplitScratch scratch;
   auto run = [&](float* out, int r0, int rows) {
     sk::backend::Ops<sk::backend::Emulated>::linear<E::Gelu>(
-        out, x.data() + static_cast<std::size_t>(r0) * K, W, b.data(), rows);
+        out, x.data() + static_cast<std::size_t>(r0) * K, W, b.data(), rows, nullptr,
+        split ? scratch.get() : kn::SplitK{});
   };
   CHECK(row_bits_differ(M, N, run) == 0);
+  const int splits = scratch.split_launches();
+  if (split) {
+    CHECK(splits > 0);
+    CHECK(scratch.counters_at_zero());
+  } else {
+    CHECK(splits == 0);
+  }
 }
 
 TEST_CASE("a row of a device linear has the same bits whatever the call's row count",
@@ -124,6 +134,20 @@ TEST_CASE("a row of a device linear has the same bits whatever the call's row co
     check_row_bits<sk::weights::F16>(K, 70, rng);
     check_row_bits<sk::weights::BF16>(K, 70, rng);
   }
+}
+
+// N = 96: rows of W 16-byte aligned, so the fp32 GEMV loads 4 columns at once; N = 70: one at
+// a time. K = 200 ends in a short part.
+TEST_CASE("a split-K launch gives a row the bits of the unsplit kernels",
+          "[kernels][emulated][linear]") {
+  std::mt19937 rng(32);
+  for (int K : {200, 768})
+    for (int N : {70, 96}) {
+      check_row_bits<sk::weights::F32>(K, N, rng, true);
+      check_row_bits<sk::weights::F16>(K, N, rng, true);
+      check_row_bits<sk::weights::BF16>(K, N, rng, true);
+    }
+  check_row_bits<sk::weights::F32>(3072, 64, rng, true);
 }
 
 TEST_CASE("linear launchers name the shape they cannot run", "[kernels][emulated][errors]") {

@@ -10,7 +10,11 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
+
+#include "servekit/kernels/split_k_args.hpp"
+#include "servekit/simt/counters.hpp"
 
 namespace kernels_test {
 
@@ -69,5 +73,29 @@ std::size_t row_bits_differ(int M, int N, Run&& run) {
     }
   return differ;
 }
+
+// A split-K scratch (kernels::SplitK) with room for every launch of a test, and what the
+// launches logged while it lived: how many shared K among blocks (grid.y for the GEMV, grid.z
+// for the tensor-core kernel, whose grid.y counts row tiles).
+struct SplitScratch {
+  std::vector<float> partial = std::vector<float>(std::size_t{1} << 22);
+  std::vector<int32_t> arrivals = std::vector<int32_t>(4096);
+  servekit::simt::LaunchLog log;
+  servekit::kernels::SplitK get() {
+    return {partial.data(), arrivals.data(), partial.size(), static_cast<int>(arrivals.size())};
+  }
+  int split_launches() {
+    int n = 0;
+    for (const auto& r : log.take())
+      n += r.grid.z > 1 || (r.kernel.find("gemv") != std::string::npos && r.grid.y > 1);
+    return n;
+  }
+  // Every last block set its counter back.
+  bool counters_at_zero() const {
+    for (int32_t a : arrivals)
+      if (a != 0) return false;
+    return true;
+  }
+};
 
 }  // namespace kernels_test

@@ -122,19 +122,28 @@ TEST_CASE("uint8 linear with groups matches the reference", "[kernels][emulated]
 }
 
 // Bitwise: each row of a 40-row call (tiled GEMM) against the same row computed in calls of
-// 1..17 rows at other offsets (GEMV for up to 8), with groups that end inside a K slice, at its
-// end, and span slices (per tensor / per channel).
+// 1..17 rows at other offsets (GEMV for up to 8, sharing K among blocks with a split-K scratch),
+// with groups that end inside a K slice, at its end, and span slices (per tensor / per channel).
 template <class Fmt>
-void check_row_bits(int K, int N, std::mt19937& rng) {
-  INFO("K = " << K << ", N = " << N);
+void check_row_bits(int K, int N, std::mt19937& rng, bool split = false) {
+  INFO("K = " << K << ", N = " << N << (split ? ", split-K scratch" : ""));
   constexpr int M = 40;
   const auto W = w::Matrix<Fmt>::from_f32(weights_for(K, N, rng), K, N);
   const auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
   const auto b = random_floats(N, rng);
+  SplitScratch scratch;
   CHECK(row_bits_differ(M, N, [&](float* out, int r0, int rows) {
           kn::linear_u8<E::Gelu>(
-              params(out, x.data() + static_cast<std::size_t>(r0) * K, W, b.data(), rows));
+              params(out, x.data() + static_cast<std::size_t>(r0) * K, W, b.data(), rows), nullptr,
+              split ? scratch.get() : kn::SplitK{});
         }) == 0);
+  const int splits = scratch.split_launches();
+  if (split) {
+    CHECK(splits > 0);
+    CHECK(scratch.counters_at_zero());
+  } else {
+    CHECK(splits == 0);
+  }
 }
 
 TEST_CASE("a row of the uint8 linear has the same bits whatever the call's row count",
@@ -147,6 +156,19 @@ TEST_CASE("a row of the uint8 linear has the same bits whatever the call's row c
   }
   check_row_bits<w::U8ZeroPoint<w::Group<24>>>(768, 70, rng);  // groups cross slice ends
   check_row_bits<w::U8ZeroPoint<w::Group<64>>>(768, 70, rng);
+}
+
+// N = 96: 4 codes per load; 70: one at a time. Parts of 64 rows at K = 768 end inside groups
+// of 24 and hold several groups of 8.
+TEST_CASE("a split-K uint8 launch gives a row the bits of the unsplit kernels",
+          "[kernels][emulated][linear][u8]") {
+  std::mt19937 rng(25);
+  for (int N : {70, 96}) {
+    check_row_bits<w::U8ZeroPoint<w::PerTensor>>(200, N, rng, true);
+    check_row_bits<w::U8ZeroPoint<w::PerChannel>>(768, N, rng, true);
+    check_row_bits<w::U8ZeroPoint<w::Group<8>>>(768, N, rng, true);
+    check_row_bits<w::U8ZeroPoint<w::Group<24>>>(768, N, rng, true);
+  }
 }
 
 TEST_CASE("Ops<Emulated>::linear runs the uint8 kernel on a Matrix", "[kernels][emulated][u8]") {

@@ -4,10 +4,12 @@
 // and Cuda backends: the same launchers, only where the pointers live differs. Every pointer
 // is device memory (under the emulator, device memory is host memory). Kernels are enqueued on
 // simt::current_stream(), which the decoder sets to its own for a step.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 #include "servekit/backend/ops.hpp"
 #include "servekit/kernels/attention_decode.hpp"
@@ -50,18 +52,20 @@ struct SimtOps {
   // W: (K, N) dense weights, a weights::Matrix (emulator) or weights::DeviceMatrix (device
   // storage); both name the array `data`. fp32 on CUDA cores, fp16/bf16 on tensor cores.
   // add: (M, N) added before the epilogue (a LoRA delta), or nullptr.
+  // split: the decoder's split-K scratch (split_k_size below); without one, or too small, a
+  // launch of few rows still runs, in fewer blocks, with the same bits.
   template <Epilogue E, class Mat>
   requires requires(const Mat& w) { w.data.data(); }
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
-                     const float* add = nullptr) {
+                     const float* add = nullptr, const kernels::SplitK& split = {}) {
     using T = std::remove_cvref_t<decltype(*W.data.data())>;
     if constexpr (std::is_same_v<T, float>) {
-      kernels::linear_simt<E>({out, x, W.data.data(), b, M, W.rows, W.cols, add}, stream());
+      kernels::linear_simt<E>({out, x, W.data.data(), b, M, W.rows, W.cols, add}, stream(), split);
     } else if constexpr (std::is_same_v<T, half_t> || std::is_same_v<T, bf16_t>) {
       kernels::linear_mma<E, std::is_same_v<T, bf16_t>>(
           {out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()), b, M, W.rows, W.cols,
            add},
-          stream());
+          stream(), split);
     } else {
       static_assert(sizeof(T) == 0, "servekit: no device linear kernel for this element type");
     }
@@ -78,17 +82,32 @@ struct SimtOps {
     w.state_cols;
   }
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
-                     const float* add = nullptr) {
+                     const float* add = nullptr, const kernels::SplitK& split = {}) {
     kernels::linear_u8<E>({out, x, W.q.data(), W.scale.data(), W.zero.data(), b, M, W.rows, W.cols,
                            W.group_rows, W.state_cols, add},
-                          stream());
+                          stream(), split);
     done();
   }
   template <Epilogue E, class Mat>
-  static void linear(float*, const float*, const Mat&, const float*, int, const float* = nullptr) {
+  static void linear(float*, const float*, const Mat&, const float*, int, const float* = nullptr,
+                     const kernels::SplitK& = {}) {
     static_assert(sizeof(Mat) == 0,
                   "servekit: the device backends have linear kernels for f32, f16, bf16 and "
                   "U8ZeroPoint weights only");
+  }
+
+  // The split-K scratch of a launch of up to M rows over a (K, N) matrix Mat: {partial floats,
+  // counters}. fp16 / bf16 run on tensor cores, the others through the GEMV.
+  template <class Mat>
+  static std::pair<std::size_t, int> split_k_size(int M, int K, int N) {
+    if constexpr (requires(const Mat& w) { w.data.data(); }) {
+      using T = std::remove_cvref_t<decltype(*std::declval<const Mat&>().data.data())>;
+      if constexpr (!std::is_same_v<T, float>)
+        return {kernels::mma_split_floats(std::min(M, kernels::mma_gemm::BM), K, N),
+                kernels::mma_split_counters(N)};
+    }
+    return {kernels::gemv_split_floats(std::min(M, kernels::gemv::kMaxM), K, N),
+            kernels::gemv_split_counters(N)};
   }
 
   template <class KvView>

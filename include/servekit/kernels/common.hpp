@@ -8,6 +8,7 @@
 #include "servekit/core/dtype.hpp"
 #include "servekit/core/error.hpp"
 #include "servekit/kernels/epilogue.hpp"
+#include "servekit/kernels/split_k_args.hpp"
 #include "servekit/kv/view.hpp"
 #include "servekit/simt/simt.hpp"
 
@@ -112,14 +113,68 @@ __host__ __device__ constexpr int imax(int a, int b) {
   return a > b ? a : b;
 }
 
-// The order in which every device linear sums over K: kKSlices contiguous slices of
-// k_slice_len(K) rows (a multiple of 16), each summed from zero in k order, the slice sums then
-// added in slice order. The GEMV shapes give each slice its own threads; the tiled GEMMs fold
-// their accumulators where a slice ends. A row's result then has the same bits whichever
-// kernel (so whatever the batch's row count M) computed it.
-constexpr int kKSlices = 4;
-__host__ __device__ constexpr int k_slice_len(int K) {
-  return ceil_div(ceil_div(K, kKSlices), 16) * 16;
+// The order in which every device linear sums over K. It depends only on (K, N) and the
+// kernel family, never on the call's row count M nor on how a launch shares K among blocks, so
+// a row gets the same bits from every kernel and launch shape:
+//  - K is cut into parts of part_len rows (the last may be short), part sums added in part
+//    order, from zero;
+//  - a part is cut into `slices` slices of part_len / slices rows, each summed from zero in k
+//    order (on tensor cores: its chain of mma steps), slice sums added in slice order, from
+//    zero, to give the part's sum.
+// Parts exist for decode: a launch with few rows of x gives each (column tile, part) a block of
+// its own (split-K), and part_len is chosen so that there are kFillBlocks of them when K is long
+// enough. The tiled kernels walk every part and fold where the parts and slices end.
+constexpr int kFillBlocks = 264;  // 2 blocks on each of an H100's 132 SMs
+
+struct KOrder {
+  int part_len;  // a multiple of granule (below)
+  int parts;     // ceil(K / part_len)
+  int slices;    // per part
+  __host__ __device__ int slice_len() const { return part_len / slices; }
+  // Whether the rows k0 .. k0 + step - 1 (inside one slice) end a slice / a part.
+  __host__ __device__ bool slice_ends(int k0, int step, int K) const {
+    return (k0 + step) % slice_len() == 0 || k0 + step >= K;
+  }
+  __host__ __device__ bool part_ends(int k0, int step, int K) const {
+    return (k0 + step) % part_len == 0 || k0 + step >= K;
+  }
+};
+
+// The family's order for a (K, N) weight: col_tile output columns per block, parts whose length
+// is a multiple of granule (slices x the tiled kernel's k step). One part when the column tiles
+// alone fill the GPU.
+__host__ __device__ constexpr KOrder k_order(int K, int N, int col_tile, int slices, int granule) {
+  const int want = ceil_div(kFillBlocks, ceil_div(N, col_tile));
+  int len = ceil_div(K, granule) * granule;  // one part
+  if (want > 1) len = imax(granule, K / want / granule * granule);
+  return {len, ceil_div(K, len), slices};
+}
+
+// Called by every thread of block (tile, part) once its part sums of columns n0 .. n0 + cols - 1
+// are in s.partial: the last block of the tile adds the parts, in part order from zero, then the
+// bias, the addend and the epilogue, as the unsplit kernels do.
+template <Epilogue E>
+__device__ SERVEKIT_SIMT_INLINE void split_k_finish(const SplitK& s, int parts, int tile, int n0,
+                                                    int cols, int M, int N, const float* b,
+                                                    const float* add, float* out) {
+  SERVEKIT_SHARED(int, last);
+  __threadfence();  // this block's partial sums are visible before its arrival counts
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&s.arrivals[tile], 1) == parts - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every other block's partial sums are visible to this one
+  // volatile: read from L2, not from an L1 line an earlier launch may have left on this SM.
+  const volatile float* part = s.partial;
+  for (int i = threadIdx.x; i < M * cols; i += blockDim.x) {
+    const int m = i / cols, n = n0 + i % cols;
+    if (n >= N) continue;
+    float v = 0.f;
+    for (int q = 0; q < parts; ++q) v += part[(static_cast<int64_t>(q) * M + m) * N + n];
+    store_epilogue<E>(out + static_cast<int64_t>(m) * N + n,
+                      with_addend(v + (b ? b[n] : 0.f), add, m, n, N));
+  }
+  if (threadIdx.x == 0) s.arrivals[tile] = 0;
 }
 
 // The global-memory bytes of a linear launch (simt::expect_bytes): the weights, w_bytes, read

@@ -6,6 +6,11 @@
 // 32 slice of K, x is converted to the weights' 16-bit type as it is staged (the only rounding
 // beyond fp32: see the test's tolerance) and W is copied as raw 16-bit words; fragments come
 // from shared memory through ldmatrix (A straight, B transposed, since W is k-major).
+// K is summed in mma_order (common.hpp's order, one slice a part): each part's mma chain starts
+// from zero and the part sums are added in order on CUDA cores. A launch of at most BM rows
+// with a SplitK workspace takes one block per (column tile, part), >= kFillBlocks = 264 blocks
+// for every GPT-2 small linear, and the last block of a tile adds the parts; larger launches
+// walk every part in one block. Either way a row gets the same bits, whatever M.
 #include "servekit/kernels/common.hpp"
 
 namespace servekit::kernels {
@@ -49,17 +54,27 @@ __device__ SERVEKIT_SIMT_INLINE void mma16816(float d[4], const std::uint32_t a[
     simt::mma_m16n8k16_f16f32(d, a, b, d);
 }
 
+// The tensor-core order: parts of a multiple of BK rows, one block per 64 columns.
+inline KOrder mma_order(int K, int N) {
+  return k_order(K, N, mma_gemm::BN, 1, mma_gemm::BK);
+}
+
 template <Epilogue E, bool kBf16>
-__global__ void __launch_bounds__(mma_gemm::kThreads) linear_mma_kernel(const LinearB16Params p) {
+__global__ void __launch_bounds__(mma_gemm::kThreads)
+    linear_mma_kernel(const LinearB16Params p, const KOrder o, const SplitK split) {
   using namespace mma_gemm;
   SERVEKIT_SHARED(SharedStorage, s);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / 2, wn = warp % 2;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  float acc[4][4] = {};  // (n8 tile, fragment element)
+  const bool splits = split.partial != nullptr;  // this block sums part blockIdx.z only
+  const int k_begin = splits ? blockIdx.z * o.part_len : 0;
+  const int k_end = splits ? imin(p.K, k_begin + o.part_len) : p.K;
+  float acc[4][4] = {};    // (n8 tile, fragment element): the current part's sum
+  float total[4][4] = {};  // the finished parts'
   // ldmatrix row addresses: lane l feeds row l % 8 of matrix l / 8.
   const int j = lane / 8, r = lane % 8;
-  for (int k0 = 0; k0 < p.K; k0 += BK) {
+  for (int k0 = k_begin; k0 < k_end; k0 += BK) {
     for (int i = threadIdx.x; i < BM * BK; i += kThreads) {
       const int rr = i / BK, k = i % BK;
       const int gm = m0 + rr, gk = k0 + k;
@@ -88,6 +103,12 @@ __global__ void __launch_bounds__(mma_gemm::kThreads) linear_mma_kernel(const Li
       }
     }
     __syncthreads();
+    if (!splits && o.part_ends(k0, BK, p.K)) {
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) total[t][i] += acc[t][i], acc[t][i] = 0.f;
+    }
   }
   namespace L = simt::mma_layout;
 #pragma unroll
@@ -96,25 +117,46 @@ __global__ void __launch_bounds__(mma_gemm::kThreads) linear_mma_kernel(const Li
     for (int i = 0; i < 4; ++i) {
       const int m = m0 + wm * 16 + L::c_row(lane, i);
       const int n = n0 + wn * 32 + t * 8 + L::c_col(lane, i);
-      if (m < p.M && n < p.N)
+      if (m >= p.M || n >= p.N) continue;
+      if (splits)
+        split.partial[(static_cast<int64_t>(blockIdx.z) * p.M + m) * p.N + n] = acc[t][i];
+      else
         store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
-                          with_addend(acc[t][i] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
+                          with_addend(total[t][i] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
     }
+  if (splits) split_k_finish<E>(split, o.parts, blockIdx.x, n0, BN, p.M, p.N, p.b, p.add, p.out);
+}
+
+// Floats of SplitK::partial a launch of M rows over a (K, N) weight needs to split (0: it does
+// not split), and its counters.
+inline std::size_t mma_split_floats(int M, int K, int N) {
+  const KOrder o = mma_order(K, N);
+  return o.parts > 1 && M <= mma_gemm::BM ? static_cast<std::size_t>(o.parts) * M * N : 0;
+}
+inline int mma_split_counters(int N) {
+  return ceil_div(N, mma_gemm::BN);
 }
 
 template <Epilogue E, bool kBf16>
-void linear_mma(const LinearB16Params& p, simt::stream_handle stream = nullptr) {
+void linear_mma(const LinearB16Params& p, simt::stream_handle stream = nullptr,
+                const SplitK& split = {}) {
   const char* who = kBf16 ? "kernels::linear_mma (bf16)" : "kernels::linear_mma (f16)";
   if (p.M < 1 || p.K < 1 || p.N < 1)
     fail(who, ": cannot run the shape M = ", p.M, ", K = ", p.K, ", N = ", p.N);
   if (ceil_div(p.M, mma_gemm::BM) > 65535)
     fail(who, ": M = ", p.M, " needs more than 65535 row tiles");
   using namespace mma_gemm;
+  const KOrder o = mma_order(p.K, p.N);
+  const int tiles = ceil_div(p.N, BN);
+  const bool splits = o.parts > 1 && p.M <= BM && split.fits(o.parts, p.M, p.N, tiles);
+  const std::size_t mn = static_cast<std::size_t>(p.M) * p.N * sizeof(float);
   simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N,
                                   static_cast<std::size_t>(p.K) * p.N * sizeof(std::uint16_t),
-                                  mma_gemm::BM, mma_gemm::BN, p.b, p.add));
+                                  mma_gemm::BM, mma_gemm::BN, p.b, p.add) +
+                     (splits ? 2 * mn * o.parts : 0));
   simt::launch(simt::kernel<linear_mma_kernel<E, kBf16>>,
-               dim3(ceil_div(p.N, BN), ceil_div(p.M, BM)), dim3(kThreads), 0, stream, p);
+               dim3(tiles, ceil_div(p.M, BM), splits ? o.parts : 1), dim3(kThreads), 0, stream, p,
+               o, splits ? split : SplitK{});
 }
 
 }  // namespace servekit::kernels

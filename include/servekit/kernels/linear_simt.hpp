@@ -4,11 +4,10 @@
 //  - tiled GEMM (prefill): a (64 x 64) tile of out per block of 256 threads, each thread a
 //    (4 x 4) register tile; A and B tiles of BK = 16 staged in shared memory, so each loaded
 //    element feeds 4 multiply-adds from registers.
-//  - GEMV-shaped (M <= 8, decode): W is read exactly once. Each thread owns one output column
-//    and one of the kKSlices contiguous slices of K (common.hpp); 64 consecutive columns per
-//    block make every warp's W read 128 contiguous bytes. The slices are summed in shared
-//    memory, in order, as the tiled kernel folds them: both give a row the same bits.
-#include "servekit/kernels/common.hpp"
+//  - GEMV (M <= 8, decode): linear_gemv.hpp, split over K.
+// Both sum K in cuda_core_order (common.hpp): the tiled kernel folds its accumulators where
+// the GEMV's slices and parts end, so a row gets the same bits from either.
+#include "servekit/kernels/linear_gemv.hpp"
 
 namespace servekit::kernels {
 
@@ -33,13 +32,14 @@ struct SharedStorage {
 }  // namespace simt_gemm
 
 template <Epilogue E>
-__global__ void __launch_bounds__(simt_gemm::kThreads) linear_simt_kernel(const LinearParams p) {
+__global__ void __launch_bounds__(simt_gemm::kThreads)
+    linear_simt_kernel(const LinearParams p, const KOrder o) {
   using namespace simt_gemm;
   SERVEKIT_SHARED(SharedStorage, s);
   const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  float acc[TM][TN] = {}, total[TM][TN] = {};  // the current K slice's sums; the slices' before
-  const int ks = k_slice_len(p.K);
+  // The current slice's sums, the current part's finished slices, the finished parts.
+  float acc[TM][TN] = {}, part[TM][TN] = {}, total[TM][TN] = {};
   for (int k0 = 0; k0 < p.K; k0 += BK) {
     // Out-of-range elements are staged as zeros, so the inner loop needs no bounds checks.
 #pragma unroll
@@ -68,11 +68,17 @@ __global__ void __launch_bounds__(simt_gemm::kThreads) linear_simt_kernel(const 
         for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
     __syncthreads();
-    if ((k0 + BK) % ks == 0 || k0 + BK >= p.K) {  // a K slice ends with this tile
+    if (o.slice_ends(k0, BK, p.K)) {
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) total[i][j] += acc[i][j], acc[i][j] = 0.f;
+        for (int j = 0; j < TN; ++j) part[i][j] += acc[i][j], acc[i][j] = 0.f;
+    }
+    if (o.part_ends(k0, BK, p.K)) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) total[i][j] += part[i][j], part[i][j] = 0.f;
     }
   }
 #pragma unroll
@@ -89,68 +95,6 @@ __global__ void __launch_bounds__(simt_gemm::kThreads) linear_simt_kernel(const 
   }
 }
 
-namespace simt_gemv {
-constexpr int kMaxM = 8;                   // rows of x per launch
-constexpr int kCols = 64;                  // output columns per block
-constexpr int kSlices = kKSlices;          // one K slice per thread of a column
-constexpr int kThreads = kCols * kSlices;  // 256
-constexpr int kChunk = 64;                 // K values of each slice's x staged at a time
-
-struct SharedStorage {
-  float x[kSlices][kMaxM][kChunk];
-  float part[kSlices - 1][kMaxM][kCols];  // slices 1.. hand their sums to slice 0
-};
-
-// x[m][slice * ks + c0 + j] for j < kChunk, zero past the slice or past K.
-__device__ SERVEKIT_SIMT_INLINE void stage_x(SharedStorage& s, const float* x, int M, int K, int ks,
-                                             int c0) {
-  for (int i = threadIdx.x; i < kSlices * M * kChunk; i += kThreads) {
-    const int t = i / (M * kChunk), m = i / kChunk % M, j = i % kChunk;
-    const int k = t * ks + c0 + j;
-    s.x[t][m][j] = c0 + j < ks && k < K ? x[static_cast<int64_t>(m) * K + k] : 0.f;
-  }
-}
-}  // namespace simt_gemv
-
-template <Epilogue E>
-__global__ void __launch_bounds__(simt_gemv::kThreads) linear_gemv_kernel(const LinearParams p) {
-  using namespace simt_gemv;
-  SERVEKIT_SHARED(SharedStorage, s);
-  const int col = threadIdx.x % kCols, slice = threadIdx.x / kCols;
-  const int n = blockIdx.x * kCols + col;
-  const bool in_range = n < p.N;
-  const int ks = k_slice_len(p.K), k_begin = slice * ks, k_end = imin(p.K, k_begin + ks);
-  float acc[kMaxM] = {};
-  for (int c0 = 0; c0 < ks; c0 += kChunk) {
-    stage_x(s, p.x, p.M, p.K, ks, c0);
-    __syncthreads();
-    if (in_range) {
-      const int len = imin(kChunk, k_end - k_begin - c0);  // <= 0 past a short last slice
-      for (int j = 0; j < len; ++j) {
-        const float w = p.w[static_cast<int64_t>(k_begin + c0 + j) * p.N + n];
-#pragma unroll
-        for (int m = 0; m < kMaxM; ++m)
-          if (m < p.M) acc[m] = fmaf(s.x[slice][m][j], w, acc[m]);
-      }
-    }
-    __syncthreads();
-  }
-  if (slice > 0)
-#pragma unroll
-    for (int m = 0; m < kMaxM; ++m) s.part[slice - 1][m][col] = acc[m];
-  __syncthreads();
-  if (slice > 0 || !in_range) return;
-#pragma unroll
-  for (int m = 0; m < kMaxM; ++m) {
-    if (m >= p.M) break;
-    float v = acc[m];
-#pragma unroll
-    for (int j = 0; j < kSlices - 1; ++j) v += s.part[j][m][col];
-    store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
-                      with_addend(v + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
-  }
-}
-
 inline void check_linear(const LinearParams& p, const char* who) {
   if (p.M < 1 || p.K < 1 || p.N < 1)
     fail(who, ": cannot run the shape M = ", p.M, ", K = ", p.K, ", N = ", p.N);
@@ -158,21 +102,24 @@ inline void check_linear(const LinearParams& p, const char* who) {
   if (ceil_div(p.M, 64) > 65535) fail(who, ": M = ", p.M, " needs more than 65535 row tiles");
 }
 
-// Picks the GEMV shape for M <= 8, the tiled GEMM otherwise.
+// The GEMV for M <= 8 (split over K when `split` has room), the tiled GEMM otherwise.
 template <Epilogue E>
-void linear_simt(const LinearParams& p, simt::stream_handle stream = nullptr) {
+void linear_simt(const LinearParams& p, simt::stream_handle stream = nullptr,
+                 const SplitK& split = {}) {
   check_linear(p, "kernels::linear_simt");
   const std::size_t w = static_cast<std::size_t>(p.K) * p.N * sizeof(float);
-  if (p.M <= simt_gemv::kMaxM) {
-    simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w, p.M, simt_gemv::kCols, p.b, p.add));
-    simt::launch(simt::kernel<linear_gemv_kernel<E>>, dim3(ceil_div(p.N, simt_gemv::kCols)),
-                 dim3(simt_gemv::kThreads), 0, stream, p);
+  const KOrder o = cuda_core_order(p.K, p.N);
+  if (p.M <= gemv::kMaxM) {
+    const bool vec = p.N % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0;
+    linear_gemv<E>(
+        GemvParams<F32Cols>{p.out, p.x, {p.w, p.N, vec}, p.b, p.M, p.K, p.N, p.add, o, split}, w,
+        stream);
     return;
   }
   using namespace simt_gemm;
   simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w, BM, BN, p.b, p.add));
   simt::launch(simt::kernel<linear_simt_kernel<E>>, dim3(ceil_div(p.N, BN), ceil_div(p.M, BM)),
-               dim3(kThreads), 0, stream, p);
+               dim3(kThreads), 0, stream, p, o);
 }
 
 }  // namespace servekit::kernels

@@ -6,19 +6,17 @@
 //   sum_k x_k w_kn = scale_gn * sum_k x_k q_kn + min_gn * sum_k x_k        (k in group g)
 // The k-loop multiplies x by the raw byte widened to fp32 and also sums x; each thread folds
 // its two partial sums into its accumulator with the group's (scale, min) when k leaves a
-// segment: a group, or the part of one inside a K slice (common.hpp's order: slices summed
-// from zero, then added in order). This is the host kernel's factorisation
-// (kernels/ref/linear.hpp), so both round the same kinds of quantities.
+// segment: a group, or the part of one inside a K slice (common.hpp's order). This is the host
+// kernel's factorisation (kernels/ref/linear.hpp), so both round the same kinds of quantities.
 //  - tiled GEMM (prefill): linear_simt's 64x64 tile per 256 threads, 4x4 per thread, BK 16,
 //    with the W tile staged as bytes (1 KiB instead of 4 KiB of shared memory per stage).
-//  - GEMV-shaped (M <= 8, decode): one column and one contiguous K slice per thread, as
-//    linear_simt's GEMV; each W byte is read exactly once.
-// Both fold at the same k and add the same slices in the same order: a row gets the same bits
-// from either.
+//  - GEMV (M <= 8, decode): linear_gemv.hpp with the U8Cols loader, split over K.
+// Both fold at the same k and add the same slices and parts in the same order: a row gets the
+// same bits from either.
 #include <cstdint>
 
 #include "servekit/kernels/common.hpp"
-#include "servekit/kernels/linear_simt.hpp"  // simt_gemv's x staging
+#include "servekit/kernels/linear_gemv.hpp"
 
 namespace servekit::kernels {
 
@@ -35,23 +33,8 @@ struct LinearU8Params {
   const float* add = nullptr;  // (M, N) added before the epilogue (a LoRA delta), or nullptr
 };
 
-// Group g's (scale, min) for column n; zeros for a column past N, so that folding its (zero)
-// sums adds nothing.
-struct GroupState {
-  float scale, min;
-};
 __device__ SERVEKIT_SIMT_INLINE GroupState group_state(const LinearU8Params& p, int g, int n) {
-  if (n >= p.N) return {0.f, 0.f};
-  const int64_t s = static_cast<int64_t>(g) * p.state_cols + (p.state_cols == 1 ? 0 : n);
-  return {p.scale[s], p.zero[s]};
-}
-// A segment ends after row k: its group ends, or its K slice (ks rows) does.
-__device__ SERVEKIT_SIMT_INLINE bool segment_ends(int k, int G, int ks) {
-  return (k + 1) % G == 0 || (k + 1) % ks == 0;
-}
-// acc + the segment's dequantised sum; one expression for both kernels.
-__device__ SERVEKIT_SIMT_INLINE float folded(float acc, GroupState st, float part, float xsum) {
-  return acc + fmaf(st.scale, part, st.min * xsum);
+  return U8Cols{p.q, p.scale, p.zero, p.N, p.group_rows, p.state_cols, false}.state(g, n);
 }
 
 namespace u8_gemm {
@@ -66,16 +49,18 @@ struct SharedStorage {
 }  // namespace u8_gemm
 
 template <Epilogue E>
-__global__ void __launch_bounds__(u8_gemm::kThreads) linear_u8_kernel(const LinearU8Params p) {
+__global__ void __launch_bounds__(u8_gemm::kThreads)
+    linear_u8_kernel(const LinearU8Params p, const KOrder o) {
   using namespace u8_gemm;
   SERVEKIT_SHARED(SharedStorage, s);
   const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  float total[TM][TN] = {};  // dequantised sums of finished K slices
+  float total[TM][TN] = {};  // dequantised sums of finished K parts
+  float sum[TM][TN] = {};    // ... of the current part's finished slices
   float acc[TM][TN] = {};    // ... of the current slice's finished segments
   float part[TM][TN] = {};   // sum_k x q over the current segment
   float xsum[TM] = {};       // sum_k x over the current segment
-  const int ks = k_slice_len(p.K);
+  const int ks = o.slice_len();
   for (int k0 = 0; k0 < p.K; k0 += BK) {
     // Out-of-range elements are staged as zeros: they add nothing to either sum.
 #pragma unroll
@@ -122,11 +107,17 @@ __global__ void __launch_bounds__(u8_gemm::kThreads) linear_u8_kernel(const Line
       }
     }
     __syncthreads();
-    if ((k0 + BK) % ks == 0 || k0 + BK >= p.K) {  // a K slice ends with this tile
+    if (o.slice_ends(k0, BK, p.K)) {
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) total[i][j] += acc[i][j], acc[i][j] = 0.f;
+        for (int j = 0; j < TN; ++j) sum[i][j] += acc[i][j], acc[i][j] = 0.f;
+    }
+    if (o.part_ends(k0, BK, p.K)) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) total[i][j] += sum[i][j], sum[i][j] = 0.f;
     }
   }
 #pragma unroll
@@ -140,59 +131,6 @@ __global__ void __launch_bounds__(u8_gemm::kThreads) linear_u8_kernel(const Line
         store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
                           with_addend(total[i][j] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
     }
-  }
-}
-
-// Thread (column, slice) walks its contiguous K slice, folding at every segment end.
-template <Epilogue E>
-__global__ void __launch_bounds__(simt_gemv::kThreads)
-    linear_u8_gemv_kernel(const LinearU8Params p) {
-  using namespace simt_gemv;
-  SERVEKIT_SHARED(SharedStorage, s);
-  const int col = threadIdx.x % kCols, slice = threadIdx.x / kCols;
-  const int n = blockIdx.x * kCols + col;
-  const bool in_range = n < p.N;
-  const int ks = k_slice_len(p.K), k_begin = slice * ks, k_end = imin(p.K, k_begin + ks);
-  float acc[kMaxM] = {}, part[kMaxM] = {}, xsum[kMaxM] = {};
-  for (int c0 = 0; c0 < ks; c0 += kChunk) {
-    stage_x(s, p.x, p.M, p.K, ks, c0);
-    __syncthreads();
-    if (in_range) {
-      const int len = imin(kChunk, k_end - k_begin - c0);  // <= 0 past a short last slice
-      for (int j = 0; j < len; ++j) {
-        const int k = k_begin + c0 + j;
-        const float w = static_cast<float>(p.q[static_cast<int64_t>(k) * p.N + n]);
-#pragma unroll
-        for (int m = 0; m < kMaxM; ++m)
-          if (m < p.M) {
-            part[m] = fmaf(s.x[slice][m][j], w, part[m]);
-            xsum[m] += s.x[slice][m][j];
-          }
-        if (segment_ends(k, p.group_rows, ks)) {
-          const GroupState st = group_state(p, k / p.group_rows, n);
-#pragma unroll
-          for (int m = 0; m < kMaxM; ++m) {
-            acc[m] = folded(acc[m], st, part[m], xsum[m]);
-            part[m] = xsum[m] = 0.f;
-          }
-        }
-      }
-    }
-    __syncthreads();
-  }
-  if (slice > 0)
-#pragma unroll
-    for (int m = 0; m < kMaxM; ++m) s.part[slice - 1][m][col] = acc[m];
-  __syncthreads();
-  if (slice > 0 || !in_range) return;
-#pragma unroll
-  for (int m = 0; m < kMaxM; ++m) {
-    if (m >= p.M) break;
-    float v = acc[m];
-#pragma unroll
-    for (int j = 0; j < kSlices - 1; ++j) v += s.part[j][m][col];
-    store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
-                      with_addend(v + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
   }
 }
 
@@ -213,23 +151,34 @@ inline void check_linear_u8(const LinearU8Params& p) {
     fail(who, ": M = ", p.M, " needs more than 65535 row tiles");
 }
 
-// Picks the GEMV shape for M <= 8, the tiled GEMM otherwise.
+// The GEMV for M <= 8 (split over K when `split` has room), the tiled GEMM otherwise.
 template <Epilogue E>
-void linear_u8(const LinearU8Params& p, simt::stream_handle stream = nullptr) {
+void linear_u8(const LinearU8Params& p, simt::stream_handle stream = nullptr,
+               const SplitK& split = {}) {
   check_linear_u8(p);
   const std::size_t w =
       static_cast<std::size_t>(p.K) * p.N +
       static_cast<std::size_t>(p.K / p.group_rows) * p.state_cols * 2 * sizeof(float);
-  if (p.M <= simt_gemv::kMaxM) {
-    simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w, p.M, simt_gemv::kCols, p.b, p.add));
-    simt::launch(simt::kernel<linear_u8_gemv_kernel<E>>, dim3(ceil_div(p.N, simt_gemv::kCols)),
-                 dim3(simt_gemv::kThreads), 0, stream, p);
+  const KOrder o = cuda_core_order(p.K, p.N);
+  if (p.M <= gemv::kMaxM) {
+    const bool vec = p.N % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0;
+    linear_gemv<E>(GemvParams<U8Cols>{p.out,
+                                      p.x,
+                                      {p.q, p.scale, p.zero, p.N, p.group_rows, p.state_cols, vec},
+                                      p.b,
+                                      p.M,
+                                      p.K,
+                                      p.N,
+                                      p.add,
+                                      o,
+                                      split},
+                   w, stream);
     return;
   }
   using namespace u8_gemm;
   simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w, BM, BN, p.b, p.add));
   simt::launch(simt::kernel<linear_u8_kernel<E>>, dim3(ceil_div(p.N, BN), ceil_div(p.M, BM)),
-               dim3(kThreads), 0, stream, p);
+               dim3(kThreads), 0, stream, p, o);
 }
 
 }  // namespace servekit::kernels

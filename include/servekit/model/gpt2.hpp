@@ -26,6 +26,7 @@
 #include "servekit/backend/host.hpp"
 #include "servekit/kernels/lora_args.hpp"
 #include "servekit/kernels/sampling_args.hpp"
+#include "servekit/kernels/split_k_args.hpp"
 #include "servekit/kv/cache.hpp"
 #include "servekit/lora/adapter.hpp"
 #include "servekit/lora/policy.hpp"
@@ -462,7 +463,7 @@ class Gpt2 {
   // the tied wte is stored once; in any other format it is a (C, V) linear like the others.
   void head(float* logits, int M) {
     if constexpr (kHeadInFormat)
-      Ops::template linear<Ops::Epilogue::Store>(logits, ln_.data(), head_, nullptr, M);
+      linear_op<Ops::Epilogue::Store>(logits, ln_.data(), head_, nullptr, M, nullptr);
     else
       Ops::lm_head(logits, ln_.data(), head_f32().data(), M, V, C);
   }
@@ -492,11 +493,23 @@ class Gpt2 {
         p.order = ix + N, p.seg_start = ix + 2 * N, p.seg_ad = ix + 3 * N + 1;
         p.n_seg = lora_n_seg_;
         Ops::template lora<Lora>(p, lora_distinct_);
-        Ops::template linear<E>(out, in, W, bias, N, d);
+        linear_op<E>(out, in, W, bias, N, d);
         return;
       }
     }
-    Ops::template linear<E>(out, in, W, bias, N);
+    linear_op<E>(out, in, W, bias, N, nullptr);
+  }
+  // Ops::linear, with the split-K scratch where the backend takes one.
+  template <typename Ops::Epilogue E>
+  void linear_op(float* out, const float* in, const Mat& W, const float* bias, int N,
+                 const float* add) {
+    if constexpr (backend::SplitsK<Ops, Mat>)
+      Ops::template linear<E>(
+          out, in, W, bias, N, add,
+          kernels::SplitK{split_part_.data(), split_arrivals_.data(), split_part_.size(),
+                          static_cast<int>(split_arrivals_.size())});
+    else
+      Ops::template linear<E>(out, in, W, bias, N, add);
   }
 
   // The step's LoRA plan, written at ix (host): (N) each row's slot, then the adapted rows
@@ -643,6 +656,18 @@ class Gpt2 {
     if (x_.size() >= n * C) return;
     x_.resize(n * C), ln_.resize(n * C), att_.resize(n * C), qkv_.resize(n * 3 * C);
     fc_.resize(n * 4 * C);
+    if constexpr (backend::SplitsK<Ops, Mat>) {
+      // The linears' split-K scratch: the largest any of them needs for N rows.
+      std::size_t floats = 0;
+      int counters = 0;
+      for (const auto [K, Nout] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}}) {
+        const auto [f, c] = Ops::template split_k_size<Mat>(N, K, Nout);
+        floats = std::max(floats, f), counters = std::max(counters, c);
+      }
+      if (split_part_.size() < floats) split_part_.resize(floats);
+      if (split_arrivals_.size() < static_cast<std::size_t>(counters))
+        split_arrivals_.resize(counters);  // zeros, as the kernels leave them
+    }
   }
 
   float eps_;
@@ -654,6 +679,9 @@ class Gpt2 {
   // Scratch, grown to the largest step seen.
   Vec<float> x_, ln_, att_, qkv_, fc_;
   Vec<float> attn_ws_;  // the attention's scratch (Ops::attention_workspace)
+  // The linears' split-K scratch (kernels::SplitK), on backends that split (backend::SplitsK).
+  Vec<float> split_part_;
+  Vec<int32_t> split_arrivals_;
   // (6, N): token, slot, position, first cache row each query sees, its own row; then (S) the
   // last row of each sequence (and the LoRA plan). The kernels read it in place on host
   // storage; device storage uploads it in the step's staging buffer.

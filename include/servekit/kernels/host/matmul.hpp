@@ -154,6 +154,48 @@ inline void tile(float* acc, int ld, const float* x, int ldx, const T* w, int64_
   }
 }
 
+// tile<MR> over S adjacent packed strips at once (strip s at w + s * strip_stride), for the
+// one- and two-row tiles of decode: over one strip a one-row tile has only kNR / kLanes
+// accumulator chains, so each FMA waits on the one before it (4 cycles) and a uint8 weight's
+// widening cannot overlap it; S strips give S times the chains. Each column is still one chain
+// over k in order: the bits of tile<MR>.
+template <int MR, int S, class T>
+inline void tile_strips(float* acc, int ld, const float* x, int ldx, const T* w,
+                        int64_t strip_stride, int kn) {
+  constexpr int NV = kNR / kLanes;
+  vec t[MR][S][NV];
+  SERVEKIT_UNROLL_FULLY
+  for (int r = 0; r < MR; r++) {
+    SERVEKIT_UNROLL_FULLY
+    for (int s = 0; s < S; s++) {
+      SERVEKIT_UNROLL_FULLY
+      for (int v = 0; v < NV; v++) t[r][s][v] = load(acc + r * ld + s * kNR + v * kLanes);
+    }
+  }
+  for (int k = 0; k < kn; k++) {
+    SERVEKIT_UNROLL_FULLY
+    for (int s = 0; s < S; s++) {
+      const T* ws = w + s * strip_stride;
+      for (int b = 0; b < int(kNR * sizeof(T)); b += 64)
+        prefetch_l2(ws, static_cast<int64_t>((k + kAhead) * kNR * sizeof(T)) + b);
+      vec wv[NV];
+      for (int v = 0; v < NV; v++) wv[v] = load(ws + k * kNR + v * kLanes);
+      for (int r = 0; r < MR; r++) {
+        const vec xb = broadcast(x + static_cast<int64_t>(r) * ldx + k);
+        for (int v = 0; v < NV; v++) t[r][s][v] = madd(xb, wv[v], t[r][s][v]);
+      }
+    }
+  }
+  SERVEKIT_UNROLL_FULLY
+  for (int r = 0; r < MR; r++) {
+    SERVEKIT_UNROLL_FULLY
+    for (int s = 0; s < S; s++) {
+      SERVEKIT_UNROLL_FULLY
+      for (int v = 0; v < NV; v++) store(acc + r * ld + s * kNR + v * kLanes, t[r][s][v]);
+    }
+  }
+}
+
 // The same sums for a tile narrower than kNR (the last columns when N % kNR != 0). k outside:
 // a k-inner loop would be a reduction, which GCC may vectorise as products then in-order adds,
 // rounding differently from the fused chain of the other shapes.
@@ -179,6 +221,24 @@ inline void tile_rows(int rows, float* acc, int ld, const float* x, int ldx, con
   }
   (std::make_integer_sequence<int, kMR>{});
   table[rows - 1](acc, ld, x, ldx, w, ldw, kn);
+}
+
+// Strips packed kn x kNR each, strip_stride apart, n_strips of them, for `rows` rows of x: the
+// one- and two-row tiles take kStrips / rows strips at a time (tile_strips), the rest one.
+constexpr int kStrips = 4;
+template <class T>
+inline void tile_packed(int rows, float* acc, int ld, const float* x, int ldx, const T* w,
+                        int64_t strip_stride, int n_strips, int kn) {
+  int s = 0;
+  if (rows == 1)
+    for (; s + kStrips <= n_strips; s += kStrips)
+      tile_strips<1, kStrips>(acc + s * kNR, ld, x, ldx, w + s * strip_stride, strip_stride, kn);
+  if (rows == 2)
+    for (; s + kStrips / 2 <= n_strips; s += kStrips / 2)
+      tile_strips<2, kStrips / 2>(acc + s * kNR, ld, x, ldx, w + s * strip_stride, strip_stride,
+                                  kn);
+  for (; s < n_strips; s++)
+    tile_rows(rows, acc + s * kNR, ld, x, ldx, w + s * strip_stride, kNR, kn);
 }
 
 // One row: bandwidth-bound on W. Each thread owns a band of output columns [n0, n1) and streams
@@ -300,6 +360,11 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
               // bytes that bound the step. A packed strip's padding lanes are summed like the
               // others and never stored (NB is a whole number of strips).
               const float* xr = xb + k0;
+              if (W.packed) {
+                tile_packed(rows, p, NB, xr, K, strip(0), static_cast<int64_t>(K) * kNR,
+                            (cols + kNR - 1) / kNR, kn);
+                continue;
+              }
               for (int c0 = 0; c0 < cols; c0 += kNR) {
                 float* a = p + c0;
                 if (cols - c0 >= kNR || W.packed)

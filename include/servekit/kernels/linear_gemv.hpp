@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// out = epilogue(x @ W + b) for a few rows of x (M <= 8, decode) on CUDA cores, W stored (K, N):
+// the GEMV mainloop shared by every CUDA-core weight format, with the format as a policy that
+// loads 4 adjacent weights of a row of W as fp32 (F32Cols: one 16-byte load; U8Cols: 4 bytes,
+// dequantised by group, see linear_u8.hpp) and the epilogue as the template argument.
+//
+// A block is one warp over kCols = 32 columns: lane (c, j) owns columns 4c .. 4c + 3 and slice j
+// of the current K part (common.hpp's order, kSlices = 4 slices a part), so each row k of W is
+// read as 8 lanes x 16 bytes = 128 contiguous bytes, and W is read exactly once by the grid. The
+// slices of a part are added in order across the warp by shuffles. With a SplitK workspace the
+// grid has one block per (column tile, part), which for every GPT-2 small linear at batch 1 is
+// >= kFillBlocks = 264 blocks, and the last block of a tile adds the parts; without one a block
+// walks all the parts of its tile. Both add the same sums in the same order.
+#include <cstdint>
+
+#include "servekit/kernels/common.hpp"
+
+namespace servekit::kernels {
+
+namespace gemv {
+constexpr int kMaxM = 8;                       // rows of x per launch
+constexpr int kVec = 4;                        // columns per lane
+constexpr int kColLanes = 8;                   // lanes across a column tile
+constexpr int kCols = kVec * kColLanes;        // 32 output columns per block
+constexpr int kSlices = 4;                     // K slices per part, one per group of 8 lanes
+constexpr int kThreads = kColLanes * kSlices;  // one warp
+static_assert(kThreads == 32);
+}  // namespace gemv
+
+// The CUDA-core order: parts of a multiple of 64 rows (4 slices of a multiple of the tiled
+// kernels' k step of 16), one block per 32 columns.
+inline KOrder cuda_core_order(int K, int N) {
+  return k_order(K, N, gemv::kCols, gemv::kSlices, gemv::kSlices * 16);
+}
+
+// fp32 W: 4 adjacent columns in one 16-byte load when every row starts 16-byte aligned.
+struct F32Cols {
+  const float* w;  // (K, N)
+  int N;
+  bool vec;  // N % 4 == 0 and w 16-byte aligned
+  static constexpr bool kGrouped = false;
+  __device__ SERVEKIT_SIMT_INLINE void load(int k, int n, float v[gemv::kVec]) const {
+    const float* r = w + static_cast<int64_t>(k) * N + n;
+    if (vec) {
+      const float4 t = *reinterpret_cast<const float4*>(r);
+      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < gemv::kVec; ++i) v[i] = n + i < N ? r[i] : 0.f;
+    }
+  }
+};
+
+// Group g's (scale, min) for column n; zeros for a column past N, so that folding its (zero)
+// sums adds nothing.
+struct GroupState {
+  float scale, min;
+};
+// A segment of a uint8 sum ends after row k: its group ends, or its K slice (slice_len rows)
+// does.
+__device__ SERVEKIT_SIMT_INLINE bool segment_ends(int k, int G, int slice_len) {
+  return (k + 1) % G == 0 || (k + 1) % slice_len == 0;
+}
+// acc + a segment's dequantised sum (scale * sum x q + min * sum x); one expression for every
+// uint8 kernel, so they round alike.
+__device__ SERVEKIT_SIMT_INLINE float folded(float acc, GroupState st, float part, float xsum) {
+  return acc + fmaf(st.scale, part, st.min * xsum);
+}
+
+// Zero-point uint8 W: 4 adjacent codes in one 4-byte load when every row starts 4-byte aligned.
+struct U8Cols {
+  const std::uint8_t* q;  // (K, N)
+  const float* scale;     // (K / group_rows, state_cols)
+  const float* zero;      // (K / group_rows, state_cols): each group's min
+  int N;
+  int group_rows;  // G
+  int state_cols;  // N per column, 1 per tensor
+  bool vec;        // N % 4 == 0 and q 4-byte aligned
+  static constexpr bool kGrouped = true;
+  __device__ SERVEKIT_SIMT_INLINE void load(int k, int n, float v[gemv::kVec]) const {
+    const std::uint8_t* r = q + static_cast<int64_t>(k) * N + n;
+    if (vec) {
+      const uchar4 t = *reinterpret_cast<const uchar4*>(r);
+      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < gemv::kVec; ++i) v[i] = n + i < N ? static_cast<float>(r[i]) : 0.f;
+    }
+  }
+  __device__ SERVEKIT_SIMT_INLINE GroupState state(int g, int n) const {
+    if (n >= N) return {0.f, 0.f};
+    const int64_t s = static_cast<int64_t>(g) * state_cols + (state_cols == 1 ? 0 : n);
+    return {scale[s], zero[s]};
+  }
+};
+
+template <class W>
+struct GemvParams {
+  float* out;      // (M, N)
+  const float* x;  // (M, K)
+  W w;             // (K, N)
+  const float* b;  // (N) or nullptr
+  int M, K, N;
+  const float* add;  // (M, N) added before the epilogue (a LoRA delta), or nullptr
+  KOrder order;      // cuda_core_order(K, N)
+  SplitK split;      // one block per (column tile, part) when set
+};
+
+template <Epilogue E, class W>
+__global__ void __launch_bounds__(gemv::kThreads) linear_gemv_kernel(const GemvParams<W> p) {
+  using namespace gemv;
+  const int lane = threadIdx.x, c = lane % kColLanes, j = lane / kColLanes;
+  const int n = blockIdx.x * kCols + c * kVec;
+  const bool in_range = n < p.N;
+  const KOrder o = p.order;
+  const int sl = o.slice_len();
+  const bool split = p.split.partial != nullptr;
+  const int q_begin = split ? blockIdx.y : 0, q_end = split ? blockIdx.y + 1 : o.parts;
+  float total[kMaxM][kVec] = {};
+  for (int q = q_begin; q < q_end; ++q) {
+    // This lane's slice; empty past K (its sums stay zero, which adds nothing).
+    const int k_begin = q * o.part_len + j * sl, k_end = imin(p.K, k_begin + sl);
+    float acc[kMaxM][kVec] = {};  // the slice's sum (uint8: of its finished segments)
+    float seg[kMaxM][kVec] = {};  // uint8: sum x q over the current segment
+    float xsum[kMaxM] = {};       // uint8: sum x over the current segment
+    if (in_range) {
+      for (int k = k_begin; k < k_end; ++k) {
+        float w[kVec];
+        p.w.load(k, n, w);
+#pragma unroll
+        for (int m = 0; m < kMaxM; ++m) {
+          if (m >= p.M) break;
+          const float xv = p.x[static_cast<int64_t>(m) * p.K + k];
+          if constexpr (W::kGrouped) {
+            xsum[m] += xv;
+#pragma unroll
+            for (int i = 0; i < kVec; ++i) seg[m][i] = fmaf(xv, w[i], seg[m][i]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < kVec; ++i) acc[m][i] = fmaf(xv, w[i], acc[m][i]);
+          }
+        }
+        if constexpr (W::kGrouped) {
+          if (segment_ends(k, p.w.group_rows, sl)) {
+            const int g = k / p.w.group_rows;
+#pragma unroll
+            for (int i = 0; i < kVec; ++i) {
+              const GroupState st = p.w.state(g, n + i);
+#pragma unroll
+              for (int m = 0; m < kMaxM; ++m) {
+                acc[m][i] = folded(acc[m][i], st, seg[m][i], xsum[m]);
+                seg[m][i] = 0.f;
+              }
+            }
+#pragma unroll
+            for (int m = 0; m < kMaxM; ++m) xsum[m] = 0.f;
+          }
+        }
+      }
+    }
+    // The part's sum: its slices (lanes c, c + 8, c + 16, c + 24) added in order, from zero.
+    // M is the same on every lane, so the whole warp leaves the loop together.
+#pragma unroll
+    for (int m = 0; m < kMaxM; ++m) {
+      if (m >= p.M) break;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        float part = 0.f;
+#pragma unroll
+        for (int s = 0; s < kSlices; ++s)
+          part += __shfl_sync(simt::kFullMask, acc[m][i], c + s * kColLanes);
+        if (split) {
+          if (j == 0 && n + i < p.N)
+            p.split.partial[(static_cast<int64_t>(q) * p.M + m) * p.N + n + i] = part;
+        } else {
+          total[m][i] += part;
+        }
+      }
+    }
+  }
+  if (split) {
+    split_k_finish<E>(p.split, o.parts, blockIdx.x, blockIdx.x * kCols, kCols, p.M, p.N, p.b, p.add,
+                      p.out);
+    return;
+  }
+  if (j != 0 || !in_range) return;
+#pragma unroll
+  for (int m = 0; m < kMaxM; ++m) {
+    if (m >= p.M) break;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      if (n + i < p.N)
+        store_epilogue<E>(
+            p.out + static_cast<int64_t>(m) * p.N + n + i,
+            with_addend(total[m][i] + (p.b ? p.b[n + i] : 0.f), p.add, m, n + i, p.N));
+  }
+}
+
+// Floats of SplitK::partial a launch of M rows over a (K, N) weight needs to split (0: it does
+// not split), and its counters.
+inline std::size_t gemv_split_floats(int M, int K, int N) {
+  const KOrder o = cuda_core_order(K, N);
+  return o.parts > 1 && M <= gemv::kMaxM ? static_cast<std::size_t>(o.parts) * M * N : 0;
+}
+inline int gemv_split_counters(int N) {
+  return ceil_div(N, gemv::kCols);
+}
+
+// Launches the GEMV (M <= gemv::kMaxM), split over K when `split` has room for it. w_bytes:
+// the weight's bytes with its quantisation state, for the launch record.
+template <Epilogue E, class W>
+void linear_gemv(GemvParams<W> p, std::size_t w_bytes, simt::stream_handle stream) {
+  const int tiles = ceil_div(p.N, gemv::kCols);
+  const bool split = p.order.parts > 1 && p.split.fits(p.order.parts, p.M, p.N, tiles);
+  if (!split) p.split = {};
+  const std::size_t mn = static_cast<std::size_t>(p.M) * p.N * sizeof(float);
+  // Every block reads its columns' W once and x's rows of its K range; a split launch also
+  // writes and reads back its parts' sums.
+  simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w_bytes, p.M, gemv::kCols, p.b, p.add) +
+                     (split ? 2 * mn * p.order.parts : 0));
+  simt::launch(simt::kernel<linear_gemv_kernel<E, W>>, dim3(tiles, split ? p.order.parts : 1),
+               dim3(gemv::kThreads), 0, stream, p);
+}
+
+}  // namespace servekit::kernels

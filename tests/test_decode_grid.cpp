@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// A GPT-2 small decode step at batch 1 as the Cuda backend launches it, listed by the emulator
+// without running a block (simt::DryRun) on random weights. One row of decode reads every
+// weight once, so it is as fast as the GPU's memory, and that needs blocks on every SM: each
+// linear, lm_head included, must launch at least kFillBlocks = 264 blocks, two per SM of an
+// H100 (132 SMs). The decode linears share K among blocks for it (split-K, common.hpp).
+#include <string>
+
+#include "servekit/backend/emulated_device.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/model/random_gpt2.hpp"
+#include "servekit/simt/counters.hpp"
+
+#include <catch2/catch.hpp>
+
+namespace sk = servekit;
+namespace w = servekit::weights;
+using D = sk::dims::Gpt2Small;
+
+namespace {
+const sk::model::Gpt2Tensors& tensors() {
+  static const auto t = sk::model::random_gpt2<D>(1);
+  return t;
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("a GPT-2 small decode step's linears fill an H100 at batch 1",
+                   "[device][budget]", w::F32, w::F16, w::BF16, w::U8ZeroPoint<w::PerChannel>) {
+  using Model = sk::Gpt2<
+      sk::Config<D, TestType, sk::kv::Paged<16>, sk::lora::None, sk::backend::EmulatedDevice>>;
+  Model model(tensors());
+  model.set_graphs(false);  // the eager step: its launches are what a graph would hold
+  auto cache = model.make_cache(1, 64);
+  std::vector<int32_t> tokens{464, 2068, 7586, 21831};
+  std::vector<sk::model::SeqStep> seqs{{0, 0, 4}};
+  std::vector<sk::kernels::RowSampling> rows(1);
+  std::vector<int32_t> ids(1);
+  std::vector<float> lp(1);
+  const sk::simt::DryRun dry;
+  model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);  // the prompt (dry)
+  tokens.assign(1, 464);  // a dry run's ids are garbage: decode a fixed token
+  seqs = {{0, 4, 1}};
+  sk::simt::LaunchLog log;
+  model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);
+  int linears = 0;
+  for (const auto& r : log.take()) {
+    if (r.kernel.find("linear") == std::string::npos &&
+        r.kernel.find("lm_head") == std::string::npos)
+      continue;
+    INFO(Model::name() << ": " << r.kernel << " launched " << r.grid.x << " x " << r.grid.y << " x "
+                       << r.grid.z << " blocks");
+    CHECK(r.blocks() >= static_cast<unsigned long long>(sk::kernels::kFillBlocks));
+    linears++;
+  }
+  CHECK(linears == 4 * D::n_layer + 1);  // c_attn, c_proj, c_fc, mlp c_proj per layer; the head
+}
