@@ -40,6 +40,11 @@ struct F32Cols {
   int N;
   bool vec;  // N % 4 == 0 and w 16-byte aligned
   static constexpr bool kGrouped = false;
+  using Raw = float;  // as the tiled kernel stages it
+  __device__ SERVEKIT_SIMT_INLINE Raw raw(int k, int n) const {
+    return w[static_cast<int64_t>(k) * N + n];
+  }
+  __device__ SERVEKIT_SIMT_INLINE static float widen(Raw v) { return v; }
   __device__ SERVEKIT_SIMT_INLINE void load(int k, int n, float v[gemv::kVec]) const {
     const float* r = w + static_cast<int64_t>(k) * N + n;
     if (vec) {
@@ -78,6 +83,11 @@ struct U8Cols {
   int state_cols;  // N per column, 1 per tensor
   bool vec;        // N % 4 == 0 and q 4-byte aligned
   static constexpr bool kGrouped = true;
+  using Raw = std::uint8_t;  // as the tiled kernel stages it
+  __device__ SERVEKIT_SIMT_INLINE Raw raw(int k, int n) const {
+    return q[static_cast<int64_t>(k) * N + n];
+  }
+  __device__ SERVEKIT_SIMT_INLINE static float widen(Raw v) { return static_cast<float>(v); }
   __device__ SERVEKIT_SIMT_INLINE void load(int k, int n, float v[gemv::kVec]) const {
     const std::uint8_t* r = q + static_cast<int64_t>(k) * N + n;
     if (vec) {

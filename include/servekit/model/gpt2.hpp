@@ -660,7 +660,7 @@ class Gpt2 {
       // The linears' split-K scratch: the largest any of them needs for N rows.
       std::size_t floats = 0;
       int counters = 0;
-      for (const auto [K, Nout] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}}) {
+      for (const auto& [K, Nout] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}}) {
         const auto [f, c] = Ops::template split_k_size<Mat>(N, K, Nout);
         floats = std::max(floats, f), counters = std::max(counters, c);
       }

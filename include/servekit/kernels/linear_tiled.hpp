@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// out = epilogue(x @ W + b) for more than gemv::kMaxM rows of x (prefill) on CUDA cores, W
+// stored (K, N): the tiled GEMM shared by every CUDA-core weight format, the format being one
+// of linear_gemv.hpp's loaders (F32Cols, U8Cols). Its W tile is staged in shared memory as
+// stored (fp32 words, or raw codes: 1 KiB a stage instead of 4 KiB) and widened in registers.
+// A (64 x 64) tile of out per block of 256 threads, each thread a (4 x 4) register tile; x and
+// W tiles of BK = 16 rows, so each staged element feeds 4 multiply-adds from registers.
+// Sums fold where cuda_core_order's slices and parts end (codes: also where a group ends), so a
+// row gets the GEMV's bits.
+#include "servekit/kernels/linear_gemv.hpp"
+
+namespace servekit::kernels {
+
+namespace tiled {
+constexpr int BM = 64, BN = 64, BK = 16, TM = 4, TN = 4;
+constexpr int kThreads = (BM / TM) * (BN / TN);  // 256
+static_assert(BM * BK % kThreads == 0 && BK * BN % kThreads == 0);
+
+template <class Raw>
+struct SharedStorage {
+  float a[BK][BM + 4];  // x tile, transposed: a thread's TM rows are adjacent
+  Raw b[BK][BN];        // W tile, as stored
+};
+}  // namespace tiled
+
+template <class W>
+struct TiledParams {
+  float* out;      // (M, N)
+  const float* x;  // (M, K)
+  W w;             // (K, N)
+  const float* b;  // (N) or nullptr
+  int M, K, N;
+  const float* add;  // (M, N) added before the epilogue (a LoRA delta), or nullptr
+  KOrder order;      // cuda_core_order(K, N)
+};
+
+template <Epilogue E, class W>
+__global__ void __launch_bounds__(tiled::kThreads) linear_tiled_kernel(const TiledParams<W> p) {
+  using namespace tiled;
+  using Raw = typename W::Raw;
+  SERVEKIT_SHARED(SharedStorage<Raw>, s);
+  const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const KOrder o = p.order;
+  float total[TM][TN] = {};  // the finished parts' sums
+  float sum[TM][TN] = {};    // ... the current part's finished slices'
+  float acc[TM][TN] = {};    // ... the current slice's (codes: its finished segments')
+  float seg[TM][TN] = {};    // codes: sum x q over the current segment
+  float xsum[TM] = {};       // codes: sum x over the current segment
+  for (int k0 = 0; k0 < p.K; k0 += BK) {
+    // Out-of-range elements are staged as zeros: they add nothing to any sum.
+#pragma unroll
+    for (int i = threadIdx.x; i < BM * BK; i += kThreads) {
+      const int r = i / BK, k = i % BK;
+      const int gm = m0 + r, gk = k0 + k;
+      s.a[k][r] = gm < p.M && gk < p.K ? p.x[static_cast<int64_t>(gm) * p.K + gk] : 0.f;
+    }
+#pragma unroll
+    for (int i = threadIdx.x; i < BK * BN; i += kThreads) {
+      const int k = i / BN, c = i % BN;
+      const int gk = k0 + k, gn = n0 + c;
+      s.b[k][c] = gk < p.K && gn < p.N ? p.w.raw(gk, gn) : Raw{0};
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < BK; ++k) {
+      float a[TM], b[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) a[i] = s.a[k][ty * TM + i];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) b[j] = W::widen(s.b[k][tx * TN + j]);
+      if constexpr (W::kGrouped) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+          xsum[i] += a[i];
+#pragma unroll
+          for (int j = 0; j < TN; ++j) seg[i][j] = fmaf(a[i], b[j], seg[i][j]);
+        }
+        // The same k for the whole block: a uniform branch. G divides K, so the last group
+        // ends at k = K - 1; the zero rows staged past K end no segment.
+        const int gk = k0 + k;
+        if (gk < p.K && segment_ends(gk, p.w.group_rows, o.slice_len())) {
+#pragma unroll
+          for (int j = 0; j < TN; ++j) {
+            const GroupState st = p.w.state(gk / p.w.group_rows, n0 + tx * TN + j);
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+              acc[i][j] = folded(acc[i][j], st, seg[i][j], xsum[i]);
+              seg[i][j] = 0.f;
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < TM; ++i) xsum[i] = 0.f;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+      }
+    }
+    __syncthreads();
+    if (o.slice_ends(k0, BK, p.K)) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) sum[i][j] += acc[i][j], acc[i][j] = 0.f;
+    }
+    if (o.part_ends(k0, BK, p.K)) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) total[i][j] += sum[i][j], sum[i][j] = 0.f;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const int m = m0 + ty * TM + i;
+    if (m >= p.M) break;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const int n = n0 + tx * TN + j;
+      if (n < p.N)
+        store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
+                          with_addend(total[i][j] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
+    }
+  }
+}
+
+// Launches the tiled kernel. w_bytes: the weight's bytes with its quantisation state, for the
+// launch record.
+template <Epilogue E, class W>
+void linear_tiled(const TiledParams<W>& p, std::size_t w_bytes, simt::stream_handle stream) {
+  using namespace tiled;
+  simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w_bytes, BM, BN, p.b, p.add));
+  simt::launch(simt::kernel<linear_tiled_kernel<E, W>>, dim3(ceil_div(p.N, BN), ceil_div(p.M, BM)),
+               dim3(kThreads), 0, stream, p);
+}
+
+}  // namespace servekit::kernels
