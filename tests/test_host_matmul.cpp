@@ -64,9 +64,10 @@ TEST_CASE("host matmul matches a double-precision loop for every epilogue and aw
 }
 
 // Batch invariance: a row's output is the same float whatever rows share the call and however
-// many threads run it, in every weight format, on every path (bands for one row, one row tile
-// read in place, blocks widened for more) and whether W is in its (K, N) order or packed in
-// strips (host/packed.hpp). The engine's "a request gets its tokens alone" rests on this.
+// many threads run it, in every weight format, on every path (bands for one row; row tiles
+// reading packed strips in place (host/packed.hpp), one or many; in W's (K, N) order, one row
+// tile reading W, more a widened block). The engine's "a request gets its tokens alone" rests on
+// this.
 namespace {
 template <class Fmt>
 void check_invariant(int K, int N, std::mt19937& rng) {

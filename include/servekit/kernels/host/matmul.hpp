@@ -8,8 +8,9 @@
 //     columns and streams W's rows through it, widening each weight as it is loaded;
 //   - more rows (batched decode, prefill) run a register-tiled micro-kernel: a kMR x kNR tile
 //     of the output stays in registers while K streams through, so each weight loaded feeds
-//     kMR FMAs. Each (KB, NB) block of W is first widened into an fp32 buffer (a vcvtph2ps or
-//     vpmovzxbd per vector), read in long runs, and every row tile then reuses it from L2.
+//     kMR FMAs. W packed at load in strips of kNR columns (host/packed.hpp) is read in place,
+//     each strip widened in the tile's loads (a vcvtph2ps or vpmovzxbd per vector) while every
+//     row tile reuses it from L1; W in (K, N) order is first widened into an fp32 block.
 //
 // Every output is one fp32 chain over k = 0 .. K-1 (per group for zero-point codes) in either
 // shape, whatever the rows, blocks or threads: a row's result does not depend on what else
@@ -308,11 +309,7 @@ void gemv(float* out, const float* x, const WeightView<T>& W, const float* b, co
       1);
 }
 
-// Many rows: tasks of (up to MB rows) x (NB columns). A task walks K in (KB, NB) blocks of W,
-// each first widened (or, for fp32, copied) into an fp32 buffer: W is then read in runs of NB
-// elements per row, which the prefetcher streams (a tile's kNR-wide strip of each row would be
-// one cache line per row, fetched at the latency of memory), and the tiles of every row
-// reuse the block from L2.
+// Many rows: tasks of (up to MB rows) x (NB columns), each walking K in (KB, NB) blocks of W.
 template <Epilogue E, class T>
 void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, int M,
           const float* add) {
@@ -345,58 +342,54 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
           if (grouped) std::fill(part, part + static_cast<std::size_t>(rows) * NB, 0.f);
           for (int k0 = g0; k0 < g0 + GK; k0 += KB) {
             const int kn = std::min(KB, g0 + GK - k0);
-            // Rows k0.. of the strip starting at panel column c (a multiple of kNR), and the
-            // stride between its rows: N in W's (K, N) order, kNR packed (host/packed.hpp).
-            const int64_t ldw = W.packed ? kNR : N;
+            // Rows k0.. of the strip starting at panel column c (a multiple of kNR); its rows
+            // are N elements apart in W's (K, N) order, kNR packed (host/packed.hpp).
             auto strip = [&](int c) {
               return W.packed ? W.w + (static_cast<int64_t>((n0 + c) / kNR) * K + k0) * kNR
                               : W.w + static_cast<int64_t>(k0) * N + n0 + c;
             };
             // Row tiles of even height (8 rows on a 6-row tile: 4 + 4, not 6 + 2).
             const int n_tiles = (rows + kMR - 1) / kMR, th = (rows + n_tiles - 1) / n_tiles;
-            if (n_tiles == 1) {
-              // One row tile (decode): each weight feeds that tile only, so it is widened in the
-              // tile's loads, straight from W, and a block copy would be a second pass over the
-              // bytes that bound the step. A packed strip's padding lanes are summed like the
-              // others and never stored (NB is a whole number of strips).
-              const float* xr = xb + k0;
-              if (W.packed) {
-                tile_packed(rows, p, NB, xr, K, strip(0), static_cast<int64_t>(K) * kNR,
+            if (W.packed) {
+              // Packed W is read in place, widened in the tiles' loads. One row tile (decode)
+              // walks several strips at once; more walk strip by strip, every row tile reading
+              // the strip while it sits in L1. A copy into a widened block would be a write and
+              // a read of every weight: the AVX2 batch-8 step spent 34% of its time making it,
+              // and in place is 1.3-1.5x faster at batch 8 and 1.15x at 32 (docs/host_kernels.md).
+              // A strip's padding lanes are summed like the others and never stored.
+              if (n_tiles == 1) {
+                tile_packed(rows, p, NB, xb + k0, K, strip(0), static_cast<int64_t>(K) * kNR,
                             (cols + kNR - 1) / kNR, kn);
                 continue;
               }
-              for (int c0 = 0; c0 < cols; c0 += kNR) {
-                float* a = p + c0;
-                if (cols - c0 >= kNR || W.packed)
-                  tile_rows(rows, a, NB, xr, K, strip(c0), ldw, kn);
-                else
-                  tile_edge(a, NB, xr, K, strip(c0), ldw, kn, rows, cols - c0);
-              }
+              for (int c0 = 0; c0 < cols; c0 += kNR)
+                for (int r0 = 0; r0 < rows; r0 += th)
+                  tile_rows(std::min(th, rows - r0), p + r0 * NB + c0, NB,
+                            xb + static_cast<int64_t>(r0) * K + k0, K, strip(c0), kNR, kn);
               continue;
             }
-            // More: the block widened once into wbuf, in the same order as W (packed: strip
-            // after strip of kn x kNR; else kn rows of NB), reused by every row tile from L2.
-            const int64_t ldb = W.packed ? kNR : NB;
-            auto block = [&](int c) {
-              return W.packed ? wbuf + static_cast<int64_t>(c) * kn : wbuf + c;
-            };
-            if (W.packed) {
-              for (int c0 = 0; c0 < cols; c0 += kNR) widen_row(block(c0), strip(c0), kn * kNR);
-            } else {
-              for (int k = 0; k < kn; k++)
-                widen_row(wbuf + k * NB, strip(0) + static_cast<int64_t>(k) * N, cols);
-            }
-            for (int r0 = 0; r0 < rows; r0 += th) {
-              const int mr = std::min(th, rows - r0);
+            // W in (K, N) order: a tile's kNR-wide strip is one or two cache lines per row, N
+            // elements apart, which the prefetchers do not follow. One row tile reads it anyway
+            // (each weight feeds that tile only, and a copy would be a second pass over the
+            // bytes that bound the step); more first widen the block into wbuf, read in runs of
+            // NB elements per row, and reuse it from L2.
+            auto tiles = [&](int r0, int mr, const auto* w, int64_t ld) {
               const float* xr = xb + static_cast<int64_t>(r0) * K + k0;
               for (int c0 = 0; c0 < cols; c0 += kNR) {
                 float* a = p + r0 * NB + c0;
-                if (cols - c0 >= kNR || W.packed)
-                  tile_rows(mr, a, NB, xr, K, block(c0), ldb, kn);
+                if (cols - c0 >= kNR)
+                  tile_rows(mr, a, NB, xr, K, w + c0, ld, kn);
                 else
-                  tile_edge(a, NB, xr, K, block(c0), ldb, kn, mr, cols - c0);
+                  tile_edge(a, NB, xr, K, w + c0, ld, kn, mr, cols - c0);
               }
+            };
+            if (n_tiles == 1) {
+              tiles(0, rows, strip(0), N);
+              continue;
             }
+            for (int k = 0; k < kn; k++)
+              widen_row(wbuf + k * NB, strip(0) + static_cast<int64_t>(k) * N, cols);
+            for (int r0 = 0; r0 < rows; r0 += th) tiles(r0, std::min(th, rows - r0), wbuf, NB);
           }
           if constexpr (grouped) {
             const int g = g0 / GK, G = K / GK;
