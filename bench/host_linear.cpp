@@ -18,6 +18,23 @@
 namespace sk = servekit;
 namespace h = servekit::kernels::host;
 
+// Times call(i) over the n_mats matrices (best of 5 passes, per call) and prints a row: W's
+// bytes per call against the bandwidth, its multiply-adds against the peak.
+template <class Call>
+void time_calls(const char* fmt, const char* layout, int M, int K, int N, std::size_t w_bytes,
+                int n_mats, double bw, double peak, Call call) {
+  double best = 1e30;
+  for (int rep = 0; rep < 5; rep++) {
+    const double t0 = sk::bench::now_s();
+    for (int i = 0; i < n_mats; i++) call(i);
+    best = std::min(best, (sk::bench::now_s() - t0) / n_mats);
+  }
+  const double gbs = w_bytes / best / 1e9, gflops = 2.0 * K * N * M / best / 1e9;
+  std::printf("%-4s %-6s %4d %5d %6d %10.1f %8.1f %7.0f%% %9.1f %7.0f%%\n", fmt, layout, M, K, N,
+              best * 1e6, gbs, 100 * gbs / bw, gflops, 100 * gflops / peak);
+  std::fflush(stdout);
+}
+
 template <class T>
 void run(const char* fmt, bool packed, int M, int K, int N, double bw, double peak) {
   // Distinct matrices adding up to >= 256 MiB, so that none is in a cache when it is used.
@@ -51,18 +68,9 @@ void run(const char* fmt, bool packed, int M, int K, int N, double bw, double pe
       v.scale = scale.data(), v.zero = zero.data(), v.state_cols = N;
     return v;
   };
-  double best = 1e30;
-  for (int rep = 0; rep < 5; rep++) {
-    const double t0 = sk::bench::now_s();
-    for (int i = 0; i < n_mats; i++)
-      h::matmul<h::Epilogue::Store>(out.data(), x.data(), view(i), nullptr, M);
-    best = std::min(best, (sk::bench::now_s() - t0) / n_mats);
-  }
-  const double gbs = per * sizeof(T) / best / 1e9, gflops = 2.0 * per * M / best / 1e9;
-  std::printf("%-4s %-6s %4d %5d %6d %10.1f %8.1f %7.0f%% %9.1f %7.0f%%\n", fmt,
-              packed ? "packed" : "(K,N)", M, K, N, best * 1e6, gbs, 100 * gbs / bw, gflops,
-              100 * gflops / peak);
-  std::fflush(stdout);
+  time_calls(
+      fmt, packed ? "packed" : "(K,N)", M, K, N, per * sizeof(T), n_mats, bw, peak,
+      [&](int i) { h::matmul<h::Epilogue::Store>(out.data(), x.data(), view(i), nullptr, M); });
 }
 
 // The fp32 tied head as the host backend runs it without a copy: wte (V, C) read along C.
@@ -72,16 +80,8 @@ void run_tied_head(int M, int C, int V, double bw, double peak) {
   std::vector<float> w(per * n_mats), x(static_cast<std::size_t>(M) * C, 0.01f),
       out(static_cast<std::size_t>(M) * V);
   for (std::size_t i = 0; i < w.size(); i++) w[i] = 0.001f * static_cast<float>(i & 1023);
-  double best = 1e30;
-  for (int rep = 0; rep < 5; rep++) {
-    const double t0 = sk::bench::now_s();
-    for (int i = 0; i < n_mats; i++) h::lm_head(out.data(), x.data(), w.data() + per * i, M, V, C);
-    best = std::min(best, (sk::bench::now_s() - t0) / n_mats);
-  }
-  const double gbs = per * sizeof(float) / best / 1e9, gflops = 2.0 * per * M / best / 1e9;
-  std::printf("%-4s %-6s %4d %5d %6d %10.1f %8.1f %7.0f%% %9.1f %7.0f%%\n", "f32", "(V,C)", M, C, V,
-              best * 1e6, gbs, 100 * gbs / bw, gflops, 100 * gflops / peak);
-  std::fflush(stdout);
+  time_calls("f32", "(V,C)", M, C, V, per * sizeof(float), n_mats, bw, peak,
+             [&](int i) { h::lm_head(out.data(), x.data(), w.data() + per * i, M, V, C); });
 }
 
 int main(int argc, char** argv) {

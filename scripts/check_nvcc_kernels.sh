@@ -65,16 +65,17 @@ for ARCH in sm_80 sm_90; do
          -Xcompiler -Wno-unknown-pragmas)
   "$NVCC" "${FLAGS[@]}" -ptx "$SRC" -o "$PTX"
   "$NVCC" "${FLAGS[@]}" -c "$SRC" -o "$WORK/kernels_$ARCH.o"
-  # The fp16 and bf16 linears must run on tensor cores, fed by ldmatrix.
+  # The fp16 and bf16 linears must run on tensor cores, fed by ldmatrix, W by cp.async.
   for INSN in mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \
               mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \
-              ldmatrix.sync.aligned.m8n8.x4.shared.b16 ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16; do
+              ldmatrix.sync.aligned.m8n8.x4.shared.b16 ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 \
+              cp.async.cg.shared.global cp.async.wait_group; do
     if ! grep -q "$INSN" "$PTX"; then
       echo "check_nvcc_kernels: $ARCH PTX lacks $INSN" >&2
       exit 1
     fi
   done
-  echo "== $ARCH: PTX has mma.sync (f16, bf16) and ldmatrix (x4, x4.trans)"
+  echo "== $ARCH: PTX has mma.sync (f16, bf16), ldmatrix (x4, x4.trans) and cp.async"
   "$(dirname "$NVCC")/ptxas" -arch=$ARCH -v "$PTX" -o "$WORK/kernels_$ARCH.cubin" \
     > "$WORK/ptxas_$ARCH.txt" 2>&1
   # One line per kernel: registers, static shared memory, spill stores / loads (bytes).

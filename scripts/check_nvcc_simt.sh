@@ -14,6 +14,7 @@ cat > "$SRC" <<'CU'
 #include "test_simt_block_kernels.hpp"
 #include "test_simt_warp_kernels.hpp"
 #include "test_simt_mma_kernels.hpp"
+#include "test_simt_async_kernels.hpp"
 #include "test_simt_schedule_kernels.hpp"
 #include "test_simt_graph_kernels.hpp"
 // Instantiate the templates and the launch wrapper, as the host side of a .cu would.
@@ -24,6 +25,9 @@ void launch_all(float* f, int* i, unsigned* u, std::uint16_t* h, std::uint32_t* 
   simt::launch(simt::kernel<simt_test::mma_tile<false>>, dim3(1), dim3(32), 0, nullptr, h, h, f, f);
   simt::launch(simt::kernel<simt_test::mma_tile<true>>, dim3(1), dim3(32), 0, nullptr, h, h, f, f);
   simt::launch(simt::kernel<simt_test::ldmatrix_all>, dim3(1), dim3(32), 0, nullptr, h, r);
+  simt::launch(simt::kernel<simt_test::async_tiles>, dim3(1), dim3(32), 0, nullptr, f, f, 0);
+  simt::launch(simt::kernel<simt_test::async_partial>, dim3(1), dim3(32), 0, nullptr,
+               reinterpret_cast<unsigned char*>(h), reinterpret_cast<unsigned char*>(h), 16);
   simt::launch(simt::kernel<simt_test::hgemm_mma>, dim3(1), dim3(128), 0, nullptr, hh, hh, f, 16, 8, 16);
   simt::launch(simt::kernel<simt_test::votes>, dim3(1), dim3(32), 0, nullptr, i, u);
   simt::launch(simt::kernel<simt_test::atomics>, dim3(1), dim3(32), 0, nullptr, i, u, f, i, i, f, 1);
@@ -58,13 +62,14 @@ for ARCH in sm_80 sm_90; do
   for INSN in mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \
               mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \
               ldmatrix.sync.aligned.m8n8.x4.shared.b16 ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 \
+              cp.async.cg.shared.global cp.async.commit_group cp.async.wait_group \
               shfl.sync.bfly bar.sync vote.sync.ballot; do
     if ! grep -q "$INSN" "$PTX"; then
       echo "check_nvcc_simt: $ARCH PTX lacks $INSN" >&2
       exit 1
     fi
   done
-  echo "== $ARCH: PTX has mma.sync (f16, bf16), ldmatrix, shfl.sync, bar.sync, vote.sync"
+  echo "== $ARCH: PTX has mma.sync (f16, bf16), ldmatrix, cp.async, shfl.sync, bar.sync, vote.sync"
   "$(dirname "$NVCC")/ptxas" -arch=$ARCH -v "$PTX" -o "$WORK/simt_kernels_$ARCH.cubin" 2>&1 |
     grep -E "Compiling entry|registers|spill" | sed 's/^ptxas info    : //'
 done

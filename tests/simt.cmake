@@ -11,6 +11,7 @@ set(SERVEKIT_SIMT_TEST_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/test_simt_warp.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_simt_memory.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_simt_mma.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_simt_async.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_simt_schedule.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_simt_graph.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_simt_errors.cpp)

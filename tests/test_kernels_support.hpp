@@ -96,6 +96,17 @@ struct SplitScratch {
       if (a != 0) return false;
     return true;
   }
+  // The launches logged since the last take: some split, and left the counters at zero, when
+  // the test handed them this scratch (split); none split otherwise.
+  void check(bool split) {
+    const int splits = split_launches();
+    if (split) {
+      CHECK(splits > 0);
+      CHECK(counters_at_zero());
+    } else {
+      CHECK(splits == 0);
+    }
+  }
 };
 
 }  // namespace kernels_test

@@ -137,13 +137,7 @@ void check_row_bits(int K, int N, std::mt19937& rng, bool split = false) {
               params(out, x.data() + static_cast<std::size_t>(r0) * K, W, b.data(), rows), nullptr,
               split ? scratch.get() : kn::SplitK{});
         }) == 0);
-  const int splits = scratch.split_launches();
-  if (split) {
-    CHECK(splits > 0);
-    CHECK(scratch.counters_at_zero());
-  } else {
-    CHECK(splits == 0);
-  }
+  scratch.check(split);
 }
 
 TEST_CASE("a row of the uint8 linear has the same bits whatever the call's row count",

@@ -18,8 +18,8 @@ concept CopiesHead = O::kHeadCopy;
 
 // Ops whose linear can share K among blocks for a launch of few rows (split-K), given a scratch
 // the decoder owns (kernels::SplitK). O::split_k_size<Mat>(M, K, N): the partial floats and the
-// counters a launch of up to M rows over a (K, N) matrix Mat needs for it; zeros if it never
-// splits.
+// counters (kernels::SplitSize) launches of up to M rows over a (K, N) matrix Mat need for it;
+// no floats if they never split.
 template <class O, class Mat>
 concept SplitsK = requires {
   O::template split_k_size<Mat>(1, 1, 1);

@@ -33,6 +33,26 @@
 
 namespace servekit::backend {
 
+namespace detail {
+// A dense matrix's element type (the arrays are named `data`); void for zero-point codes.
+template <class Mat>
+struct dense_element {
+  using type = void;
+};
+template <class Mat>
+requires requires(const Mat& w) {
+  w.data.data();
+}
+struct dense_element<Mat> {
+  using type = std::remove_cvref_t<decltype(*std::declval<const Mat&>().data.data())>;
+};
+// Whether Mat's linear runs on tensor cores (fp16 / bf16: linear_mma.hpp) rather than CUDA
+// cores (fp32, codes: the GEMV and the tiled GEMM); the one place that decides it.
+template <class Mat>
+inline constexpr bool on_tensor_cores = std::is_same_v<typename dense_element<Mat>::type, half_t> ||
+                                        std::is_same_v<typename dense_element<Mat>::type, bf16_t>;
+}  // namespace detail
+
 // kSyncEachLaunch: wait after every launch, so that the caller may read the output at once.
 template <bool kSyncEachLaunch>
 struct SimtOps {
@@ -58,10 +78,10 @@ struct SimtOps {
   requires requires(const Mat& w) { w.data.data(); }
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
                      const float* add = nullptr, const kernels::SplitK& split = {}) {
-    using T = std::remove_cvref_t<decltype(*W.data.data())>;
+    using T = typename detail::dense_element<Mat>::type;
     if constexpr (std::is_same_v<T, float>) {
       kernels::linear_simt<E>({out, x, W.data.data(), b, M, W.rows, W.cols, add}, stream(), split);
-    } else if constexpr (std::is_same_v<T, half_t> || std::is_same_v<T, bf16_t>) {
+    } else if constexpr (detail::on_tensor_cores<Mat>) {
       kernels::linear_mma<E, std::is_same_v<T, bf16_t>>(
           {out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()), b, M, W.rows, W.cols,
            add},
@@ -96,18 +116,14 @@ struct SimtOps {
                   "U8ZeroPoint weights only");
   }
 
-  // The split-K scratch of a launch of up to M rows over a (K, N) matrix Mat: {partial floats,
-  // counters}. fp16 / bf16 run on tensor cores, the others through the GEMV.
+  // The split-K scratch of launches of up to M rows over a (K, N) matrix Mat, for the kernel
+  // family linear() runs it on.
   template <class Mat>
-  static std::pair<std::size_t, int> split_k_size(int M, int K, int N) {
-    if constexpr (requires(const Mat& w) { w.data.data(); }) {
-      using T = std::remove_cvref_t<decltype(*std::declval<const Mat&>().data.data())>;
-      if constexpr (!std::is_same_v<T, float>)
-        return {kernels::mma_split_floats(std::min(M, kernels::mma_gemm::BM), K, N),
-                kernels::mma_split_counters(N)};
-    }
-    return {kernels::gemv_split_floats(std::min(M, kernels::gemv::kMaxM), K, N),
-            kernels::gemv_split_counters(N)};
+  static kernels::SplitSize split_k_size(int M, int K, int N) {
+    if constexpr (detail::on_tensor_cores<Mat>)
+      return kernels::mma_split_size(M, K, N);
+    else
+      return kernels::gemv_split_size(M, K, N);
   }
 
   template <class KvView>

@@ -150,6 +150,18 @@ __host__ __device__ constexpr KOrder k_order(int K, int N, int col_tile, int sli
   return {len, ceil_div(K, len), slices};
 }
 
+// The split-K scratch a family's launches of up to M rows over a (K, N) weight need: the parts'
+// sums (parts x M x N floats; none when K is one part, and at most max_rows rows, the most a
+// split launch of the family takes) and one arrival counter per column tile of col_tile.
+struct SplitSize {
+  std::size_t floats;
+  int counters;
+};
+inline SplitSize split_size(const KOrder& o, int col_tile, int max_rows, int M, int N) {
+  const std::size_t rows = static_cast<std::size_t>(imin(M, max_rows));
+  return {o.parts > 1 ? static_cast<std::size_t>(o.parts) * rows * N : 0, ceil_div(N, col_tile)};
+}
+
 // Called by every thread of block (tile, part) once its part sums of columns n0 .. n0 + cols - 1
 // are in s.partial: the last block of the tile adds the parts, in part order from zero, then the
 // bias, the addend and the epilogue, as the unsplit kernels do.

@@ -105,8 +105,10 @@ struct U8Cols {
   }
 };
 
+// A CUDA-core linear's arguments, W being one of the loaders above: what the GEMV and the
+// tiled GEMM (linear_tiled.hpp) take.
 template <class W>
-struct GemvParams {
+struct CoreParams {
   float* out;      // (M, N)
   const float* x;  // (M, K)
   W w;             // (K, N)
@@ -114,11 +116,11 @@ struct GemvParams {
   int M, K, N;
   const float* add;  // (M, N) added before the epilogue (a LoRA delta), or nullptr
   KOrder order;      // cuda_core_order(K, N)
-  SplitK split;      // one block per (column tile, part) when set
+  SplitK split;      // GEMV: one block per (column tile, part) when set; tiled: unused
 };
 
 template <Epilogue E, class W>
-__global__ void __launch_bounds__(gemv::kThreads) linear_gemv_kernel(const GemvParams<W> p) {
+__global__ void __launch_bounds__(gemv::kThreads) linear_gemv_kernel(const CoreParams<W> p) {
   using namespace gemv;
   const int lane = threadIdx.x, c = lane % kColLanes, j = lane / kColLanes;
   const int n = blockIdx.x * kCols + c * kVec;
@@ -207,20 +209,15 @@ __global__ void __launch_bounds__(gemv::kThreads) linear_gemv_kernel(const GemvP
   }
 }
 
-// Floats of SplitK::partial a launch of M rows over a (K, N) weight needs to split (0: it does
-// not split), and its counters.
-inline std::size_t gemv_split_floats(int M, int K, int N) {
-  const KOrder o = cuda_core_order(K, N);
-  return o.parts > 1 && M <= gemv::kMaxM ? static_cast<std::size_t>(o.parts) * M * N : 0;
-}
-inline int gemv_split_counters(int N) {
-  return ceil_div(N, gemv::kCols);
+// The split-K scratch of CUDA-core launches of up to M rows over a (K, N) weight.
+inline SplitSize gemv_split_size(int M, int K, int N) {
+  return split_size(cuda_core_order(K, N), gemv::kCols, gemv::kMaxM, M, N);
 }
 
 // Launches the GEMV (M <= gemv::kMaxM), split over K when `split` has room for it. w_bytes:
 // the weight's bytes with its quantisation state, for the launch record.
 template <Epilogue E, class W>
-void linear_gemv(GemvParams<W> p, std::size_t w_bytes, simt::stream_handle stream) {
+void linear_gemv(CoreParams<W> p, std::size_t w_bytes, simt::stream_handle stream) {
   const int tiles = ceil_div(p.N, gemv::kCols);
   const bool split = p.order.parts > 1 && p.split.fits(p.order.parts, p.M, p.N, tiles);
   if (!split) p.split = {};

@@ -6,6 +6,9 @@
 // 32 slice of K, x is converted to the weights' 16-bit type as it is staged (the only rounding
 // beyond fp32: see the test's tolerance) and W is copied as raw 16-bit words; fragments come
 // from shared memory through ldmatrix (A straight, B transposed, since W is k-major).
+// The K loop is a kStages-deep pipeline: W's tile for slice i + kStages - 1 is fetched with
+// cp.async (16 bytes a copy, straight to shared memory) while slice i is multiplied, so a block
+// keeps two tiles of W in flight instead of waiting on each; one __syncthreads per slice.
 // K is summed in mma_order (common.hpp's order, one slice a part): each part's mma chain starts
 // from zero and the part sums are added in order on CUDA cores. A launch of at most BM rows
 // with a SplitK workspace takes one block per (column tile, part), >= kFillBlocks = 264 blocks
@@ -27,12 +30,14 @@ struct LinearB16Params {
 namespace mma_gemm {
 constexpr int BM = 32, BN = 64, BK = 32;
 constexpr int kThreads = 128;
+constexpr int kStages = 3;  // slices in shared memory: one multiplied, two in flight
+constexpr int kChunk = 8;   // 16-bit words per 16-byte cp.async
 // Rows padded by 8 halves (16 bytes): ldmatrix's eight row addresses then fall in different
 // banks, and every row start stays 16-byte aligned as ldmatrix requires.
 constexpr int kPad = 8;
 struct SharedStorage {
-  std::uint16_t a[BM][BK + kPad];  // x tile (M, K), 16-bit
-  std::uint16_t b[BK][BN + kPad];  // W tile (K, N)
+  std::uint16_t a[kStages][BM][BK + kPad];  // x tiles (M, K), 16-bit
+  std::uint16_t b[kStages][BK][BN + kPad];  // W tiles (K, N)
 };
 static_assert((BK + kPad) * 2 % 16 == 0 && (BN + kPad) * 2 % 16 == 0);
 }  // namespace mma_gemm
@@ -72,42 +77,71 @@ __global__ void __launch_bounds__(mma_gemm::kThreads)
   const int k_end = splits ? imin(p.K, k_begin + o.part_len) : p.K;
   float acc[4][4] = {};    // (n8 tile, fragment element): the current part's sum
   float total[4][4] = {};  // the finished parts'
-  // ldmatrix row addresses: lane l feeds row l % 8 of matrix l / 8.
-  const int j = lane / 8, r = lane % 8;
-  for (int k0 = k_begin; k0 < k_end; k0 += BK) {
+  // W's rows start 16-byte aligned (N % 8 == 0, an aligned base): its tiles come by cp.async,
+  // a whole chunk in range or none (zeros). Otherwise word by word, as stores.
+  const bool chunks = p.N % kChunk == 0 && reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0;
+  // Stage slice k0 into buffer st. Out-of-range elements are staged as zeros: they add nothing.
+  auto stage = [&](int st, int k0) {
     for (int i = threadIdx.x; i < BM * BK; i += kThreads) {
       const int rr = i / BK, k = i % BK;
       const int gm = m0 + rr, gk = k0 + k;
-      s.a[rr][k] =
+      s.a[st][rr][k] =
           to_b16<kBf16>(gm < p.M && gk < p.K ? p.x[static_cast<int64_t>(gm) * p.K + gk] : 0.f);
     }
-    for (int i = threadIdx.x; i < BK * BN; i += kThreads) {
-      const int k = i / BN, c = i % BN;
-      const int gk = k0 + k, gn = n0 + c;
-      s.b[k][c] =
-          gk < p.K && gn < p.N ? p.w[static_cast<int64_t>(gk) * p.N + gn] : std::uint16_t{0};
+    if (chunks) {
+      for (int i = threadIdx.x; i < BK * BN / kChunk; i += kThreads) {
+        const int k = i / (BN / kChunk), c = i % (BN / kChunk) * kChunk;
+        const int gk = k0 + k, gn = n0 + c;
+        const bool in = gk < p.K && gn < p.N;
+        simt::cp_async_16(&s.b[st][k][c], in ? p.w + static_cast<int64_t>(gk) * p.N + gn : p.w,
+                          in ? 16 : 0);
+      }
+    } else {
+      for (int i = threadIdx.x; i < BK * BN; i += kThreads) {
+        const int k = i / BN, c = i % BN;
+        const int gk = k0 + k, gn = n0 + c;
+        s.b[st][k][c] =
+            gk < p.K && gn < p.N ? p.w[static_cast<int64_t>(gk) * p.N + gn] : std::uint16_t{0};
+      }
     }
+  };
+  // ldmatrix row addresses: lane l feeds row l % 8 of matrix l / 8.
+  const int j = lane / 8, r = lane % 8;
+  const int steps = ceil_div(k_end - k_begin, BK);
+  // Every iteration commits one group (empty past the last slice), so that the wait below
+  // always means "slice i has landed".
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < steps) stage(i, k_begin + i * BK);
+    simt::cp_async_commit();
+  }
+  for (int i = 0; i < steps; ++i) {
+    const int k0 = k_begin + i * BK, st = i % kStages;
+    simt::cp_async_wait<kStages - 2>();
+    // Slice i is in every thread's view, and every thread is done with slice i - 1, whose
+    // buffer the next stage overwrites.
     __syncthreads();
+    if (i + kStages - 1 < steps) stage((i + kStages - 1) % kStages, k0 + (kStages - 1) * BK);
+    simt::cp_async_commit();
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
       // A (16 x 16): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15), in a0..a3 order.
       std::uint32_t af[4];
-      simt::ldmatrix_x4(af, &s.a[wm * 16 + (j & 1) * 8 + r][kk + (j >> 1) * 8]);
+      simt::ldmatrix_x4(af, &s.a[st][wm * 16 + (j & 1) * 8 + r][kk + (j >> 1) * 8]);
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
         // B for two n8 tiles: matrices (k 0-7 | 8-15) x (n 0-7 | 8-15), transposed on load.
         std::uint32_t bf[4];
-        simt::ldmatrix_x4_trans(bf, &s.b[kk + (j & 1) * 8 + r][wn * 32 + t * 16 + (j >> 1) * 8]);
+        simt::ldmatrix_x4_trans(bf,
+                                &s.b[st][kk + (j & 1) * 8 + r][wn * 32 + t * 16 + (j >> 1) * 8]);
         mma16816<kBf16>(acc[2 * t], af, bf);
         mma16816<kBf16>(acc[2 * t + 1], af, bf + 2);
       }
     }
-    __syncthreads();
     if (!splits && o.part_ends(k0, BK, p.K)) {
 #pragma unroll
       for (int t = 0; t < 4; ++t)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) total[t][i] += acc[t][i], acc[t][i] = 0.f;
+        for (int q = 0; q < 4; ++q) total[t][q] += acc[t][q], acc[t][q] = 0.f;
     }
   }
   namespace L = simt::mma_layout;
@@ -127,14 +161,9 @@ __global__ void __launch_bounds__(mma_gemm::kThreads)
   if (splits) split_k_finish<E>(split, o.parts, blockIdx.x, n0, BN, p.M, p.N, p.b, p.add, p.out);
 }
 
-// Floats of SplitK::partial a launch of M rows over a (K, N) weight needs to split (0: it does
-// not split), and its counters.
-inline std::size_t mma_split_floats(int M, int K, int N) {
-  const KOrder o = mma_order(K, N);
-  return o.parts > 1 && M <= mma_gemm::BM ? static_cast<std::size_t>(o.parts) * M * N : 0;
-}
-inline int mma_split_counters(int N) {
-  return ceil_div(N, mma_gemm::BN);
+// The split-K scratch of tensor-core launches of up to M rows over a (K, N) weight.
+inline SplitSize mma_split_size(int M, int K, int N) {
+  return split_size(mma_order(K, N), mma_gemm::BN, mma_gemm::BM, M, N);
 }
 
 template <Epilogue E, bool kBf16>

@@ -31,16 +31,13 @@ void linear_simt(const LinearParams& p, simt::stream_handle stream = nullptr,
                  const SplitK& split = {}) {
   check_linear(p, "kernels::linear_simt");
   const std::size_t w = static_cast<std::size_t>(p.K) * p.N * sizeof(float);
-  const KOrder o = cuda_core_order(p.K, p.N);
-  if (p.M <= gemv::kMaxM) {
-    const bool vec = p.N % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0;
-    linear_gemv<E>(
-        GemvParams<F32Cols>{p.out, p.x, {p.w, p.N, vec}, p.b, p.M, p.K, p.N, p.add, o, split}, w,
-        stream);
-    return;
-  }
-  linear_tiled<E>(TiledParams<F32Cols>{p.out, p.x, {p.w, p.N, false}, p.b, p.M, p.K, p.N, p.add, o},
-                  w, stream);
+  const bool vec = p.N % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0;
+  const CoreParams<F32Cols> c{p.out, p.x,   {p.w, p.N, vec},           p.b,  p.M, p.K,
+                              p.N,   p.add, cuda_core_order(p.K, p.N), split};
+  if (p.M <= gemv::kMaxM)
+    linear_gemv<E>(c, w, stream);
+  else
+    linear_tiled<E>(c, w, stream);
 }
 
 }  // namespace servekit::kernels

@@ -24,19 +24,8 @@ struct SharedStorage {
 };
 }  // namespace tiled
 
-template <class W>
-struct TiledParams {
-  float* out;      // (M, N)
-  const float* x;  // (M, K)
-  W w;             // (K, N)
-  const float* b;  // (N) or nullptr
-  int M, K, N;
-  const float* add;  // (M, N) added before the epilogue (a LoRA delta), or nullptr
-  KOrder order;      // cuda_core_order(K, N)
-};
-
 template <Epilogue E, class W>
-__global__ void __launch_bounds__(tiled::kThreads) linear_tiled_kernel(const TiledParams<W> p) {
+__global__ void __launch_bounds__(tiled::kThreads) linear_tiled_kernel(const CoreParams<W> p) {
   using namespace tiled;
   using Raw = typename W::Raw;
   SERVEKIT_SHARED(SharedStorage<Raw>, s);
@@ -131,7 +120,7 @@ __global__ void __launch_bounds__(tiled::kThreads) linear_tiled_kernel(const Til
 // Launches the tiled kernel. w_bytes: the weight's bytes with its quantisation state, for the
 // launch record.
 template <Epilogue E, class W>
-void linear_tiled(const TiledParams<W>& p, std::size_t w_bytes, simt::stream_handle stream) {
+void linear_tiled(const CoreParams<W>& p, std::size_t w_bytes, simt::stream_handle stream) {
   using namespace tiled;
   simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w_bytes, BM, BN, p.b, p.add));
   simt::launch(simt::kernel<linear_tiled_kernel<E, W>>, dim3(ceil_div(p.N, BN), ceil_div(p.M, BM)),

@@ -59,33 +59,16 @@ void linear_u8(const LinearU8Params& p, simt::stream_handle stream = nullptr,
   const std::size_t w =
       static_cast<std::size_t>(p.K) * p.N +
       static_cast<std::size_t>(p.K / p.group_rows) * p.state_cols * 2 * sizeof(float);
-  const KOrder o = cuda_core_order(p.K, p.N);
-  if (p.M <= gemv::kMaxM) {
-    const bool vec = p.N % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0;
-    linear_gemv<E>(GemvParams<U8Cols>{p.out,
-                                      p.x,
-                                      {p.q, p.scale, p.zero, p.N, p.group_rows, p.state_cols, vec},
-                                      p.b,
-                                      p.M,
-                                      p.K,
-                                      p.N,
-                                      p.add,
-                                      o,
-                                      split},
-                   w, stream);
-    return;
-  }
-  linear_tiled<E>(
-      TiledParams<U8Cols>{p.out,
-                          p.x,
-                          {p.q, p.scale, p.zero, p.N, p.group_rows, p.state_cols, false},
-                          p.b,
-                          p.M,
-                          p.K,
-                          p.N,
-                          p.add,
-                          o},
-      w, stream);
+  const bool vec = p.N % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0;
+  const CoreParams<U8Cols> c{
+      p.out, p.x,   {p.q, p.scale, p.zero, p.N, p.group_rows, p.state_cols, vec},
+      p.b,   p.M,   p.K,
+      p.N,   p.add, cuda_core_order(p.K, p.N),
+      split};
+  if (p.M <= gemv::kMaxM)
+    linear_gemv<E>(c, w, stream);
+  else
+    linear_tiled<E>(c, w, stream);
 }
 
 }  // namespace servekit::kernels

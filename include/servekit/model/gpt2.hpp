@@ -248,6 +248,7 @@ class Gpt2 {
            max_tokens, ", max_seqs = ", max_seqs, ", max_len = ", max_len);
     const std::size_t T = max_tokens, S = max_seqs;
     resize(max_tokens);
+    reserve_split(max_tokens);
     if (logits_.size() < S * V) logits_.resize(S * V);
     reserve_attention(max_len, max_seqs);
     if constexpr (!Storage::is_host) {
@@ -381,6 +382,7 @@ class Gpt2 {
     const bool last = b.logits == model::Logits::Last;
     const int M = last ? S : N;
     resize(N);
+    reserve_split(N);
     // (6, N) ints: token, slot, position, first and own cache row of each new token, then the
     // last row of each sequence. LoRA: then (N) each row's adapter slot, (N) the adapted rows
     // grouped by adapter, (N + 1) segment bounds and (N) segment slots.
@@ -656,8 +658,10 @@ class Gpt2 {
     if (x_.size() >= n * C) return;
     x_.resize(n * C), ln_.resize(n * C), att_.resize(n * C), qkv_.resize(n * 3 * C);
     fc_.resize(n * 4 * C);
+  }
+  // The linears' split-K scratch, for steps of up to N rows: the largest any linear needs.
+  void reserve_split(int N) {
     if constexpr (backend::SplitsK<Ops, Mat>) {
-      // The linears' split-K scratch: the largest any of them needs for N rows.
       std::size_t floats = 0;
       int counters = 0;
       for (const auto& [K, Nout] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}}) {

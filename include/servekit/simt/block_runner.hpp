@@ -7,6 +7,7 @@
 // threads still waiting is deadlocked: that is reported, never a hang.
 #include "servekit/simt/platform.hpp"
 #if defined(SERVEKIT_SIMT_HOST)
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -54,6 +55,34 @@ struct WaitSite {
   unsigned mask = 0;         // warp ops
   const char* file = nullptr;
   unsigned line = 0;
+};
+
+// A thread's cp.async copies that have not landed (simt/async_copy.hpp), in the order started:
+// open[0, group_ends[0]) is the oldest committed group, and so on; past group_ends.back() the
+// copies not yet committed.
+struct AsyncCopy {
+  unsigned char* dst;
+  const unsigned char* src;
+  int src_bytes;  // of 16; the rest are zeros
+};
+struct AsyncCopies {
+  std::vector<AsyncCopy> open;
+  std::vector<std::size_t> group_ends;
+  // Lands every committed group but the newest `keep`.
+  void land(int keep) {
+    const std::size_t groups = group_ends.size();
+    if (groups <= static_cast<std::size_t>(keep)) return;
+    const std::size_t done = groups - static_cast<std::size_t>(keep), end = group_ends[done - 1];
+    for (std::size_t i = 0; i < end; ++i) {
+      const AsyncCopy& c = open[i];
+      std::memcpy(c.dst, c.src, static_cast<std::size_t>(c.src_bytes));
+      std::memset(c.dst + c.src_bytes, 0, static_cast<std::size_t>(16 - c.src_bytes));
+    }
+    open.erase(open.begin(), open.begin() + static_cast<std::ptrdiff_t>(end));
+    group_ends.erase(group_ends.begin(), group_ends.begin() + static_cast<std::ptrdiff_t>(done));
+    for (std::size_t& e : group_ends) e -= end;
+  }
+  void clear() { open.clear(), group_ends.clear(); }
 };
 
 // Ready thread ids in arrival order, taken in the schedule's order. Each thread is in it at
@@ -136,6 +165,9 @@ struct Worker {
   Outcome outcome = Outcome::Done;
   std::exception_ptr error;
   std::string report;  // deadlock description
+
+  std::vector<AsyncCopies> async;  // (n_threads) copies in flight; dropped when a block ends
+  bool async_used = false;         // since the last block started
 
   std::vector<unsigned char> smem_storage;  // dynamic shared memory (+ alignment slack)
   unsigned char* dynamic_smem = nullptr;
@@ -268,6 +300,7 @@ inline void prepare(Worker& w, dim3 block, std::size_t dynamic_smem_bytes) {
     }
     w.ready.reset(n);
   }
+  if (w.async.size() < static_cast<std::size_t>(n)) w.async.resize(static_cast<std::size_t>(n));
   while (static_cast<int>(w.fibers.size()) < n)
     w.fibers.push_back(std::make_unique<Fiber>(static_cast<int>(w.fibers.size()), &fiber_main));
   // Dynamic shared memory starts as all-ones bytes (a NaN for floats): reading it before
@@ -302,6 +335,11 @@ inline void run_block(Worker& w, std::string_view kernel, uint3 block_idx, dim3 
     w.ready.push(i);
   }
   for (auto& warp : w.warps) warp.n_pending = 0;
+  // Copies a previous block started and never waited for die with its shared memory.
+  if (w.async_used) {
+    for (auto& a : w.async) a.clear();
+    w.async_used = false;
+  }
   blockIdx = block_idx;
   blockDim = w.block_dim;
   gridDim = grid;

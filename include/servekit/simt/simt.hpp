@@ -16,6 +16,7 @@
 #include "servekit/simt/atomic.hpp"
 #include "servekit/simt/shared.hpp"
 #include "servekit/simt/mma.hpp"
+#include "servekit/simt/async_copy.hpp"
 #include "servekit/simt/counters.hpp"
 #include "servekit/simt/schedule.hpp"
 #include "servekit/simt/stream.hpp"
