@@ -79,11 +79,6 @@ std::vector<std::vector<int32_t>> prompts(int rows, int n) {
   return p;
 }
 
-// The vector width the host kernels were compiled for (kernels/host/simd.hpp).
-constexpr const char* kIsa = sk::kernels::host::kLanes == 16  ? "AVX512"
-                             : sk::kernels::host::kLanes == 8 ? "AVX2"
-                                                              : "SSE";
-
 template <class Model>
 nlohmann::json measure(const Opts& o, Model& model) {
   nlohmann::json j = {{"engine", "servekit"},
@@ -91,7 +86,7 @@ nlohmann::json measure(const Opts& o, Model& model) {
                       {"measure", o.mode},
                       {"composition", Model::name()},
                       {"threads", sk::host_threads()},
-                      {"isa", kIsa}};
+                      {"isa", sk::kernels::host::kIsa}};
   if (o.mode == "ids") {
     Runner<Model> r(model, 1, static_cast<int>(o.ids.size()) + o.steps);
     std::vector<int32_t> out = r.prefill({o.ids});

@@ -18,15 +18,23 @@
 
 namespace servekit::kernels::host {
 
+// kIsa names the vector ISA the host kernels were compiled for, as benchmarks report it.
 #if defined(__AVX512F__)
 constexpr int kLanes = 16;
 constexpr int kRegisters = 32;
+constexpr const char* kIsa = "AVX512";
 #elif defined(__AVX__)
 constexpr int kLanes = 8;
 constexpr int kRegisters = 16;
+#if defined(__AVX2__)
+constexpr const char* kIsa = "AVX2";
+#else
+constexpr const char* kIsa = "AVX";
+#endif
 #else  // SSE: a wider GCC vector would be passed in memory (and GCC warns -Wpsabi)
 constexpr int kLanes = 4;
 constexpr int kRegisters = 16;
+constexpr const char* kIsa = "SSE";
 #endif
 using vec = float __attribute__((vector_size(kLanes * sizeof(float))));
 
