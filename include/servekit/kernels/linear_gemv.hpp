@@ -73,6 +73,25 @@ __device__ SERVEKIT_SIMT_INLINE float folded(float acc, GroupState st, float par
   return acc + fmaf(st.scale, part, st.min * xsum);
 }
 
+// A register tile of R rows x Cn columns at the end of a uint8 segment: each (row, column)
+// segment sum of x q is folded into acc with its column's group state (state_at(column)), and
+// the next segment starts from zero. The GEMV and the tiled GEMM both fold through this.
+template <int R, int Cn, class StateAt>
+__device__ SERVEKIT_SIMT_INLINE void fold_segment(float (&acc)[R][Cn], float (&seg)[R][Cn],
+                                                  float (&xsum)[R], StateAt state_at) {
+#pragma unroll
+  for (int c = 0; c < Cn; ++c) {
+    const GroupState st = state_at(c);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      acc[r][c] = folded(acc[r][c], st, seg[r][c], xsum[r]);
+      seg[r][c] = 0.f;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) xsum[r] = 0.f;
+}
+
 // Zero-point uint8 W: 4 adjacent codes in one 4-byte load when every row starts 4-byte aligned.
 struct U8Cols {
   const std::uint8_t* q;  // (K, N)
@@ -156,17 +175,7 @@ __global__ void __launch_bounds__(gemv::kThreads) linear_gemv_kernel(const CoreP
         if constexpr (W::kGrouped) {
           if (segment_ends(k, p.w.group_rows, sl)) {
             const int g = k / p.w.group_rows;
-#pragma unroll
-            for (int i = 0; i < kVec; ++i) {
-              const GroupState st = p.w.state(g, n + i);
-#pragma unroll
-              for (int m = 0; m < kMaxM; ++m) {
-                acc[m][i] = folded(acc[m][i], st, seg[m][i], xsum[m]);
-                seg[m][i] = 0.f;
-              }
-            }
-#pragma unroll
-            for (int m = 0; m < kMaxM; ++m) xsum[m] = 0.f;
+            fold_segment(acc, seg, xsum, [&](int i) { return p.w.state(g, n + i); });
           }
         }
       }

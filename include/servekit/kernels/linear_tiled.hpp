@@ -70,17 +70,8 @@ __global__ void __launch_bounds__(tiled::kThreads) linear_tiled_kernel(const Cor
         // ends at k = K - 1; the zero rows staged past K end no segment.
         const int gk = k0 + k;
         if (gk < p.K && segment_ends(gk, p.w.group_rows, o.slice_len())) {
-#pragma unroll
-          for (int j = 0; j < TN; ++j) {
-            const GroupState st = p.w.state(gk / p.w.group_rows, n0 + tx * TN + j);
-#pragma unroll
-            for (int i = 0; i < TM; ++i) {
-              acc[i][j] = folded(acc[i][j], st, seg[i][j], xsum[i]);
-              seg[i][j] = 0.f;
-            }
-          }
-#pragma unroll
-          for (int i = 0; i < TM; ++i) xsum[i] = 0.f;
+          const int g = gk / p.w.group_rows;
+          fold_segment(acc, seg, xsum, [&](int j) { return p.w.state(g, n0 + tx * TN + j); });
         }
       } else {
 #pragma unroll
