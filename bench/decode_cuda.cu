@@ -24,6 +24,7 @@ struct Opts {
   std::vector<int> batches{1, 8, 64};
   std::string only, csv;
   double bw = 0;  // GB/s
+  int tiles = 0;  // column tiles a decode linear's block takes; 0: the launchers choose
 };
 
 // Each block sums a grid-strided share of the buffer in 16-byte loads.
@@ -117,7 +118,11 @@ int run(int argc, char** argv) {
   app.add_option("--batches", o.batches, "decode batch sizes");
   app.add_option("--only", o.only, "only the compositions whose name contains this, e.g. f16");
   app.add_option("--csv", o.csv, "also write the rows to this CSV file");
+  app.add_option("--tiles-per-block", o.tiles,
+                 "column tiles a decode linear's block takes (0: the launchers choose)")
+      ->check(CLI::Range(0, 8));
   CLI11_PARSE(app, argc, argv);
+  const sk::kernels::ForceTilesPerBlock force(o.tiles);
   int dev = 0;
   cudaDeviceProp prop{};
   simt::check(cudaGetDevice(&dev), "cudaGetDevice");

@@ -32,6 +32,7 @@ struct Opts {
   std::vector<int> batches{1, 8, 64};
   std::string csv;
   bool launches = false;  // print every launch, not only the summary
+  int tiles = 0;          // column tiles a decode linear's block takes; 0: the launchers choose
 };
 
 std::string short_name(std::string k) {
@@ -76,7 +77,7 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
     const double kv = static_cast<double>(B) * (o.context + 2) * L * 2 * C * sizeof(float);
     const double act = static_cast<double>(B) * (L * 26.0 * C + 2.0 * V) * sizeof(float);
     const double must = wbytes + kv + act;
-    unsigned long long min_linear = ~0ull;
+    unsigned long long min_linear = ~0ull, min_warps = ~0ull;
     int n_linear = 0, thin = 0;
     double moved = 0;
     for (const auto& r : launched) {
@@ -89,16 +90,19 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
       if (is_linear(k)) {
         n_linear++;
         min_linear = std::min(min_linear, r.blocks());
+        min_warps =
+            std::min(min_warps, r.blocks() * ((r.block.x * r.block.y * r.block.z + 31) / 32));
         thin += r.blocks() < 2ull * kSms;
       }
       if (csv)
         std::fprintf(csv, "%s,%d,\"%s\",%llu,%.4f,%zu\n", Model::name().c_str(), B, k.c_str(),
                      r.blocks(), static_cast<double>(r.blocks()) / kSms, r.bytes);
     }
-    std::printf("%-46s %5d %8zu %8d %8llu %5d %9.1f %9.1f %9.1f %10.1f %10.1f %6.2fx %9.1f %9.1f\n",
-                Model::name().c_str(), B, launched.size(), n_linear, min_linear, thin,
-                wbytes / 1048576.0, kv / 1048576.0, act / 1048576.0, must / 1048576.0,
-                moved / 1048576.0, moved / must, must / kH100Bps * 1e6, moved / kH100Bps * 1e6);
+    std::printf(
+        "%-46s %5d %8zu %8d %8llu %9llu %5d %9.1f %9.1f %9.1f %10.1f %10.1f %6.2fx %9.1f %9.1f\n",
+        Model::name().c_str(), B, launched.size(), n_linear, min_linear, min_warps, thin,
+        wbytes / 1048576.0, kv / 1048576.0, act / 1048576.0, must / 1048576.0, moved / 1048576.0,
+        moved / must, must / kH100Bps * 1e6, moved / kH100Bps * 1e6);
     std::fflush(stdout);
   }
 }
@@ -110,19 +114,24 @@ int main(int argc, char** argv) {
   app.add_option("--batches", o.batches, "decode batch sizes");
   app.add_option("--csv", o.csv, "also write every launch to this CSV file");
   app.add_flag("--launches", o.launches, "print every launch");
+  app.add_option("--tiles-per-block", o.tiles,
+                 "column tiles a decode linear's block takes (0: the launchers choose)")
+      ->check(CLI::Range(0, 8));
   CLI11_PARSE(app, argc, argv);
+  const sk::kernels::ForceTilesPerBlock force(o.tiles);
   std::FILE* csv = sk::bench::open_csv(o.csv, "composition,batch,kernel,ctas,waves,bytes\n");
   std::printf(
       "decode step of GPT-2 124M at %d tokens of context, launched as on a GPU "
       "(dry run); H100: %d SMs, %.2f TB/s\n",
       o.context, kSms, kH100Bps / 1e12);
   std::printf(
-      "thin: linears with fewer than 2 CTAs per SM. must: weights + KV + activations, "
+      "thin: linears with fewer than 2 CTAs per SM (min warps: the fewest warps a linear "
+      "launches). must: weights + KV + activations, "
       "each once; moved: what the launches move (their launchers' models); floor / "
       "launched us: those bytes at that bandwidth\n");
-  std::printf("%-46s %5s %8s %8s %8s %5s %9s %9s %9s %10s %10s %7s %9s %9s\n", "composition",
-              "batch", "launches", "linears", "min CTAs", "thin", "wt MiB", "KV MiB", "act MiB",
-              "must MiB", "moved MiB", "ratio", "floor us", "launch us");
+  std::printf("%-46s %5s %8s %8s %8s %9s %5s %9s %9s %9s %10s %10s %7s %9s %9s\n", "composition",
+              "batch", "launches", "linears", "min CTAs", "min warps", "thin", "wt MiB", "KV MiB",
+              "act MiB", "must MiB", "moved MiB", "ratio", "floor us", "launch us");
   std::fprintf(stderr, "making random GPT-2 124M ...\n");
   const auto t = sk::model::random_gpt2<D>(1);
   bench_format<sk::weights::F32>(o, t, csv);

@@ -82,5 +82,16 @@ else
   note "bench_decode_cuda **FAILED** (see gpu_check.log)"
   status=1
 fi
+# The decode linears' blocks take several column tiles from batch 2 on (fewer CTAs, x loaded
+# once per block): the same batch with one tile a block, for the comparison.
+echo "== bench_decode_cuda --tiles-per-block 1" | tee -a "$LOG"
+if "$BUILD/bench/bench_decode_cuda" --batches 8 --tiles-per-block 1 \
+  --csv "$REPORT_DIR/decode_cuda_one_tile.csv" >"$REPORT_DIR/decode_cuda_one_tile.txt" 2>>"$LOG"; then
+  { note; note "Batch 8 with one column tile a block (\`--tiles-per-block 1\`):"; echo '```'
+    cat "$REPORT_DIR/decode_cuda_one_tile.txt"; echo '```'; } >>"$REPORT"
+else
+  note "bench_decode_cuda --tiles-per-block 1 **FAILED** (see gpu_check.log)"
+  status=1
+fi
 cat "$REPORT"
 exit $status

@@ -144,6 +144,55 @@ TEST_CASE("a split-K launch gives a row the bits of the unsplit kernels",
   check_row_bits<sk::weights::F32>(3072, 64, rng, true);
 }
 
+// A decode launch's block may take several column tiles (the GEMV's warps side by side, the
+// tensor-core kernel's 128 columns) and stage x once for them; every warp still sums as a
+// block of one tile does. Widths 1 to 8 against 1, with and without a split over K, on rows of
+// W that take vector loads (N = 96) and that do not (N = 300: 10 GEMV tiles, blocks of 3 leave
+// one short, blocks of 8 idle warps), at 1, 5 (decode) and 40 rows (prefill: tiled / mma).
+template <class Fmt>
+void check_width_bits(int M, int K, int N, bool split, std::mt19937& rng) {
+  INFO(Fmt::name << ": M = " << M << ", K = " << K << ", N = " << N
+                 << (split ? ", split-K scratch" : ""));
+  const auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
+  const auto W =
+      sk::weights::Matrix<Fmt>::from_f32(random_floats(static_cast<std::size_t>(K) * N, rng), K, N);
+  const auto b = random_floats(N, rng);
+  auto run = [&](int tiles) {
+    const kn::ForceTilesPerBlock force(tiles);
+    SplitScratch scratch;
+    auto out = poisoned(static_cast<std::size_t>(M) * N);
+    sk::backend::Ops<sk::backend::Emulated>::linear<E::Gelu>(
+        out.data(), x.data(), W, b.data(), M, nullptr, split ? scratch.get() : kn::SplitK{});
+    CHECK(scratch.counters_at_zero());
+    return out;
+  };
+  const auto one = run(1);
+  for (float v : one) REQUIRE(std::isfinite(v));
+  for (int tiles : {2, 3, 8}) {
+    INFO(tiles << " column tiles a block");
+    const auto wide = run(tiles);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < one.size(); i++)
+      differ += std::bit_cast<std::uint32_t>(one[i]) != std::bit_cast<std::uint32_t>(wide[i]);
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("a row's bits do not depend on how many column tiles a linear's block takes",
+          "[kernels][emulated][linear]") {
+  namespace w = sk::weights;
+  std::mt19937 rng(34);
+  for (int M : {1, 5, 40})
+    for (int N : {96, 300})
+      for (bool split : {false, true}) {
+        check_width_bits<w::F32>(M, 768, N, split, rng);
+        check_width_bits<w::F16>(M, 768, N, split, rng);
+        check_width_bits<w::BF16>(M, 200, N, split, rng);
+        check_width_bits<w::U8ZeroPoint<w::PerChannel>>(M, 768, N, split, rng);
+        check_width_bits<w::U8ZeroPoint<w::Group<24>>>(M, 216, N, split, rng);
+      }
+}
+
 TEST_CASE("linear launchers name the shape they cannot run", "[kernels][emulated][errors]") {
   float f = 0.f;
   std::uint16_t h = 0;

@@ -5,13 +5,17 @@
 // loads 4 adjacent weights of a row of W as fp32 (F32Cols: one 16-byte load; U8Cols: 4 bytes,
 // dequantised by group, see linear_u8.hpp) and the epilogue as the template argument.
 //
-// A block is one warp over kCols = 32 columns: lane (c, j) owns columns 4c .. 4c + 3 and slice j
-// of the current K part (common.hpp's order, kSlices = 4 slices a part), so each row k of W is
-// read as 8 lanes x 16 bytes = 128 contiguous bytes, and W is read exactly once by the grid. The
-// slices of a part are added in order across the warp by shuffles. With a SplitK workspace the
-// grid has one block per (column tile, part), which for every GPT-2 small linear at batch 1 is
-// >= kFillBlocks = 264 blocks, and the last block of a tile adds the parts; without one a block
-// walks all the parts of its tile. Both add the same sums in the same order.
+// A warp covers kCols = 32 columns: lane (c, j) owns columns 4c .. 4c + 3 and slice j of the
+// current K part (common.hpp's order, kSlices = 4 slices a part), so each row k of W is read as
+// 8 lanes x 16 bytes = 128 contiguous bytes, and W is read exactly once by the grid. The slices
+// of a part are added in order across the warp by shuffles. A block is 1 to kMaxWarps warps side
+// by side over adjacent column tiles, and stages the rows of x its slices read in shared memory
+// once for all of them: every warp of a block would otherwise load the same x, and at batch 8
+// the 32-column tiles' loads of x add up to as many bytes as a uint8 W. With a SplitK workspace
+// the grid has one block per (block of column tiles, part), which for every GPT-2 small linear
+// at batch 1 is >= kFillBlocks = 264 blocks, and the last block of its columns adds the parts;
+// without one a block walks all the parts. Every lane sums the same products in the same order
+// whatever the block's width and the split, so a row's bits do not depend on the launch.
 #include <cstdint>
 
 #include "servekit/kernels/common.hpp"
@@ -26,6 +30,13 @@ constexpr int kCols = kVec * kColLanes;        // 32 output columns per block
 constexpr int kSlices = 4;                     // K slices per part, one per group of 8 lanes
 constexpr int kThreads = kColLanes * kSlices;  // one warp
 static_assert(kThreads == 32);
+constexpr int kMaxWarps = 8;    // column tiles a block takes, one a warp
+constexpr int kStageRows = 64;  // rows of each slice of x staged at a time
+// x's rows of the current kStageRows of each slice, every row m; a row padded by one float, so
+// that the four slices' lanes, which read (j, m, t) for j = 0..3 at once, hit four banks.
+struct XStage {
+  float v[kSlices][kMaxM][kStageRows + 1];
+};
 }  // namespace gemv
 
 // The CUDA-core order: parts of a multiple of 64 rows (4 slices of a multiple of the tiled
@@ -139,10 +150,13 @@ struct CoreParams {
 };
 
 template <Epilogue E, class W>
-__global__ void __launch_bounds__(gemv::kThreads) linear_gemv_kernel(const CoreParams<W> p) {
+__global__ void __launch_bounds__(gemv::kThreads* gemv::kMaxWarps, 1)
+    linear_gemv_kernel(const CoreParams<W> p) {
   using namespace gemv;
-  const int lane = threadIdx.x, c = lane % kColLanes, j = lane / kColLanes;
-  const int n = blockIdx.x * kCols + c * kVec;
+  SERVEKIT_SHARED(XStage, xs);
+  const int warps = blockDim.x / kThreads;
+  const int lane = threadIdx.x % kThreads, c = lane % kColLanes, j = lane / kColLanes;
+  const int n = (blockIdx.x * warps + threadIdx.x / kThreads) * kCols + c * kVec;
   const bool in_range = n < p.N;
   const KOrder o = p.order;
   const int sl = o.slice_len();
@@ -155,14 +169,23 @@ __global__ void __launch_bounds__(gemv::kThreads) linear_gemv_kernel(const CoreP
     float acc[kMaxM][kVec] = {};  // the slice's sum (uint8: of its finished segments)
     float seg[kMaxM][kVec] = {};  // uint8: sum x q over the current segment
     float xsum[kMaxM] = {};       // uint8: sum x over the current segment
-    if (in_range) {
-      for (int k = k_begin; k < k_end; ++k) {
+    for (int t0 = 0; t0 < sl; t0 += kStageRows) {
+      __syncthreads();  // every warp is done with the rows staged before
+      for (int i = threadIdx.x; i < kSlices * p.M * kStageRows; i += blockDim.x) {
+        const int t = i % kStageRows, m = i / kStageRows % p.M, s = i / (kStageRows * p.M);
+        const int k = q * o.part_len + s * sl + t0 + t;
+        xs.v[s][m][t] = t0 + t < sl && k < p.K ? p.x[static_cast<int64_t>(m) * p.K + k] : 0.f;
+      }
+      __syncthreads();
+      if (!in_range) continue;
+      const int kb = k_begin + t0, ke = imin(k_end, kb + kStageRows);
+      for (int k = kb; k < ke; ++k) {
         float w[kVec];
         p.w.load(k, n, w);
 #pragma unroll
         for (int m = 0; m < kMaxM; ++m) {
           if (m >= p.M) break;
-          const float xv = p.x[static_cast<int64_t>(m) * p.K + k];
+          const float xv = xs.v[j][m][k - kb];
           if constexpr (W::kGrouped) {
             xsum[m] += xv;
 #pragma unroll
@@ -201,7 +224,8 @@ __global__ void __launch_bounds__(gemv::kThreads) linear_gemv_kernel(const CoreP
     }
   }
   if (split) {
-    split_k_finish<E>(p.split, o.parts, blockIdx.x, blockIdx.x * kCols, kCols, p.M, p.N, p.b, p.add,
+    const int cols = warps * kCols;
+    split_k_finish<E>(p.split, o.parts, blockIdx.x, blockIdx.x * cols, cols, p.M, p.N, p.b, p.add,
                       p.out);
     return;
   }
@@ -223,20 +247,23 @@ inline SplitSize gemv_split_size(int M, int K, int N) {
   return split_size(cuda_core_order(K, N), gemv::kCols, gemv::kMaxM, M, N);
 }
 
-// Launches the GEMV (M <= gemv::kMaxM), split over K when `split` has room for it. w_bytes:
-// the weight's bytes with its quantisation state, for the launch record.
+// Launches the GEMV (M <= gemv::kMaxM), split over K when `split` has room for it, in blocks
+// of as many column tiles (warps) as keep the grid full (tiles_per_block). w_bytes: the
+// weight's bytes with its quantisation state, for the launch record.
 template <Epilogue E, class W>
 void linear_gemv(CoreParams<W> p, std::size_t w_bytes, simt::stream_handle stream) {
   const int tiles = ceil_div(p.N, gemv::kCols);
   const bool split = p.order.parts > 1 && p.split.fits(p.order.parts, p.M, p.N, tiles);
   if (!split) p.split = {};
+  const int parts = split ? p.order.parts : 1;
+  const int warps = tiles_per_block(p.M, tiles, parts, gemv::kMaxWarps);
   const std::size_t mn = static_cast<std::size_t>(p.M) * p.N * sizeof(float);
   // Every block reads its columns' W once and x's rows of its K range; a split launch also
   // writes and reads back its parts' sums.
-  simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w_bytes, p.M, gemv::kCols, p.b, p.add) +
-                     (split ? 2 * mn * p.order.parts : 0));
-  simt::launch(simt::kernel<linear_gemv_kernel<E, W>>, dim3(tiles, split ? p.order.parts : 1),
-               dim3(gemv::kThreads), 0, stream, p);
+  simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w_bytes, p.M, gemv::kCols * warps, p.b, p.add) +
+                     (split ? 2 * mn * parts : 0));
+  simt::launch(simt::kernel<linear_gemv_kernel<E, W>>, dim3(ceil_div(tiles, warps), parts),
+               dim3(gemv::kThreads * warps), 0, stream, p);
 }
 
 }  // namespace servekit::kernels

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // out = epilogue(x @ W + b) for fp16 or bf16 W stored (K, N), on tensor cores
-// (mma.sync.m16n8k16, fp32 accumulate). A block of 4 warps computes a (32 x 64) tile of out;
-// warp (wm, wn) owns rows 16 wm.. and columns 32 wn.., i.e. four m16n8 accumulators. Per BK =
+// (mma.sync.m16n8k16, fp32 accumulate). A block of 2 x kWn warps computes a (32 x 32 kWn) tile
+// of out (kWn = 2, or 4 for decode launches with columns to spare: x is then staged once for
+// twice the columns); warp (wm, wn) owns rows 16 wm.. and columns 32 wn.., i.e. four m16n8
+// accumulators, and sums them the same way whatever kWn. Per BK =
 // 32 slice of K, x is converted to the weights' 16-bit type as it is staged (the only rounding
 // beyond fp32: see the test's tolerance) and W is copied as raw 16-bit words; fragments come
 // from shared memory through ldmatrix (A straight, B transposed, since W is k-major).
@@ -28,18 +30,21 @@ struct LinearB16Params {
 };
 
 namespace mma_gemm {
-constexpr int BM = 32, BN = 64, BK = 32;
-constexpr int kThreads = 128;
-constexpr int kStages = 3;  // slices in shared memory: one multiplied, two in flight
-constexpr int kChunk = 8;   // 16-bit words per 16-byte cp.async
+constexpr int BM = 32, BN = 64, BK = 32;  // BN: the column tile of the order and of the split
+constexpr int kThreads = 128;             // kWn = 2; 64 kWn in general
+constexpr int kMaxWide = 2;               // column tiles a block takes at most (kWn = 4)
+constexpr int kStages = 3;                // slices in shared memory: one multiplied, two in flight
+constexpr int kChunk = 8;                 // 16-bit words per 16-byte cp.async
 // Rows padded by 8 halves (16 bytes): ldmatrix's eight row addresses then fall in different
 // banks, and every row start stays 16-byte aligned as ldmatrix requires.
 constexpr int kPad = 8;
+template <int kBN>
 struct SharedStorage {
-  std::uint16_t a[kStages][BM][BK + kPad];  // x tiles (M, K), 16-bit
-  std::uint16_t b[kStages][BK][BN + kPad];  // W tiles (K, N)
+  std::uint16_t a[kStages][BM][BK + kPad];   // x tiles (M, K), 16-bit
+  std::uint16_t b[kStages][BK][kBN + kPad];  // W tiles (K, N)
 };
-static_assert((BK + kPad) * 2 % 16 == 0 && (BN + kPad) * 2 % 16 == 0);
+static_assert((BK + kPad) * 2 % 16 == 0 && (BN + kPad) * 2 % 16 == 0 &&
+              (kMaxWide * BN + kPad) * 2 % 16 == 0);
 }  // namespace mma_gemm
 
 // fp32 -> 16-bit bits, round to nearest even, and the matching mma.
@@ -64,14 +69,15 @@ inline KOrder mma_order(int K, int N) {
   return k_order(K, N, mma_gemm::BN, 1, mma_gemm::BK);
 }
 
-template <Epilogue E, bool kBf16>
-__global__ void __launch_bounds__(mma_gemm::kThreads)
+template <Epilogue E, bool kBf16, int kWn = 2>
+__global__ void __launch_bounds__(64 * kWn)
     linear_mma_kernel(const LinearB16Params p, const KOrder o, const SplitK split) {
   using namespace mma_gemm;
-  SERVEKIT_SHARED(SharedStorage, s);
+  constexpr int kBN = 32 * kWn, kT = 64 * kWn;  // the block's columns and threads
+  SERVEKIT_SHARED(SharedStorage<kBN>, s);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wm = warp / 2, wn = warp % 2;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int wm = warp / kWn, wn = warp % kWn;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * kBN;
   const bool splits = split.partial != nullptr;  // this block sums part blockIdx.z only
   const int k_begin = splits ? blockIdx.z * o.part_len : 0;
   const int k_end = splits ? imin(p.K, k_begin + o.part_len) : p.K;
@@ -82,23 +88,23 @@ __global__ void __launch_bounds__(mma_gemm::kThreads)
   const bool chunks = p.N % kChunk == 0 && reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0;
   // Stage slice k0 into buffer st. Out-of-range elements are staged as zeros: they add nothing.
   auto stage = [&](int st, int k0) {
-    for (int i = threadIdx.x; i < BM * BK; i += kThreads) {
+    for (int i = threadIdx.x; i < BM * BK; i += kT) {
       const int rr = i / BK, k = i % BK;
       const int gm = m0 + rr, gk = k0 + k;
       s.a[st][rr][k] =
           to_b16<kBf16>(gm < p.M && gk < p.K ? p.x[static_cast<int64_t>(gm) * p.K + gk] : 0.f);
     }
     if (chunks) {
-      for (int i = threadIdx.x; i < BK * BN / kChunk; i += kThreads) {
-        const int k = i / (BN / kChunk), c = i % (BN / kChunk) * kChunk;
+      for (int i = threadIdx.x; i < BK * kBN / kChunk; i += kT) {
+        const int k = i / (kBN / kChunk), c = i % (kBN / kChunk) * kChunk;
         const int gk = k0 + k, gn = n0 + c;
         const bool in = gk < p.K && gn < p.N;
         simt::cp_async_16(&s.b[st][k][c], in ? p.w + static_cast<int64_t>(gk) * p.N + gn : p.w,
                           in ? 16 : 0);
       }
     } else {
-      for (int i = threadIdx.x; i < BK * BN; i += kThreads) {
-        const int k = i / BN, c = i % BN;
+      for (int i = threadIdx.x; i < BK * kBN; i += kT) {
+        const int k = i / kBN, c = i % kBN;
         const int gk = k0 + k, gn = n0 + c;
         s.b[st][k][c] =
             gk < p.K && gn < p.N ? p.w[static_cast<int64_t>(gk) * p.N + gn] : std::uint16_t{0};
@@ -158,7 +164,7 @@ __global__ void __launch_bounds__(mma_gemm::kThreads)
         store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
                           with_addend(total[t][i] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
     }
-  if (splits) split_k_finish<E>(split, o.parts, blockIdx.x, n0, BN, p.M, p.N, p.b, p.add, p.out);
+  if (splits) split_k_finish<E>(split, o.parts, blockIdx.x, n0, kBN, p.M, p.N, p.b, p.add, p.out);
 }
 
 // The split-K scratch of tensor-core launches of up to M rows over a (K, N) weight.
@@ -176,16 +182,22 @@ void linear_mma(const LinearB16Params& p, simt::stream_handle stream = nullptr,
     fail(who, ": M = ", p.M, " needs more than 65535 row tiles");
   using namespace mma_gemm;
   const KOrder o = mma_order(p.K, p.N);
-  const int tiles = ceil_div(p.N, BN);
+  const int tiles = ceil_div(p.N, BN), row_tiles = ceil_div(p.M, BM);
   const bool splits = o.parts > 1 && p.M <= BM && split.fits(o.parts, p.M, p.N, tiles);
+  const int wide = tiles_per_block(p.M, tiles, row_tiles * (splits ? o.parts : 1), kMaxWide);
   const std::size_t mn = static_cast<std::size_t>(p.M) * p.N * sizeof(float);
   simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N,
-                                  static_cast<std::size_t>(p.K) * p.N * sizeof(std::uint16_t),
-                                  mma_gemm::BM, mma_gemm::BN, p.b, p.add) +
+                                  static_cast<std::size_t>(p.K) * p.N * sizeof(std::uint16_t), BM,
+                                  BN * wide, p.b, p.add) +
                      (splits ? 2 * mn * o.parts : 0));
-  simt::launch(simt::kernel<linear_mma_kernel<E, kBf16>>,
-               dim3(tiles, ceil_div(p.M, BM), splits ? o.parts : 1), dim3(kThreads), 0, stream, p,
-               o, splits ? split : SplitK{});
+  const dim3 grid(ceil_div(tiles, wide), row_tiles, splits ? o.parts : 1);
+  const SplitK s = splits ? split : SplitK{};
+  if (wide == 2)
+    simt::launch(simt::kernel<linear_mma_kernel<E, kBf16, 4>>, grid, dim3(2 * kThreads), 0, stream,
+                 p, o, s);
+  else
+    simt::launch(simt::kernel<linear_mma_kernel<E, kBf16>>, grid, dim3(kThreads), 0, stream, p, o,
+                 s);
 }
 
 }  // namespace servekit::kernels
