@@ -309,13 +309,19 @@ void gemv(float* out, const float* x, const WeightView<T>& W, const float* b, co
       1);
 }
 
-// Many rows: tasks of (up to MB rows) x (NB columns), each walking K in (KB, NB) blocks of W.
+// Many rows: tasks of (up to MB rows) x (NB columns), each walking K in (kb, NB) blocks of W.
 template <Epilogue E, class T>
 void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, int M,
           const float* add) {
-  // 128 x 256 outputs and a 256 x 256 block of W per task (measured against 64 rows and 128-row
-  // blocks: prefill +10% on AVX-512, level on AVX2; docs/host_kernels.md).
+  // 128 x 256 outputs per task (measured against 64 rows: prefill +10% on AVX-512, level on
+  // AVX2; docs/host_kernels.md). Packed W is walked over all of K (a group) at once, so that a
+  // strip is one contiguous run of K x kNR weights, which the prefetchers follow, and a row
+  // tile loads and stores its accumulators once: in blocks of 256 rows the strip came as 16 KB
+  // runs 48 KB apart, and decode steps were 10-30% slower at batch 8 and up to 1.5x at batch 1
+  // with AVX-512 (docs/host_kernels.md). W in (K, N) order goes in blocks of KB rows, widened
+  // into a (KB, NB) buffer.
   constexpr int kMaxNB = 256, KB = 256, MB = 128;
+  const int kb = W.packed ? W.K : KB;
   constexpr bool grouped = WeightView<T>::grouped;
   const int K = W.K, N = W.N, GK = W.group_rows;
   const float* xs = group_sums(x, W, M);
@@ -340,8 +346,8 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
         for (int g0 = 0; g0 < K; g0 += GK) {
           float* p = grouped ? part : acc;
           if (grouped) std::fill(part, part + static_cast<std::size_t>(rows) * NB, 0.f);
-          for (int k0 = g0; k0 < g0 + GK; k0 += KB) {
-            const int kn = std::min(KB, g0 + GK - k0);
+          for (int k0 = g0; k0 < g0 + GK; k0 += kb) {
+            const int kn = std::min(kb, g0 + GK - k0);
             // Rows k0.. of the strip starting at panel column c (a multiple of kNR); its rows
             // are N elements apart in W's (K, N) order, kNR packed (host/packed.hpp).
             auto strip = [&](int c) {
