@@ -19,6 +19,7 @@
 #include "servekit/backend/emulated_device.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/random_gpt2.hpp"
+#include "servekit/model/step_bytes.hpp"
 
 namespace sk = servekit;
 namespace simt = servekit::simt;
@@ -51,15 +52,13 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
   std::fprintf(stderr, "%s: quantizing ...\n", Model::name().c_str());
   Model model(t);
   model.set_graphs(false);  // the eager step: its launches are the graph's nodes
-  constexpr int L = D::n_layer, C = D::n_embd, V = D::vocab;
-  const double wbytes = static_cast<double>(model.weight_bytes());
   for (int B : o.batches) {
     auto cache = model.make_cache(B, o.context + 1);
     std::vector<int32_t> tokens;
     std::vector<sk::model::SeqStep> seqs;
     for (int b = 0; b < B; b++) {
       seqs.push_back({b, 0, o.context});
-      for (int i = 0; i < o.context; i++) tokens.push_back((b * 131 + i * 7919) % V);
+      for (int i = 0; i < o.context; i++) tokens.push_back((b * 131 + i * 7919) % D::vocab);
     }
     std::vector<sk::kernels::RowSampling> rows(B);
     std::vector<int32_t> ids(B);
@@ -71,12 +70,8 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
     simt::LaunchLog log;
     model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);
     const auto launched = log.take();
-    // Bytes the step must move: each weight once; the KV rows attended to (f32 K and V) and the
-    // new ones; per layer and row ~26 C floats of activations between the kernels; the logits
-    // written and read back by the sampler.
-    const double kv = static_cast<double>(B) * (o.context + 2) * L * 2 * C * sizeof(float);
-    const double act = static_cast<double>(B) * (L * 26.0 * C + 2.0 * V) * sizeof(float);
-    const double must = wbytes + kv + act;
+    const auto floor = sk::model::decode_step_bytes<D>(model.weight_bytes(), B, o.context);
+    const double kv = floor.kv, act = floor.act, must = floor.must();
     unsigned long long min_linear = ~0ull, min_warps = ~0ull;
     int n_linear = 0, thin = 0;
     double moved = 0;
@@ -101,8 +96,8 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
     std::printf(
         "%-46s %5d %8zu %8d %8llu %9llu %5d %9.1f %9.1f %9.1f %10.1f %10.1f %6.2fx %9.1f %9.1f\n",
         Model::name().c_str(), B, launched.size(), n_linear, min_linear, min_warps, thin,
-        wbytes / 1048576.0, kv / 1048576.0, act / 1048576.0, must / 1048576.0, moved / 1048576.0,
-        moved / must, must / kH100Bps * 1e6, moved / kH100Bps * 1e6);
+        floor.weights / 1048576.0, kv / 1048576.0, act / 1048576.0, must / 1048576.0,
+        moved / 1048576.0, moved / must, must / kH100Bps * 1e6, moved / kH100Bps * 1e6);
     std::fflush(stdout);
   }
 }

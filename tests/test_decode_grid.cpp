@@ -3,12 +3,15 @@
 // without running a block (simt::DryRun) on random weights. One row of decode reads every
 // weight once, so it is as fast as the GPU's memory, and that needs blocks on every SM: each
 // linear, lm_head included, must launch at least kFillBlocks = 264 blocks, two per SM of an
-// H100 (132 SMs). The decode linears share K among blocks for it (split-K, common.hpp).
+// H100 (132 SMs). The decode linears share K among blocks for it (split-K, common.hpp). At batch
+// 8 the step's launches move at most 1.2x the bytes it must move (model/step_bytes.hpp), by the
+// launchers' own bytes models: x and the split's parts are what a launch adds.
 #include <string>
 
 #include "servekit/backend/emulated_device.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/random_gpt2.hpp"
+#include "servekit/model/step_bytes.hpp"
 #include "servekit/simt/counters.hpp"
 
 #include <catch2/catch.hpp>
@@ -53,4 +56,35 @@ TEMPLATE_TEST_CASE("a GPT-2 small decode step's linears fill an H100 at batch 1"
     linears++;
   }
   CHECK(linears == 4 * D::n_layer + 1);  // c_attn, c_proj, c_fc, mlp c_proj per layer; the head
+}
+
+TEMPLATE_TEST_CASE("a GPT-2 small decode step at batch 8 moves at most 1.2x the bytes it must",
+                   "[device][budget]", w::F32, w::F16, w::BF16, w::U8ZeroPoint<w::PerChannel>) {
+  using Model = sk::Gpt2<
+      sk::Config<D, TestType, sk::kv::Paged<16>, sk::lora::None, sk::backend::EmulatedDevice>>;
+  constexpr int B = 8, context = 512;  // bench_decode_launches' default context
+  Model model(tensors());
+  model.set_graphs(false);
+  auto cache = model.make_cache(B, context + 1);
+  std::vector<int32_t> tokens;
+  std::vector<sk::model::SeqStep> seqs;
+  for (int b = 0; b < B; b++) {
+    seqs.push_back({b, 0, context});
+    for (int i = 0; i < context; i++) tokens.push_back((b * 131 + i * 7919) % D::vocab);
+  }
+  std::vector<sk::kernels::RowSampling> rows(B);
+  std::vector<int32_t> ids(B);
+  std::vector<float> lp(B);
+  const sk::simt::DryRun dry;
+  model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);  // the context (dry)
+  tokens.assign(B, 464);
+  for (auto& s : seqs) s = {s.slot, context, 1};
+  sk::simt::LaunchLog log;
+  model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);
+  double moved = 0;
+  for (const auto& r : log.take()) moved += static_cast<double>(r.bytes);
+  const double must = sk::model::decode_step_bytes<D>(model.weight_bytes(), B, context).must();
+  INFO(Model::name() << ": moves " << moved / 1048576.0 << " MiB, must move " << must / 1048576.0
+                     << " MiB");
+  CHECK(moved <= 1.2 * must);
 }
