@@ -4,10 +4,10 @@
 // (mma.sync.m16n8k16, fp32 accumulate). A block of 2 x kWn warps computes a (32 x 32 kWn) tile
 // of out (kWn = 2, or 4 for decode launches with columns to spare: x is then staged once for
 // twice the columns); warp (wm, wn) owns rows 16 wm.. and columns 32 wn.., i.e. four m16n8
-// accumulators, and sums them the same way whatever kWn. Per BK =
-// 32 slice of K, x is converted to the weights' 16-bit type as it is staged (the only rounding
-// beyond fp32: see the test's tolerance) and W is copied as raw 16-bit words; fragments come
-// from shared memory through ldmatrix (A straight, B transposed, since W is k-major).
+// accumulators, and sums them the same way whatever kWn. Per BK = 32 slice of K, x is
+// converted to the weights' 16-bit type as it is staged (the only rounding beyond fp32: see the
+// test's tolerance) and W is copied as raw 16-bit words; fragments come from shared memory
+// through ldmatrix (A straight, B transposed, since W is k-major).
 // The K loop is a kStages-deep pipeline: W's tile for slice i + kStages - 1 is fetched with
 // cp.async (16 bytes a copy, straight to shared memory) while slice i is multiplied, so a block
 // keeps two tiles of W in flight instead of waiting on each; one __syncthreads per slice.
