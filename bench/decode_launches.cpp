@@ -17,6 +17,7 @@
 
 #include "common.hpp"
 #include "servekit/backend/emulated_device.hpp"
+#include "servekit/model/dry_step.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/random_gpt2.hpp"
 #include "servekit/model/step_bytes.hpp"
@@ -54,24 +55,9 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
   model.set_graphs(false);  // the eager step: its launches are the graph's nodes
   for (int B : o.batches) {
     auto cache = model.make_cache(B, o.context + 1);
-    std::vector<int32_t> tokens;
-    std::vector<sk::model::SeqStep> seqs;
-    for (int b = 0; b < B; b++) {
-      seqs.push_back({b, 0, o.context});
-      for (int i = 0; i < o.context; i++) tokens.push_back((b * 131 + i * 7919) % D::vocab);
-    }
-    std::vector<sk::kernels::RowSampling> rows(B);
-    std::vector<int32_t> ids(B);
-    std::vector<float> lp(B);
-    const simt::DryRun dry;
-    model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);  // the context: a dry prefill
-    tokens.assign(B, 464);  // ids from a dry run are garbage: decode a fixed token
-    for (auto& s : seqs) s = {s.slot, o.context, 1};
-    simt::LaunchLog log;
-    model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);
-    const auto launched = log.take();
+    const auto launched = sk::model::dry_decode_step(model, cache, B, o.context);
     const auto floor = sk::model::decode_step_bytes<D>(model.weight_bytes(), B, o.context);
-    const double kv = floor.kv, act = floor.act, must = floor.must();
+    const double must = floor.must();
     unsigned long long min_linear = ~0ull, min_warps = ~0ull;
     int n_linear = 0, thin = 0;
     double moved = 0;
@@ -96,7 +82,7 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
     std::printf(
         "%-46s %5d %8zu %8d %8llu %9llu %5d %9.1f %9.1f %9.1f %10.1f %10.1f %6.2fx %9.1f %9.1f\n",
         Model::name().c_str(), B, launched.size(), n_linear, min_linear, min_warps, thin,
-        floor.weights / 1048576.0, kv / 1048576.0, act / 1048576.0, must / 1048576.0,
+        floor.weights / 1048576.0, floor.kv / 1048576.0, floor.act / 1048576.0, must / 1048576.0,
         moved / 1048576.0, moved / must, must / kH100Bps * 1e6, moved / kH100Bps * 1e6);
     std::fflush(stdout);
   }

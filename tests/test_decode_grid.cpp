@@ -9,6 +9,7 @@
 #include <string>
 
 #include "servekit/backend/emulated_device.hpp"
+#include "servekit/model/dry_step.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/random_gpt2.hpp"
 #include "servekit/model/step_bytes.hpp"
@@ -34,19 +35,9 @@ TEMPLATE_TEST_CASE("a GPT-2 small decode step's linears fill an H100 at batch 1"
   Model model(tensors());
   model.set_graphs(false);  // the eager step: its launches are what a graph would hold
   auto cache = model.make_cache(1, 64);
-  std::vector<int32_t> tokens{464, 2068, 7586, 21831};
-  std::vector<sk::model::SeqStep> seqs{{0, 0, 4}};
-  std::vector<sk::kernels::RowSampling> rows(1);
-  std::vector<int32_t> ids(1);
-  std::vector<float> lp(1);
-  const sk::simt::DryRun dry;
-  model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);  // the prompt (dry)
-  tokens.assign(1, 464);  // a dry run's ids are garbage: decode a fixed token
-  seqs = {{0, 4, 1}};
-  sk::simt::LaunchLog log;
-  model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);
+  const auto launched = sk::model::dry_decode_step(model, cache, 1, 4);
   int linears = 0;
-  for (const auto& r : log.take()) {
+  for (const auto& r : launched) {
     if (r.kernel.find("linear") == std::string::npos &&
         r.kernel.find("lm_head") == std::string::npos)
       continue;
@@ -66,23 +57,9 @@ TEMPLATE_TEST_CASE("a GPT-2 small decode step at batch 8 moves at most 1.2x the 
   Model model(tensors());
   model.set_graphs(false);
   auto cache = model.make_cache(B, context + 1);
-  std::vector<int32_t> tokens;
-  std::vector<sk::model::SeqStep> seqs;
-  for (int b = 0; b < B; b++) {
-    seqs.push_back({b, 0, context});
-    for (int i = 0; i < context; i++) tokens.push_back((b * 131 + i * 7919) % D::vocab);
-  }
-  std::vector<sk::kernels::RowSampling> rows(B);
-  std::vector<int32_t> ids(B);
-  std::vector<float> lp(B);
-  const sk::simt::DryRun dry;
-  model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);  // the context (dry)
-  tokens.assign(B, 464);
-  for (auto& s : seqs) s = {s.slot, context, 1};
-  sk::simt::LaunchLog log;
-  model.forward_pick(cache, {tokens, seqs}, rows, ids, lp);
   double moved = 0;
-  for (const auto& r : log.take()) moved += static_cast<double>(r.bytes);
+  for (const auto& r : sk::model::dry_decode_step(model, cache, B, context))
+    moved += static_cast<double>(r.bytes);
   const double must = sk::model::decode_step_bytes<D>(model.weight_bytes(), B, context).must();
   INFO(Model::name() << ": moves " << moved / 1048576.0 << " MiB, must move " << must / 1048576.0
                      << " MiB");

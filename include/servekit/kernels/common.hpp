@@ -150,11 +150,6 @@ __host__ __device__ constexpr KOrder k_order(int K, int N, int col_tile, int sli
   return {len, ceil_div(K, len), slices};
 }
 
-// How many adjacent column tiles a decode linear's block takes (1, 2, 4 .. most): a wider
-// block loads x once for all its tiles, so as many as keep the grid at kFillBlocks blocks at one
-// row of x, where the issue is filling the SMs, or at kFillBlocks / 2 from two rows on, where
-// each block's x is M times larger and its blocks of two or more warps still keep
-// kFillBlocks warps in flight. blocks_per_tile: the blocks of one column tile (the K parts).
 // A scope in which decode linears take `n` column tiles a block (at most each kernel's most)
 // whatever tiles_per_block would choose: for the tests that show the width leaves a row's bits
 // alone. Host-side, per thread.
@@ -166,6 +161,11 @@ struct ForceTilesPerBlock {
   ForceTilesPerBlock& operator=(const ForceTilesPerBlock&) = delete;
   int before;
 };
+// How many adjacent column tiles a decode linear's block takes (1, 2, 4 .. most): a wider
+// block loads x once for all its tiles, so as many as keep the grid at kFillBlocks blocks at one
+// row of x, where the issue is filling the SMs, or at kFillBlocks / 2 from two rows on, where
+// each block's x is M times larger and its blocks of two or more warps still keep
+// kFillBlocks warps in flight. blocks_per_tile: the blocks of one column tile (the K parts).
 inline int tiles_per_block(int M, int tiles, int blocks_per_tile, int most) {
   if (ForceTilesPerBlock::n > 0) return imin(ForceTilesPerBlock::n, most);
   const int want = M == 1 ? kFillBlocks : kFillBlocks / 2;

@@ -26,7 +26,7 @@ namespace gemv {
 constexpr int kMaxM = 8;                       // rows of x per launch
 constexpr int kVec = 4;                        // columns per lane
 constexpr int kColLanes = 8;                   // lanes across a column tile
-constexpr int kCols = kVec * kColLanes;        // 32 output columns per block
+constexpr int kCols = kVec * kColLanes;        // 32 output columns per warp (a column tile)
 constexpr int kSlices = 4;                     // K slices per part, one per group of 8 lanes
 constexpr int kThreads = kColLanes * kSlices;  // one warp
 static_assert(kThreads == 32);
