@@ -28,6 +28,8 @@ void launch_all(float* f, int* i, unsigned* u, std::uint16_t* h, std::uint32_t* 
   simt::launch(simt::kernel<simt_test::async_tiles>, dim3(1), dim3(32), 0, nullptr, f, f, 0);
   simt::launch(simt::kernel<simt_test::async_partial>, dim3(1), dim3(32), 0, nullptr,
                reinterpret_cast<unsigned char*>(h), reinterpret_cast<unsigned char*>(h), 16);
+  simt::launch(simt::kernel<simt_test::async_pipeline<true>>, dim3(1), dim3(32), 0, nullptr, f, f, 4);
+  simt::launch(simt::kernel<simt_test::async_pipeline<false>>, dim3(1), dim3(32), 0, nullptr, f, f, 4);
   simt::launch(simt::kernel<simt_test::hgemm_mma>, dim3(1), dim3(128), 0, nullptr, hh, hh, f, 16, 8, 16);
   simt::launch(simt::kernel<simt_test::votes>, dim3(1), dim3(32), 0, nullptr, i, u);
   simt::launch(simt::kernel<simt_test::atomics>, dim3(1), dim3(32), 0, nullptr, i, u, f, i, i, f, 1);

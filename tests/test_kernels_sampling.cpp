@@ -369,6 +369,49 @@ TEST_CASE("a row with no number above -inf gets id -1, which the host reports",
   }
 }
 
+TEST_CASE("a temperature so small that best / T overflows draws among the maxima, as the host",
+          "[kernels][emulated][sampling]") {
+  // best = 10, T = 1e-38: every scaled logit near the top is +inf and exp(inf - inf) is NaN, so
+  // no token had a weight; the kernel then read row[-1] and returned id -1 (a fault on a GPU).
+  // The limit T -> 0 is a draw among the logits equal to the max, which the host computes.
+  std::mt19937 rng(23);
+  sk::serve::Sampler host;
+  for (int V : {40, 1500}) {           // one warp a row, and the 256-thread block
+    for (float top : {10.f, -10.f}) {  // best / T overflows to +inf, or to -inf
+      INFO("V = " << V << ", best logit " << top);
+      const int M = 16;
+      auto x = random_floats(std::size_t(M) * V, rng, top - 8.f, top - 1.f);
+      for (int m = 0; m < M; m++) {
+        float* r = x.data() + std::size_t(m) * V;
+        r[(m * 7) % V] = top;
+        if (m % 2) r[(m * 7 + V / 2) % V] = top;  // odd rows: two maxima share the mass
+      }
+      std::vector<kn::RowSampling> rows(M);
+      for (int m = 0; m < M; m++)
+        rows[m] = {.seed = 50u + m,
+                   .index = uint64_t(m),
+                   .temperature = 1e-38f,
+                   .top_p = m % 4 == 3 ? 0.9f : 1.f,
+                   .top_k = m % 4 == 2 ? 5 : 0};
+      std::vector<int32_t> ids(M, -2);
+      std::vector<float> lp(M);
+      kn::sample({ids.data(), lp.data(), x.data(), rows.data(), M, V});
+      for (int m = 0; m < M; m++) {
+        INFO("row " << m);
+        const float* r = x.data() + std::size_t(m) * V;
+        REQUIRE((ids[m] >= 0 && ids[m] < V));
+        CHECK(r[ids[m]] == top);
+        const sk::serve::SamplingParams q{.temperature = 1e-38f,
+                                          .top_k = rows[m].top_k,
+                                          .top_p = rows[m].top_p,
+                                          .seed = rows[m].seed};
+        CHECK(ids[m] == host({r, std::size_t(V)}, q, rows[m].index));
+        CHECK(lp[m] == Approx(sk::serve::logprob_of({r, std::size_t(V)}, ids[m])).margin(1e-5));
+      }
+    }
+  }
+}
+
 TEST_CASE("Ops<Emulated>::sample is kernels::sample", "[kernels][emulated][sampling]") {
   std::mt19937 rng(15);
   const int M = 6, V = 300;

@@ -54,4 +54,32 @@ __global__ void async_partial(const unsigned char* src, unsigned char* out, int 
   }
 }
 
+// A three-buffer pipeline, as linear_mma's: one warp streams `tiles` tiles of 128 floats
+// through buf, each lane copying 16 bytes of tile t + 2 while the warp sums tile t, and writes
+// its sum of every tile's every element to out[lane]. kRefillAfterBarrier: the refill of
+// buf[(t + 2) % 3], which held tile t - 1, waits for the barrier that says every lane is done
+// with tile t - 1. Without it a lane that runs ahead overwrites a tile the others still read:
+// a race that only copies landing early (before their wait) show.
+template <bool kRefillAfterBarrier>
+__global__ void async_pipeline(const float* src /* (tiles, 128) */, float* out /* (32) */,
+                               int tiles) {
+  SERVEKIT_SHARED(float[3][128], buf);
+  const int lane = threadIdx.x;
+  auto refill = [&](int t) {  // an empty group past the last tile keeps wait<1> uniform
+    if (t < tiles) simt::cp_async_16(&buf[t % 3][4 * lane], src + 128 * t + 4 * lane);
+    simt::cp_async_commit();
+  };
+  refill(0);
+  refill(1);
+  float sum = 0.f;
+  for (int t = 0; t < tiles; ++t) {
+    simt::cp_async_wait<1>();  // tile t has landed; t + 1 may be in flight
+    if (!kRefillAfterBarrier) refill(t + 2);
+    __syncthreads();
+    if (kRefillAfterBarrier) refill(t + 2);
+    for (int i = 0; i < 128; ++i) sum += buf[t % 3][i];
+  }
+  out[lane] = sum;
+}
+
 }  // namespace simt_test

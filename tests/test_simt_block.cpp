@@ -76,7 +76,8 @@ TEST_CASE("static and dynamic shared memory are per block", "[simt]") {
   }
 }
 
-TEST_CASE("blocks run concurrently on 2 OS threads", "[simt]") {
+#if !defined(__CUDACC__)
+TEST_CASE("blocks run concurrently on 2 OS threads", "[simt][emulator]") {
   simt::set_host_workers(2);
   simt::DeviceBuffer<int> flags(2), out(1);
   flags.fill_bytes(0);
@@ -87,6 +88,7 @@ TEST_CASE("blocks run concurrently on 2 OS threads", "[simt]") {
   simt::set_host_workers(0);
   REQUIRE(seen == 1);
 }
+#endif
 
 TEST_CASE("tiled SGEMM matches a plain loop", "[simt]") {
   struct Shape {

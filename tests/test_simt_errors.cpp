@@ -3,6 +3,7 @@
 // the block and the threads; and exceptions thrown inside a kernel reaching the launch.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
@@ -46,6 +47,45 @@ __global__ void throws_in_block(int* out) {
   __syncthreads();
   if (blockIdx.x == 2 && threadIdx.x == 37) throw std::runtime_error("thread 37 gave up");
   __syncthreads();
+}
+
+// Even lanes shuffle up, odd lanes xor, with one mask: two different instructions, which the
+// emulator paired as one exchange (the same exchange function) and a GPU leaves undefined.
+__global__ void mixed_shuffles(int* out) {
+  const int v = static_cast<int>(threadIdx.x);
+  out[threadIdx.x] =
+      threadIdx.x % 2 ? __shfl_xor_sync(0xffffffffu, v, 1) : __shfl_up_sync(0xffffffffu, v, 1);
+}
+// Lanes below 16 ballot, the rest ask __any_sync.
+__global__ void mixed_votes(unsigned* out) {
+  out[threadIdx.x] = threadIdx.x < 16 ? __ballot_sync(0xffffffffu, 1)
+                                      : static_cast<unsigned>(__any_sync(0xffffffffu, 1));
+}
+// The same shuffle with widths 16 and 32 in different lanes.
+__global__ void mixed_widths(int* out) {
+  out[threadIdx.x] = __shfl_sync(0xffffffffu, 1, 0, threadIdx.x == 7 ? 16 : 32);
+}
+// ldmatrix with each row address 8 bytes past a 16-byte boundary.
+__global__ void ldmatrix_misaligned(int* out, int offset_bytes) {
+  SERVEKIT_SHARED(std::uint16_t[8 * 4 * 16], tile);
+  for (int i = threadIdx.x; i < 8 * 4 * 16; i += 32) tile[i] = static_cast<std::uint16_t>(i);
+  __syncwarp();
+  std::uint32_t r[4];
+  simt::ldmatrix_x4(r, reinterpret_cast<const char*>(&tile[threadIdx.x * 16]) + offset_bytes);
+  out[threadIdx.x] = static_cast<int>(r[0]);
+}
+// 52 KiB of static shared memory: ptxas refuses more than 48 KiB.
+__global__ void big_static_smem(int* out) {
+  SERVEKIT_SHARED(float[13 * 1024], big);
+  big[threadIdx.x] = 1.f;
+  out[threadIdx.x] = static_cast<int>(big[threadIdx.x]);
+}
+// 40 KiB static: fits alone; with more than 8 KiB of dynamic it needs the opt-in.
+__global__ void static_and_dynamic_smem(int* out) {
+  SERVEKIT_SHARED(float[10 * 1024], part);
+  part[threadIdx.x] = 2.f;
+  simt::dynamic_smem<float>()[threadIdx.x] = part[threadIdx.x];
+  out[threadIdx.x] = static_cast<int>(simt::dynamic_smem<float>()[threadIdx.x]);
 }
 
 __global__ void fill(int* out, int v) {
@@ -140,6 +180,55 @@ TEST_CASE("launch configurations CUDA refuses are LaunchErrors naming kernel and
   // A plain function pointer still gets a name in the message: its signature.
   REQUIRE_THROWS_WITH(simt::launch(&fill, dim3(1), dim3(2000), 0, nullptr, p, 1),
                       Catch::Contains("void (*)(int*, int)"));
+}
+
+TEST_CASE("lanes of one warp op calling different ops or qualifiers are refused, naming both",
+          "[simt][errors]") {
+  simt::DeviceBuffer<int> out(64);
+  simt::DeviceBuffer<unsigned> uout(64);
+  REQUIRE_THROWS_WITH(
+      simt::launch(simt::kernel<mixed_shuffles>, dim3(1), dim3(32), 0, nullptr, out.data()),
+      Catch::Contains("__shfl_xor_sync") && Catch::Contains("__shfl_up_sync") &&
+          Catch::Contains("lane 1"));
+  REQUIRE_THROWS_WITH(
+      simt::launch(simt::kernel<mixed_votes>, dim3(1), dim3(32), 0, nullptr, uout.data()),
+      Catch::Contains("__any_sync") && Catch::Contains("__ballot_sync"));
+  REQUIRE_THROWS_WITH(
+      simt::launch(simt::kernel<mixed_widths>, dim3(1), dim3(32), 0, nullptr, out.data()),
+      Catch::Contains("width 16") && Catch::Contains("width 32") && Catch::Contains("lane 7"));
+  // The emulator stays usable, and one op of one kind still pairs.
+  simt::launch(simt::kernel<shuffle_bad_mask>, dim3(1), dim3(4), 0, nullptr, out.data());
+}
+
+TEST_CASE("ldmatrix row addresses that are not 16-byte aligned are refused", "[simt][errors]") {
+  simt::DeviceBuffer<int> out(32);
+  REQUIRE_THROWS_WITH(
+      simt::launch(simt::kernel<ldmatrix_misaligned>, dim3(1), dim3(32), 0, nullptr, out.data(), 8),
+      Catch::Contains("ldmatrix_x4") && Catch::Contains("gives row address") &&
+          Catch::Contains("not 16-byte aligned"));
+  simt::launch(simt::kernel<ldmatrix_misaligned>, dim3(1), dim3(32), 0, nullptr, out.data(), 0);
+}
+
+TEST_CASE("static shared memory past 48 KiB, or past the limit with dynamic, is a LaunchError",
+          "[simt][errors]") {
+  simt::DeviceBuffer<int> out(32);
+  REQUIRE_THROWS_AS(
+      simt::launch(simt::kernel<big_static_smem>, dim3(2), dim3(32), 0, nullptr, out.data()),
+      simt::LaunchError);
+  REQUIRE_THROWS_WITH(
+      simt::launch(simt::kernel<big_static_smem>, dim3(2), dim3(32), 0, nullptr, out.data()),
+      Catch::Contains("big_static_smem") && Catch::Contains("53248 bytes of static"));
+  auto k = simt::named(&static_and_dynamic_smem, "static_and_dynamic_smem");
+  simt::launch(k, dim3(2), dim3(32), 8 * 1024, nullptr, out.data());  // exactly 48 KiB
+  REQUIRE_THROWS_WITH(simt::launch(k, dim3(2), dim3(32), 8 * 1024 + 16, nullptr, out.data()),
+                      Catch::Contains("static_and_dynamic_smem") &&
+                          Catch::Contains("40960 bytes of static shared memory + 8208 dynamic") &&
+                          Catch::Contains("49152"));
+  simt::set_max_dynamic_smem(k, 64 * 1024);  // the opt-in lifts the total to 227 KiB
+  simt::launch(k, dim3(2), dim3(32), 64 * 1024, nullptr, out.data());
+  std::vector<int> host(32);
+  out.download(host);
+  CHECK(host[5] == 2);
 }
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -186,10 +186,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleParams p) 
   if (rs.temperature == 0.f || best == INFINITY) return finish(idx);
 
   const float T = rs.temperature;
-  const float zmax = sample_scaled(best, T);  // x / T is monotone: the largest scaled logit
+  // When best / T overflows (a tiny T), exp(z - zmax) would be inf - inf = NaN for every token:
+  // then the logits are scaled as (x - best) / T, the host sampler's formula, so the maxima
+  // get weight 1 and the rest next to none. Otherwise x / T, unshifted (the same bits as ever).
+  const float q = best / T;
+  const float shift = q == INFINITY || q == -INFINITY ? best : 0.f;
+  const float zmax = sample_scaled(best - shift, T);  // x / T is monotone: the largest scaled
   // Unnormalised probability of v if its key is kept (>= thr); the max always is (e = 1).
   auto weight = [&](int v, uint32_t thr) {
-    const float z = sample_scaled(row[v], T);
+    const float z = sample_scaled(row[v] - shift, T);
     return order_key(z) >= thr ? expf(z - zmax) : 0.f;
   };
   auto kept_mass = [&](uint32_t thr) {
@@ -205,7 +210,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleParams p) 
     for (int b = 31; b >= 0; --b) {
       const uint32_t c = thr | (1u << b);
       int n = 0;
-      for (int v = tid; v < V; v += kThreads) n += order_key(sample_scaled(row[v], T)) >= c;
+      for (int v = tid; v < V; v += kThreads) n += order_key(sample_scaled(row[v] - shift, T)) >= c;
       if (block_reduce<kWarps>(n, sh.i, SumOp{}) >= rs.top_k) thr = c;
     }
   }
@@ -261,7 +266,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleParams p) 
   }
   pick = block_reduce<kWarps>(pick, sh.i, MinOp{});
   last = block_reduce<kWarps>(last, sh.i, MaxOp{});
-  finish(pick < V ? pick : last);
+  // The max always keeps weight 1, so some token is kept; the argmax guards the index anyway.
+  finish(pick < V ? pick : last >= 0 ? last : idx);
 }
 
 // Each row greedy or one draw, with its own parameters; ids (and logprobs) stay on the device.

@@ -13,7 +13,10 @@
 // Under nvcc these are the PTX instructions. Under the emulator each thread keeps its copies
 // and performs them at the wait, the latest moment a GPU may: a read of the destination before
 // it sees the shared memory's poison (0xff bytes, a NaN) or an older tile, not lucky data, so a
-// missing or short wait shows up in results.
+// missing or short wait shows up in results. Under the Random schedule (simt/schedule.hpp)
+// about half the copies land as they are started instead, the earliest moment: a buffer
+// refilled while another thread still reads it (a missing __syncthreads before the refill)
+// then shows up too.
 #include "servekit/simt/platform.hpp"
 
 #include <cstdint>
@@ -42,8 +45,10 @@ __device__ SERVEKIT_SIMT_INLINE void cp_async_16(void* smem, const void* gmem, i
   if (src_bytes < 0 || src_bytes > 16)
     throw Error("simt::cp_async_16: copies 0 to 16 source bytes, not " + std::to_string(src_bytes));
   detail::Worker& w = *detail::g_worker;
-  w.async[static_cast<std::size_t>(w.current)].open.push_back(
-      {static_cast<unsigned char*>(smem), static_cast<const unsigned char*>(gmem), src_bytes});
+  const detail::AsyncCopy c{static_cast<unsigned char*>(smem),
+                            static_cast<const unsigned char*>(gmem), src_bytes};
+  if (w.schedule.order == Order::Random && w.copy_lands_now()) return detail::AsyncCopies::land(c);
+  w.async[static_cast<std::size_t>(w.current)].open.push_back(c);
   w.async_used = true;
 #endif
 }

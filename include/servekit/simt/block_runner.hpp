@@ -38,9 +38,13 @@ using WarpExchangeFn = void (*)(unsigned lanes, const LaneSlot* slots);
 
 struct WarpState {
   LaneSlot slots[kWarpSize];
-  // Ops in progress, one per (exchange, mask); divergent code may run several at once.
+  // Ops in progress, one per mask; divergent code may run several at once. A lane arriving
+  // with a pending op's mask must call the same op (name) with the same qualifiers (a
+  // shuffle's width and operand size), as PTX requires of the lanes of one .sync op.
   struct Pending {
     WarpExchangeFn fn;
+    const char* op;
+    unsigned qual;
     unsigned mask;
     unsigned arrived;
   };
@@ -69,15 +73,15 @@ struct AsyncCopies {
   std::vector<AsyncCopy> open;
   std::vector<std::size_t> group_ends;
   // Lands every committed group but the newest `keep`.
+  static void land(const AsyncCopy& c) {
+    std::memcpy(c.dst, c.src, static_cast<std::size_t>(c.src_bytes));
+    std::memset(c.dst + c.src_bytes, 0, static_cast<std::size_t>(16 - c.src_bytes));
+  }
   void land(int keep) {
     const std::size_t groups = group_ends.size();
     if (groups <= static_cast<std::size_t>(keep)) return;
     const std::size_t done = groups - static_cast<std::size_t>(keep), end = group_ends[done - 1];
-    for (std::size_t i = 0; i < end; ++i) {
-      const AsyncCopy& c = open[i];
-      std::memcpy(c.dst, c.src, static_cast<std::size_t>(c.src_bytes));
-      std::memset(c.dst + c.src_bytes, 0, static_cast<std::size_t>(16 - c.src_bytes));
-    }
+    for (std::size_t i = 0; i < end; ++i) land(open[i]);
     open.erase(open.begin(), open.begin() + static_cast<std::ptrdiff_t>(end));
     group_ends.erase(group_ends.begin(), group_ends.begin() + static_cast<std::ptrdiff_t>(done));
     for (std::size_t& e : group_ends) e -= end;
@@ -168,6 +172,15 @@ struct Worker {
 
   std::vector<AsyncCopies> async;  // (n_threads) copies in flight; dropped when a block ends
   bool async_used = false;         // since the last block started
+  // Random order: a copy lands when it is started or at its wait, a coin flip from this
+  // (splitmix64, seeded per block), since a GPU may land it at any moment in between.
+  std::uint64_t copy_rng = 0;
+  bool copy_lands_now() {
+    std::uint64_t z = (copy_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return ((z ^ (z >> 31)) >> 63) != 0;
+  }
 
   std::vector<unsigned char> smem_storage;  // dynamic shared memory (+ alignment slack)
   unsigned char* dynamic_smem = nullptr;
@@ -176,7 +189,16 @@ struct Worker {
   // Counts the blocks this OS thread has started: static shared memory (SERVEKIT_SHARED) is
   // poisoned by the first thread of a block that reaches it, when its epoch is older.
   std::uint64_t block_epoch = 0;
+  // The launch's shared memory: its kernel, dynamic bytes, and the static + dynamic total it
+  // may use (48 KiB, or the opt-in ceiling after simt::set_max_dynamic_smem); the static bytes
+  // the running block has reached so far, which a GPU knows at compile time.
+  std::string_view kernel;
+  std::size_t dynamic_smem_bytes = 0, smem_total_limit = 0, static_smem_bytes = 0;
 };
+
+// Static shared memory a kernel may declare: 48 KiB on every GPU since sm_20; more needs
+// dynamic shared memory and the opt-in attribute (ptxas refuses a larger static array).
+inline constexpr std::size_t kMaxStaticSmemBytes = 48 * 1024;
 
 // The worker of the running OS thread, set while it runs a block (constant-initialised, so
 // reading it costs no guard check on the switch paths).
@@ -283,7 +305,10 @@ inline std::string describe_waits(const Worker& w) {
 }
 
 // Size the worker for blocks of `block` threads; fibers are only ever added.
-inline void prepare(Worker& w, dim3 block, std::size_t dynamic_smem_bytes) {
+inline void prepare(Worker& w, dim3 block, std::size_t dynamic_smem_bytes,
+                    std::size_t smem_total_limit) {
+  w.dynamic_smem_bytes = dynamic_smem_bytes;
+  w.smem_total_limit = smem_total_limit;
   const int n = static_cast<int>(volume(block));
   if (w.n_threads != n || w.block_dim.x != block.x || w.block_dim.y != block.y) {
     w.n_threads = n;
@@ -325,11 +350,14 @@ inline void run_block(Worker& w, std::string_view kernel, uint3 block_idx, dim3 
   w.barrier_sites_differ = false;
   w.error = nullptr;
   ++w.block_epoch;
+  w.kernel = kernel;
+  w.static_smem_bytes = 0;
   // Random: the same shuffle for a block whichever OS thread runs it.
   const std::uint64_t block_id =
       block_idx.x +
       static_cast<std::uint64_t>(grid.x) * (block_idx.y + std::uint64_t{grid.y} * block_idx.z);
   w.ready.set_order(w.schedule.order, w.schedule.seed * 0x9e3779b97f4a7c15ull + block_id);
+  w.copy_rng = (w.schedule.seed + 1) * 0xd1b54a32d192ed03ull + block_id;
   for (int i = 0; i < w.n_threads; ++i) {
     w.state[static_cast<std::size_t>(i)] = ThreadState::Ready;
     w.ready.push(i);

@@ -79,6 +79,7 @@ struct SmemOptIns {
   std::mutex m;
   std::unordered_map<const void*, std::size_t> bytes;
   std::unordered_map<const void*, std::size_t> static_bytes;
+  std::unordered_map<const void*, int> max_threads;  // __launch_bounds__, or what registers allow
 };
 inline SmemOptIns& smem_opt_ins() {
   static SmemOptIns s;
@@ -86,24 +87,30 @@ inline SmemOptIns& smem_opt_ins() {
 }
 struct SmemLimits {
   std::size_t static_bytes, max_dynamic;
+  bool opted_in;  // set_max_dynamic_smem was called: static + dynamic may reach the opt-in ceiling
+  int max_threads = kMaxBlockThreads;  // the kernel's largest block (GPU only)
 };
 // Static shared memory is not known on the host (thread_locals): 0 there.
 inline SmemLimits smem_limits(const void* fn) {
   auto& s = smem_opt_ins();
   std::lock_guard lock(s.m);
   std::size_t st = 0;
+  int max_threads = kMaxBlockThreads;
 #if defined(SERVEKIT_SIMT_DEVICE)
   if (auto it = s.static_bytes.find(fn); it != s.static_bytes.end()) {
     st = it->second;
+    max_threads = s.max_threads[fn];
   } else {
     cudaFuncAttributes attr{};
     check(cudaFuncGetAttributes(&attr, fn), "cudaFuncGetAttributes");
     st = s.static_bytes[fn] = attr.sharedSizeBytes;
+    max_threads = s.max_threads[fn] = attr.maxThreadsPerBlock;
   }
 #endif
   auto it = s.bytes.find(fn);
-  return {st,
-          it != s.bytes.end() ? it->second : kDefaultSmemBytes - std::min(st, kDefaultSmemBytes)};
+  const bool opted_in = it != s.bytes.end();
+  return {st, opted_in ? it->second : kDefaultSmemBytes - std::min(st, kDefaultSmemBytes), opted_in,
+          max_threads};
 }
 
 inline std::string dims(dim3 d) {
@@ -224,9 +231,12 @@ template <class... P, class... A>
 void run_grid(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, A&&... args) {
   const Closure<P...> closure{k.fn, {std::forward<A>(args)...}};
   const long long n_blocks = static_cast<long long>(volume(grid));
+  const std::size_t smem_total = smem_limits(reinterpret_cast<const void*>(k.fn)).opted_in
+                                     ? kMaxOptInSmemBytes
+                                     : kDefaultSmemBytes;
   auto run = [&](long long b) {
     Worker& w = this_worker();
-    prepare(w, block, smem_bytes);
+    prepare(w, block, smem_bytes, smem_total);
     w.body = &Closure<P...>::invoke;
     w.closure = &closure;
     run_block(w, k.name, unlinear_index(static_cast<unsigned long long>(b), grid), grid);
@@ -264,6 +274,13 @@ void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, strea
 #if defined(SERVEKIT_SIMT_DEVICE)
   const detail::SmemLimits lim = detail::smem_limits(key);
   detail::check_config(k.name, grid, block, smem_bytes, lim.static_bytes, lim.max_dynamic);
+  // __launch_bounds__ (or the kernel's registers) cap its block below 1024 threads.
+  if (volume(block) > static_cast<unsigned long long>(lim.max_threads))
+    throw LaunchError(servekit::detail::cat("kernel ", k.name, ": block ", detail::dims(block),
+                                            " has ", volume(block),
+                                            " threads; the kernel takes at "
+                                            "most ",
+                                            lim.max_threads, " (__launch_bounds__)"));
   detail::count_launch(k.name, grid, block, smem_bytes);
   k.fn<<<grid, block, smem_bytes, stream>>>(std::forward<A>(args)...);
   const cudaError_t e = cudaGetLastError();

@@ -13,6 +13,7 @@
 #if defined(SERVEKIT_SIMT_HOST)
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "servekit/simt/warp.hpp"
 #endif
@@ -112,8 +113,18 @@ void exchange_ldmatrix(unsigned lanes, const LaneSlot* s) {
   }
 }
 
+// Lanes 0 .. 8 kCount - 1 give row addresses, which PTX requires 16-byte aligned (a GPU faults
+// with a misaligned address); the other lanes' addresses are not read.
 template <int kCount, bool kTrans>
 SERVEKIT_SIMT_INLINE void ldmatrix(std::uint32_t* r, const void* row_ptr, const char* op) {
+  const int me = g_worker->current, lane = me & (kWarpSize - 1);
+  if (lane < 8 * kCount && reinterpret_cast<std::uintptr_t>(row_ptr) % 16 != 0) {
+    std::ostringstream os;
+    os << op << ": thread " << me << " (lane " << lane << ", row " << lane % 8 << " of matrix "
+       << lane / 8 << ") gives row address " << row_ptr
+       << ", which is not 16-byte aligned as ldmatrix requires";
+    throw Error(os.str());
+  }
   warp_exchange(kFullMask, op, &exchange_ldmatrix<kCount, kTrans>, &row_ptr, r);
 }
 

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "servekit/simt/block_runner.hpp"
+#include "servekit/simt/error.hpp"
 #endif
 
 namespace servekit::simt {
@@ -39,6 +40,21 @@ template <class T>
 using type_t = T;  // lets `type_t<float[8][8]> name` declare an array
 
 #if defined(SERVEKIT_SIMT_HOST)
+// A block reached `bytes` more of static shared memory: refused as the GPU would refuse it,
+// at compile time past 48 KiB, at launch past the kernel's static + dynamic limit.
+inline void count_static_smem(Worker& w, std::size_t bytes) {
+  w.static_smem_bytes += bytes;
+  if (w.static_smem_bytes > kMaxStaticSmemBytes)
+    throw LaunchError(servekit::detail::cat(
+        "kernel ", w.kernel, ": ", w.static_smem_bytes, " bytes of static shared memory exceed ",
+        kMaxStaticSmemBytes, "; past 48 KiB use dynamic shared memory and set_max_dynamic_smem"));
+  if (w.static_smem_bytes + w.dynamic_smem_bytes > w.smem_total_limit)
+    throw LaunchError(servekit::detail::cat(
+        "kernel ", w.kernel, ": ", w.static_smem_bytes, " bytes of static shared memory + ",
+        w.dynamic_smem_bytes, " dynamic exceed its limit of ", w.smem_total_limit,
+        " bytes; raise it with simt::set_max_dynamic_smem"));
+}
+
 // One static shared variable of one kernel (Tag: a lambda type unique to its declaration) on
 // this OS thread, poisoned when a new block first reaches it.
 template <class T, class Tag>
@@ -49,10 +65,11 @@ SERVEKIT_SIMT_INLINE T& static_smem(Tag) {
     std::uint64_t epoch = 0;
   };
   static thread_local Slot slot;
-  const std::uint64_t now = g_worker->block_epoch;
-  if (slot.epoch != now) {
+  Worker& w = *g_worker;
+  if (slot.epoch != w.block_epoch) {
     std::memset(slot.bytes, 0xff, sizeof(T));
-    slot.epoch = now;
+    slot.epoch = w.block_epoch;
+    count_static_smem(w, sizeof(T));
   }
   return *std::launder(reinterpret_cast<T*>(slot.bytes));
 }

@@ -12,17 +12,31 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
+#include <string>
 #include <type_traits>
 
 #include "servekit/simt/block_runner.hpp"
 
 namespace servekit::simt::detail {
 
+// A shuffle's qualifiers in one word: width in the low byte, operand bytes in the next.
+constexpr unsigned shfl_qual(int width, std::size_t bytes) {
+  return static_cast<unsigned>(width & 0xff) | static_cast<unsigned>(bytes) << 8;
+}
+inline std::string describe_qual(unsigned q) {
+  if (q == 0) return "no qualifiers";
+  return "width " + std::to_string(q & 0xff) + ", " + std::to_string(q >> 8) + "-byte operand";
+}
+
 // Arrive at a warp op with mask `mask`; returns once `fn` has run for every lane of the mask.
 // Lanes beyond the block's last thread do not exist and are dropped from the mask; a lane that
-// has returned stays in it, and the op then never completes (reported as a deadlock).
+// has returned stays in it, and the op then never completes (reported as a deadlock). `qual`:
+// what else the lanes must agree on (a shuffle's width and operand size). A lane arriving at
+// another op, or other qualifiers, with the mask of an op its lanes wait at is an error: on a
+// GPU that is undefined (a hang, or values exchanged between unrelated instructions).
 SERVEKIT_SIMT_INLINE void warp_exchange(unsigned mask, const char* op, WarpExchangeFn fn,
-                                        const void* in, void* out) {
+                                        const void* in, void* out, unsigned qual = 0) {
   Worker& w = *g_worker;
   const int me = w.current;
   const int lane = me & (kWarpSize - 1);
@@ -41,8 +55,18 @@ SERVEKIT_SIMT_INLINE void warp_exchange(unsigned mask, const char* op, WarpExcha
     return;
   }
   int k = 0;
-  while (k < ws.n_pending && !(ws.pending[k].fn == fn && ws.pending[k].mask == lanes)) ++k;
-  if (k == ws.n_pending) ws.pending[ws.n_pending++] = WarpState::Pending{fn, lanes, 0};
+  while (k < ws.n_pending && ws.pending[k].mask != lanes) ++k;
+  if (k == ws.n_pending) {
+    ws.pending[ws.n_pending++] = WarpState::Pending{fn, op, qual, lanes, 0};
+  } else if (const WarpState::Pending& p = ws.pending[k];
+             p.fn != fn || p.qual != qual || std::strcmp(p.op, op) != 0) {
+    std::ostringstream os;
+    os << op << ": thread " << me << " (lane " << lane << ") arrives with mask 0x" << std::hex
+       << lanes << " while lanes 0x" << p.arrived << " wait at " << p.op << " with that mask; "
+       << describe_qual(p.qual) << " there, " << describe_qual(qual)
+       << " here (the lanes of a warp op must all call it with the same mask and qualifiers)";
+    throw Error(os.str());
+  }
   ws.pending[k].arrived |= bit;
   if (ws.pending[k].arrived != lanes) {
     w.state[static_cast<std::size_t>(me)] = ThreadState::AtWarpOp;
@@ -95,6 +119,7 @@ enum class ShflMode { Idx, Up, Down, Bfly };
 // CUDA's __shfl_*_sync pass it: segments of `width` lanes; up/down stay inside the segment,
 // xor may read an earlier segment but not a later one; an invalid source means "own value".
 SERVEKIT_SIMT_INLINE int shfl_source(ShflMode mode, int lane, int b, int width) {
+  b &= 31;  // PTX reads b[4:0]: an offset of 33 is an offset of 1
   const int segmask = (kWarpSize - width) & 31;
   const int clamp = mode == ShflMode::Up ? 0 : 31;
   const int max_lane = (lane & segmask) | (clamp & ~segmask);
@@ -103,7 +128,7 @@ SERVEKIT_SIMT_INLINE int shfl_source(ShflMode mode, int lane, int b, int width) 
   bool valid = true;
   switch (mode) {
     case ShflMode::Idx:
-      j = min_lane | (b & ~segmask & 31);
+      j = min_lane | (b & ~segmask);
       valid = j <= max_lane;
       break;
     case ShflMode::Up:
@@ -115,7 +140,7 @@ SERVEKIT_SIMT_INLINE int shfl_source(ShflMode mode, int lane, int b, int width) 
       valid = j <= max_lane;
       break;
     case ShflMode::Bfly:
-      j = lane ^ (b & 31);
+      j = lane ^ b;
       valid = j <= max_lane;
       break;
   }
@@ -129,7 +154,7 @@ SERVEKIT_SIMT_INLINE T shfl(unsigned mask, T var, ShflMode mode, int b, int widt
   ShflIn in{0, shfl_source(mode, g_worker->current & (kWarpSize - 1), b, width)};
   std::memcpy(&in.bits, &var, sizeof(T));
   std::uint64_t out = 0;
-  warp_exchange(mask, op, &exchange_shfl, &in, &out);
+  warp_exchange(mask, op, &exchange_shfl, &in, &out, shfl_qual(width, sizeof(T)));
   T r;
   std::memcpy(&r, &out, sizeof(T));
   return r;
