@@ -10,7 +10,6 @@ target_compile_definitions(bench_decode_host_openmp PRIVATE SERVEKIT_OPENMP_LOOP
 # The Cuda backend's decode (nvcc; built wherever nvcc is, run by scripts/gpu_check.sh on a GPU).
 if(SERVEKIT_HAVE_CUDA)
   add_executable(bench_decode_cuda ${CMAKE_CURRENT_LIST_DIR}/decode_cuda.cu)
-  target_link_libraries(bench_decode_cuda PRIVATE servekit::servekit servekit_cuda_flags
-    CLI11::CLI11)
-  set_target_properties(bench_decode_cuda PROPERTIES CUDA_ARCHITECTURES "90")
+  servekit_cuda_program(bench_decode_cuda)
+  target_link_libraries(bench_decode_cuda PRIVATE CLI11::CLI11)
 endif()

@@ -12,6 +12,7 @@
 
 #include "common.hpp"
 #include "servekit/backend/cuda.hpp"
+#include "servekit/backend/cuda_device.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/random_gpt2.hpp"
 
@@ -122,6 +123,10 @@ int run(int argc, char** argv) {
                  "column tiles a decode linear's block takes (0: the launchers choose)")
       ->check(CLI::Range(0, 8));
   CLI11_PARSE(app, argc, argv);
+  if (const std::string why = sk::backend::cuda_device_missing(); !why.empty()) {
+    std::fprintf(stderr, "bench_decode_cuda: no CUDA device (%s); nothing run\n", why.c_str());
+    return sk::backend::kNoCudaDeviceExit;
+  }
   const sk::kernels::ForceTilesPerBlock force(o.tiles);
   int dev = 0;
   cudaDeviceProp prop{};

@@ -1,97 +1,128 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# One command on a machine with an NVIDIA GPU: build the CUDA targets (SERVEKIT_CUDA=ON), run
-# the `cuda` test label, run test_gpt2_cuda under compute-sanitizer (memcheck, racecheck,
-# synccheck, initcheck), run the Cuda decode benchmark (tokens/s per format at batch 1/8/64
-# beside the read bandwidth measured in the same run), and write a report.
-#   scripts/gpu_check.sh [report dir]     (default: $OUT if set, else build-gpu/)
-# Packages the machine lacks and cannot download: run scripts/gpu_deps.sh where there is
-# network and bring .gpu-deps/ along; they are unpacked into a private prefix here.
+# The GPU's verdict, on a machine with an NVIDIA GPU, from the bundle scripts/gpu_bundle.sh
+# built elsewhere (.gpu-bundle/, carried along): nothing is compiled here. In steps that each
+# end well inside the device tool's 10 minutes a call:
+#   scripts/gpu_check.sh tests      every device test (test_gpt2_cuda, test_invariants_cuda,
+#                                   test_simt_cuda)
+#   scripts/gpu_check.sh sanitize   compute-sanitizer memcheck on every device test; racecheck,
+#                                   synccheck and initcheck on the kernels and the decode steps
+#   scripts/gpu_check.sh bench      bench_decode_cuda beside the read bandwidth of the same run,
+#                                   and batch 8 with one column tile a block
+#   scripts/gpu_check.sh all        the three, for one call on a warm machine
+# Each step writes gpu_<step>.md (and gpu_check.log, CSVs) into $OUT if set, else .gpu-report/,
+# and fails when a program does not start, a test fails, or a test program runs no test.
 set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUNDLE="${SERVEKIT_GPU_BUNDLE:-$ROOT/.gpu-bundle}"
+STEP=${1:-all}
+REPORT_DIR=${2:-${OUT:-$ROOT/.gpu-report}}
+LIMIT_S=${SERVEKIT_GPU_STEP_LIMIT:-200}  # per command; a hang must not eat the whole call
+TESTS=(test_gpt2_cuda test_invariants_cuda test_simt_cuda)
+case "$STEP" in tests | sanitize | bench | all) ;; *)
+  echo "gpu_check: unknown step '$STEP' (tests, sanitize, bench or all)" >&2
+  exit 2
+  ;;
+esac
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_check: no NVIDIA GPU here (nvidia-smi -L failed); nothing to check" >&2
   exit 2
 fi
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD="$ROOT/build-gpu"
-SANITIZER=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
-REPORT_DIR=${1:-${OUT:-$BUILD}}
+if [ ! -f "$BUNDLE/manifest.txt" ]; then
+  echo "gpu_check: no bundle at $BUNDLE: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-bundle" >&2
+  exit 2
+fi
+cd "$ROOT"  # the test programs find tests/fixtures and data/ from here
 mkdir -p "$REPORT_DIR"
-REPORT="$REPORT_DIR/gpu_report.md"
 LOG="$REPORT_DIR/gpu_check.log"
-: >"$LOG"
+SANITIZER=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 status=0
-note() { echo "$*" >>"$REPORT"; }
-step() {  # step NAME CMD...: runs CMD, logs it, records pass/fail in the report
-  local name=$1
-  shift
+LAST_OUT=
+
+header() {
+  echo "# servekit GPU check: $1, $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo
+  echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
+  echo "- bundle: $(head -1 "$BUNDLE/manifest.txt"); $(sed -n 2p "$BUNDLE/manifest.txt")"
+  echo "- checkout here: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo
+}
+
+# run_step REPORT NAME CMD...: runs CMD (at most LIMIT_S seconds), logs its output, records
+# pass / fail in REPORT. A test program must also report at least one test case.
+run_step() {
+  local report=$1 name=$2
+  shift 2
   echo "== $name: $*" | tee -a "$LOG"
-  local t0=$SECONDS
-  if "$@" >>"$LOG" 2>&1; then
-    note "- $name: passed ($((SECONDS - t0)) s)"
+  local t0=$SECONDS out rc
+  out=$(timeout "$LIMIT_S" "$@" 2>&1)
+  rc=$?
+  printf '%s\n' "$out" >>"$LOG"
+  LAST_OUT=$out
+  local summary
+  summary=$(printf '%s\n' "$out" | grep -E '^(All tests passed|test cases:)|ERROR SUMMARY' | tail -2 |
+    tr '\n' ' ')
+  if [ $rc -eq 0 ] && [[ $* == *test_* ]] && ! printf '%s\n' "$out" |
+    grep -qE 'All tests passed \([0-9]+ assertions? in [1-9][0-9]* test cases?\)'; then
+    rc=3  # passed with zero tests: not a pass
+    summary="no test ran; $summary"
+  fi
+  if [ $rc -eq 0 ]; then
+    echo "- $name: passed ($((SECONDS - t0)) s) $summary" >>"$report"
     echo "   passed"
   else
-    note "- $name: **FAILED** ($((SECONDS - t0)) s; see gpu_check.log)"
-    echo "   FAILED (see $LOG)"
+    local why="exit $rc"
+    [ $rc -eq 124 ] && why="timed out after $LIMIT_S s"
+    [ $rc -eq 69 ] && why="exit 69: the program found no CUDA device"
+    echo "- $name: **FAILED** ($why, $((SECONDS - t0)) s; gpu_check.log) $summary" >>"$report"
+    echo "   FAILED ($why)"
     status=1
   fi
 }
 
-{
-  echo "# servekit GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo
-  echo "- commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
-  echo "- nvcc: $(nvcc --version | tail -1)"
-  echo
-} >"$REPORT"
+step_tests() {
+  local r="$REPORT_DIR/gpu_tests.md"
+  header "device tests" >"$r"
+  for t in "${TESTS[@]}"; do
+    run_step "$r" "$t" "$BUNDLE/bin/$t"
+  done
+  cat "$r"
+}
 
-if [ -d "$ROOT/.gpu-deps" ]; then
-  PREFIX=/tmp/servekit-gpu-deps
-  mkdir -p "$PREFIX"
-  for f in "$ROOT"/.gpu-deps/*.deb; do dpkg -x "$f" "$PREFIX"; done
-  # Found through CMake's package search, whose imported targets' headers are system headers
-  # (nvcc's --Werror=all-warnings must not judge CLI11's); the ICU libraries at run time.
-  export CMAKE_PREFIX_PATH="$PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  note "- packages unpacked from .gpu-deps/: $(ls "$ROOT"/.gpu-deps | tr '\n' ' ')"
-fi
+step_sanitize() {
+  local r="$REPORT_DIR/gpu_sanitize.md"
+  header "compute-sanitizer" >"$r"
+  for t in "${TESTS[@]}"; do
+    run_step "$r" "memcheck $t" "$SANITIZER" --tool memcheck --error-exitcode 9 "$BUNDLE/bin/$t"
+  done
+  for tool in racecheck synccheck initcheck; do
+    run_step "$r" "$tool test_simt_cuda" "$SANITIZER" --tool "$tool" --error-exitcode 9 \
+      "$BUNDLE/bin/test_simt_cuda"
+    run_step "$r" "$tool test_gpt2_cuda [budget],[graphs]" "$SANITIZER" --tool "$tool" \
+      --error-exitcode 9 "$BUNDLE/bin/test_gpt2_cuda" "[budget],[graphs]"
+  done
+  cat "$r"
+}
 
-note
-note "## Steps"
-step configure cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVEKIT_CUDA=ON
-step build cmake --build "$BUILD" --target test_gpt2_cuda bench_decode_cuda 01_kv_cache_cuda \
-  -- -k 0
-step "ctest -L cuda" ctest --test-dir "$BUILD" -L cuda --output-on-failure
-# memcheck over the whole suite; the slower tools over the decode steps (eager and replayed
-# from graphs) and the HF checks of one composition.
-step "compute-sanitizer memcheck" "$SANITIZER" --tool memcheck --error-exitcode 9 \
-  "$BUILD/tests/test_gpt2_cuda"
-for tool in racecheck synccheck initcheck; do
-  step "compute-sanitizer $tool" "$SANITIZER" --tool "$tool" --error-exitcode 9 \
-    "$BUILD/tests/test_gpt2_cuda" "[budget],[graphs]"
-done
-note
-note "## Decode on the Cuda backend"
-note
-echo "== bench_decode_cuda" | tee -a "$LOG"
-if "$BUILD/bench/bench_decode_cuda" --csv "$REPORT_DIR/decode_cuda.csv" >"$REPORT_DIR/decode_cuda.txt" \
-  2>>"$LOG"; then
-  { echo '```'; cat "$REPORT_DIR/decode_cuda.txt"; echo '```'; } >>"$REPORT"
-else
-  note "bench_decode_cuda **FAILED** (see gpu_check.log)"
-  status=1
-fi
-# The decode linears' blocks take several column tiles from batch 2 on (fewer CTAs, x loaded
-# once per block): the same batch with one tile a block, for the comparison.
-echo "== bench_decode_cuda --tiles-per-block 1" | tee -a "$LOG"
-if "$BUILD/bench/bench_decode_cuda" --batches 8 --tiles-per-block 1 \
-  --csv "$REPORT_DIR/decode_cuda_one_tile.csv" >"$REPORT_DIR/decode_cuda_one_tile.txt" 2>>"$LOG"; then
-  { note; note "Batch 8 with one column tile a block (\`--tiles-per-block 1\`):"; echo '```'
-    cat "$REPORT_DIR/decode_cuda_one_tile.txt"; echo '```'; } >>"$REPORT"
-else
-  note "bench_decode_cuda --tiles-per-block 1 **FAILED** (see gpu_check.log)"
-  status=1
-fi
-cat "$REPORT"
+step_bench() {
+  local r="$REPORT_DIR/gpu_bench.md"
+  header "decode on the Cuda backend" >"$r"
+  run_step "$r" "bench_decode_cuda" "$BUNDLE/bin/bench_decode_cuda" --csv "$REPORT_DIR/decode_cuda.csv"
+  { echo; echo '```'; printf '%s\n' "$LAST_OUT"; echo '```'; echo; } >>"$r"
+  # From batch 2 on a decode linear's block takes several column tiles (fewer CTAs, x loaded once
+  # a block): batch 8 with one tile a block, for the comparison.
+  run_step "$r" "bench_decode_cuda --batches 8 --tiles-per-block 1" \
+    "$BUNDLE/bin/bench_decode_cuda" --batches 8 --tiles-per-block 1 \
+    --csv "$REPORT_DIR/decode_cuda_one_tile.csv"
+  { echo; echo '```'; printf '%s\n' "$LAST_OUT"; echo '```'; } >>"$r"
+  cat "$r"
+}
+
+: >>"$LOG"
+case "$STEP" in
+  tests) step_tests ;;
+  sanitize) step_sanitize ;;
+  bench) step_bench ;;
+  all) step_tests; step_sanitize; step_bench ;;
+esac
 exit $status

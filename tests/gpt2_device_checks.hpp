@@ -159,6 +159,61 @@ TEMPLATE_TEST_CASE("device-resident unmerged adapters give HF + PEFT's logits",
   }
 }
 
+// GPT-2's head_dim (64) and the 128 of larger decoders, a context past 4 decode splits of 64
+// rows (attention_combine merges them), and bf16 weights (the tensor-core path with bf16
+// inputs): random weights, the device against the host backend with the same format. A GPU
+// run of this is the first of these shapes on real hardware; the fixtures' head_dims are 16-32.
+namespace {
+template <class D, class W>
+struct ShapeCase {
+  using Dims = D;
+  using Weights = W;
+};
+using Hd64 = sk::dims::Tiny<2, 4, 256, 1500, 512>;
+using Hd128 = sk::dims::Tiny<2, 2, 256, 1500, 512>;
+}  // namespace
+
+TEMPLATE_TEST_CASE("device-resident gpt2 at head_dim 64 and 128 over 300 rows matches the host",
+                   "[device][shapes]", (ShapeCase<Hd64, sk::weights::F32>),
+                   (ShapeCase<Hd128, sk::weights::F32>), (ShapeCase<Hd64, sk::weights::BF16>),
+                   (ShapeCase<Hd128, sk::weights::F16>)) {
+  using D = typename TestType::Dims;
+  using W = typename TestType::Weights;
+  static_assert(D::head_dim == 64 || D::head_dim == 128);
+  constexpr int V = D::vocab, T = 300, kSteps = 3;
+  static_assert(T > 4 * 64, "more than 4 decode splits: the combine kernel runs");
+  auto host = sk::Gpt2<sk::Config<D, W>>::random(7);
+  auto dev = sk::Gpt2<Device<D, W, sk::kv::Paged<16>>>::random(7);
+  std::vector<int32_t> tokens(T);
+  for (int t = 0; t < T; t++) tokens[t] = (t * 37 + 11) % V;
+  auto hc = host.make_cache(1);
+  auto dc = dev.make_cache(1);
+  std::vector<float> hl, dl;
+  float worst = 0.f, scale = 0.f;
+  SeqStep s{0, 0, T};
+  for (int step = 0; step <= kSteps; step++) {
+    host.forward(hc, {tokens, std::span(&s, 1), Logits::Last}, hl);
+    dev.forward(dc, {tokens, std::span(&s, 1), Logits::Last}, dl);
+    REQUIRE(hl.size() == static_cast<std::size_t>(V));
+    REQUIRE(dl.size() == hl.size());
+    worst = std::max(worst, sk::test::max_abs_diff(dl, hl));
+    for (float v : hl) scale = std::max(scale, std::abs(v));
+    tokens = {sk::serve::argmax(hl)};  // both go on with the host's token
+    s = {0, s.n_past + s.n_new, 1};
+  }
+  INFO("head_dim " << D::head_dim << ", " << W::name << ": max |device - host| = " << worst
+                   << ", max |logit| = " << scale);
+  REQUIRE(scale > 0.f);
+  if constexpr (std::is_same_v<W, sk::weights::F32>) {
+    CHECK(worst <= kTol * (1.f + scale));  // only summation order differs
+  } else {
+    // As the 16-bit test above: the device rounds each linear's input to the weights' type.
+    const float u = std::is_same_v<W, sk::weights::BF16> ? 1.f / 256 : 1.f / 2048;
+    CHECK(worst > 0.f);
+    CHECK(worst <= (4 * D::n_layer + 1) * u * scale);
+  }
+}
+
 // What a warm decode step asks of the device, counted by simt (simt/counters.hpp): the kernels
 // it launches and the copies, synchronisations and allocations around them. On a GPU each of
 // these costs microseconds; a step of GPT-2 small is ~100 us of memory traffic at H100 speed.

@@ -16,3 +16,7 @@ foreach(part float u8 b)
   servekit_test(test_invariants_emulated_${part} LABELS emulated
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_invariants_emulated_${part}.cpp LIBS servekit_simt)
 endforeach()
+# The same invariants with device storage (weights, scratch and caches as the Cuda backend keeps
+# them); test_invariants_cuda (tests/cuda.cmake) is its twin for a GPU.
+servekit_test(test_invariants_device_storage LABELS emulated
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_invariants_device_storage.cpp LIBS servekit_simt)

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Builds, on a machine without a GPU (this one, CI), the CUDA programs the GPU check runs, and
+# collects them into .gpu-bundle/ (git-ignored) to carry to a machine that has a GPU:
+#   bash scripts/gpu_bundle.sh                    # build (scripts/build.sh -DSERVEKIT_CUDA=ON), collect
+#   bash scripts/gpu_bundle.sh --no-build [DIR]   # collect what the build folder holds into DIR
+# then, on the GPU machine (the device tool's run, 10 minutes a call):
+#   run(command="bash scripts/gpu_check.sh all", carry=[".gpu-bundle"])
+# Each program is sm_80 + sm_90 code with sm_90 PTX, and links the CUDA runtime, libstdc++,
+# libgcc and libgomp statically: there it needs glibc and the driver's libcuda only, which this
+# script checks. It prints the bundle's size, which must stay under the 64 MiB carry.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD="${SERVEKIT_BUILD_DIR:-$ROOT/build}"
+build=1
+if [ "${1:-}" = "--no-build" ]; then
+  build=0
+  shift
+fi
+BUNDLE=$(realpath -m "${1:-$ROOT/.gpu-bundle}")
+LIMIT=$((64 * 1024 * 1024))
+TESTS=(test_gpt2_cuda test_invariants_cuda test_simt_cuda)
+PROGRAMS=("${TESTS[@]}" bench_decode_cuda)
+
+if [ $build = 1 ]; then
+  SERVEKIT_TARGETS="${PROGRAMS[*]}" bash "$ROOT/scripts/build.sh" -DSERVEKIT_CUDA=ON
+fi
+
+rm -rf "$BUNDLE"
+mkdir -p "$BUNDLE/bin"
+for p in "${PROGRAMS[@]}"; do
+  f=$(find "$BUILD" -type f -name "$p" -perm -u+x | head -1)
+  [ -n "$f" ] || { echo "gpu_bundle: $p is not built in $BUILD" >&2; exit 1; }
+  cp "$f" "$BUNDLE/bin/$p"
+  # Only glibc's libraries may be needed at run time (libcuda is opened by the runtime).
+  extra=$(readelf -d "$BUNDLE/bin/$p" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' |
+    grep -Ev '^(libc|libm|libdl|libpthread|librt|ld-linux-x86-64)\.so' || true)
+  if [ -n "$extra" ]; then
+    echo "gpu_bundle: $p needs shared libraries a GPU machine may lack: $extra" >&2
+    exit 1
+  fi
+done
+for t in "${TESTS[@]}"; do
+  # Catch2 2's listing exits with the number of tests it listed; a signal is a crash.
+  rc=0
+  "$BUNDLE/bin/$t" --list-test-names-only >"$BUNDLE/$t.tests" || rc=$?
+  if [ $rc -ge 128 ]; then
+    echo "gpu_bundle: $t crashed listing its tests (exit $rc)" >&2
+    exit 1
+  fi
+done
+{
+  echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -n)"
+  for p in "${PROGRAMS[@]}"; do
+    printf '%s %s bytes' "$p" "$(stat -c %s "$BUNDLE/bin/$p")"
+    case " ${TESTS[*]} " in *" $p "*) printf ', %s tests' "$(grep -c . "$BUNDLE/$p.tests")" ;; esac
+    echo
+  done
+} >"$BUNDLE/manifest.txt"
+size=$(du -sb "$BUNDLE" | cut -f1)
+echo "gpu_bundle: $BUNDLE holds ${PROGRAMS[*]}: $((size / 1024 / 1024)) MiB ($size bytes) of the 64 MiB carry"
+if [ "$size" -ge "$LIMIT" ]; then
+  echo "gpu_bundle: the bundle is larger than the 64 MiB the device machine can carry" >&2
+  exit 1
+fi
