@@ -38,6 +38,10 @@ LOG="$REPORT_DIR/gpu_check.log"
 SANITIZER=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 status=0
 LAST_OUT=
+# The test programs' JUnit files stay here: the device tool brings back only a few files, and
+# each step's report lists their test cases.
+XML=$(mktemp -d)
+trap 'rm -rf "$XML"' EXIT
 
 header() {
   echo "# servekit GPU check: $1, $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -48,24 +52,30 @@ header() {
   echo
 }
 
-# run_step REPORT NAME CMD...: runs CMD (at most LIMIT_S seconds), logs its output, records
-# pass / fail in REPORT. A test program must also report at least one test case.
+# run_step REPORT NAME XML CMD...: runs CMD (at most LIMIT_S seconds), logs its output, records
+# pass / fail in REPORT. XML (or -): the Catch2 JUnit file a test program writes; its test
+# cases are listed under the step, and a test program that ran none has not passed.
 run_step() {
-  local report=$1 name=$2
-  shift 2
+  local report=$1 name=$2 xml=$3
+  shift 3
   echo "== $name: $*" | tee -a "$LOG"
   local t0=$SECONDS out rc
   out=$(timeout "$LIMIT_S" "$@" 2>&1)
   rc=$?
   printf '%s\n' "$out" >>"$LOG"
   LAST_OUT=$out
-  local summary
-  summary=$(printf '%s\n' "$out" | grep -E '^(All tests passed|test cases:)|ERROR SUMMARY' | tail -2 |
-    tr '\n' ' ')
-  if [ $rc -eq 0 ] && [[ $* == *test_* ]] && ! printf '%s\n' "$out" |
-    grep -qE 'All tests passed \([0-9]+ assertions? in [1-9][0-9]* test cases?\)'; then
-    rc=3  # passed with zero tests: not a pass
-    summary="no test ran; $summary"
+  local summary="" cases=""
+  summary=$(printf '%s\n' "$out" | grep -E 'ERROR SUMMARY' | tail -1)
+  if [ "$xml" != - ]; then
+    if [ -s "$xml" ]; then
+      cases=$(junit_cases "$xml")
+      summary="$(printf '%s\n' "$cases" | grep -c '^  - ') test cases, $(printf '%s\n' "$cases" |
+        grep -c FAILED) failed; $summary"
+    fi
+    if [ $rc -eq 0 ] && ! printf '%s\n' "$cases" | grep -q '^  - '; then
+      rc=3  # passed with zero tests: not a pass
+      summary="no test ran; $summary"
+    fi
   fi
   if [ $rc -eq 0 ]; then
     echo "- $name: passed ($((SECONDS - t0)) s) $summary" >>"$report"
@@ -78,13 +88,26 @@ run_step() {
     echo "   FAILED ($why)"
     status=1
   fi
+  [ -n "$cases" ] && printf '%s\n' "$cases" >>"$report"
+  return 0
+}
+
+# Each test case of a Catch2 JUnit file: "  - name: passed (s)" or "  - name: **FAILED** (s)".
+junit_cases() {
+  python3 - "$1" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    bad = case.find("failure") is not None or case.find("error") is not None
+    print(f"  - {case.get('name')}: {'**FAILED**' if bad else 'passed'} ({case.get('time')} s)")
+PY
 }
 
 step_tests() {
   local r="$REPORT_DIR/gpu_tests.md"
   header "device tests" >"$r"
   for t in "${TESTS[@]}"; do
-    run_step "$r" "$t" "$BUNDLE/bin/$t"
+    run_step "$r" "$t" "$XML/$t.xml" "$BUNDLE/bin/$t" -r junit -o "$XML/$t.xml"
   done
   cat "$r"
 }
@@ -93,13 +116,15 @@ step_sanitize() {
   local r="$REPORT_DIR/gpu_sanitize.md"
   header "compute-sanitizer" >"$r"
   for t in "${TESTS[@]}"; do
-    run_step "$r" "memcheck $t" "$SANITIZER" --tool memcheck --error-exitcode 9 "$BUNDLE/bin/$t"
+    run_step "$r" "memcheck $t" "$XML/memcheck_$t.xml" "$SANITIZER" --tool memcheck \
+      --error-exitcode 9 "$BUNDLE/bin/$t" -r junit -o "$XML/memcheck_$t.xml"
   done
   for tool in racecheck synccheck initcheck; do
-    run_step "$r" "$tool test_simt_cuda" "$SANITIZER" --tool "$tool" --error-exitcode 9 \
-      "$BUNDLE/bin/test_simt_cuda"
-    run_step "$r" "$tool test_gpt2_cuda [budget],[graphs]" "$SANITIZER" --tool "$tool" \
-      --error-exitcode 9 "$BUNDLE/bin/test_gpt2_cuda" "[budget],[graphs]"
+    run_step "$r" "$tool test_simt_cuda" "$XML/${tool}_simt.xml" "$SANITIZER" --tool "$tool" \
+      --error-exitcode 9 "$BUNDLE/bin/test_simt_cuda" -r junit -o "$XML/${tool}_simt.xml"
+    run_step "$r" "$tool test_gpt2_cuda [budget],[graphs]" "$XML/${tool}_gpt2.xml" \
+      "$SANITIZER" --tool "$tool" --error-exitcode 9 "$BUNDLE/bin/test_gpt2_cuda" \
+      "[budget],[graphs]" -r junit -o "$XML/${tool}_gpt2.xml"
   done
   cat "$r"
 }
@@ -107,11 +132,11 @@ step_sanitize() {
 step_bench() {
   local r="$REPORT_DIR/gpu_bench.md"
   header "decode on the Cuda backend" >"$r"
-  run_step "$r" "bench_decode_cuda" "$BUNDLE/bin/bench_decode_cuda" --csv "$REPORT_DIR/decode_cuda.csv"
+  run_step "$r" "bench_decode_cuda" - "$BUNDLE/bin/bench_decode_cuda" --csv "$REPORT_DIR/decode_cuda.csv"
   { echo; echo '```'; printf '%s\n' "$LAST_OUT"; echo '```'; echo; } >>"$r"
   # From batch 2 on a decode linear's block takes several column tiles (fewer CTAs, x loaded once
   # a block): batch 8 with one tile a block, for the comparison.
-  run_step "$r" "bench_decode_cuda --batches 8 --tiles-per-block 1" \
+  run_step "$r" "bench_decode_cuda --batches 8 --tiles-per-block 1" - \
     "$BUNDLE/bin/bench_decode_cuda" --batches 8 --tiles-per-block 1 \
     --csv "$REPORT_DIR/decode_cuda_one_tile.csv"
   { echo; echo '```'; printf '%s\n' "$LAST_OUT"; echo '```'; } >>"$r"
