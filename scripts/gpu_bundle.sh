@@ -29,7 +29,7 @@ fi
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin"
 for p in "${PROGRAMS[@]}"; do
-  f=$(find "$BUILD" -type f -name "$p" -perm -u+x | head -1)
+  f=$(find "$BUILD" -type f -name "$p" -perm -u+x -print -quit)
   [ -n "$f" ] || { echo "gpu_bundle: $p is not built in $BUILD" >&2; exit 1; }
   cp "$f" "$BUNDLE/bin/$p"
   # Only glibc's libraries may be needed at run time (libcuda is opened by the runtime).
