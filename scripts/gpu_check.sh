@@ -18,7 +18,6 @@ BUNDLE="${SERVEKIT_GPU_BUNDLE:-$ROOT/.gpu-bundle}"
 STEP=${1:-all}
 REPORT_DIR=${2:-${OUT:-$ROOT/.gpu-report}}
 LIMIT_S=${SERVEKIT_GPU_STEP_LIMIT:-200}  # per command; a hang must not eat the whole call
-TESTS=(test_gpt2_cuda test_invariants_cuda test_simt_cuda)
 case "$STEP" in tests | sanitize | bench | all) ;; *)
   echo "gpu_check: unknown step '$STEP' (tests, sanitize, bench or all)" >&2
   exit 2
@@ -30,6 +29,13 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 if [ ! -f "$BUNDLE/manifest.txt" ]; then
   echo "gpu_check: no bundle at $BUNDLE: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-bundle" >&2
+  exit 2
+fi
+# The bundle's test programs: those gpu_bundle.sh listed (bin/NAME and NAME.tests).
+TESTS=()
+for f in "$BUNDLE"/*.tests; do [ -e "$f" ] && TESTS+=("$(basename "$f" .tests)"); done
+if [ ${#TESTS[@]} -eq 0 ]; then
+  echo "gpu_check: the bundle at $BUNDLE lists no test program" >&2
   exit 2
 fi
 cd "$ROOT"  # the test programs find tests/fixtures and data/ from here

@@ -189,13 +189,13 @@ TEST_CASE("lanes of one warp op calling different ops or qualifiers are refused,
   REQUIRE_THROWS_WITH(
       simt::launch(simt::kernel<mixed_shuffles>, dim3(1), dim3(32), 0, nullptr, out.data()),
       Catch::Contains("__shfl_xor_sync") && Catch::Contains("__shfl_up_sync") &&
-          Catch::Contains("lane 1"));
+          Catch::Contains("with that mask"));
   REQUIRE_THROWS_WITH(
       simt::launch(simt::kernel<mixed_votes>, dim3(1), dim3(32), 0, nullptr, uout.data()),
       Catch::Contains("__any_sync") && Catch::Contains("__ballot_sync"));
   REQUIRE_THROWS_WITH(
       simt::launch(simt::kernel<mixed_widths>, dim3(1), dim3(32), 0, nullptr, out.data()),
-      Catch::Contains("width 16") && Catch::Contains("width 32") && Catch::Contains("lane 7"));
+      Catch::Contains("width 16") && Catch::Contains("width 32"));
   // The emulator stays usable, and one op of one kind still pairs.
   simt::launch(simt::kernel<shuffle_bad_mask>, dim3(1), dim3(4), 0, nullptr, out.data());
 }

@@ -89,6 +89,15 @@ struct AsyncCopies {
   void clear() { open.clear(), group_ends.clear(); }
 };
 
+// The next number of a splitmix64 stream: the emulator's seeded choices (thread order, when a
+// cp.async lands).
+inline std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 // Ready thread ids in arrival order, taken in the schedule's order. Each thread is in it at
 // most once.
 class ReadyQueue {
@@ -125,12 +134,7 @@ class ReadyQueue {
   }
 
  private:
-  std::uint64_t next_random() {
-    std::uint64_t z = (rng_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  std::uint64_t next_random() { return splitmix64(rng_); }
 
   std::vector<int> buf_;
   std::size_t head_ = 0, size_ = 0;
@@ -175,12 +179,7 @@ struct Worker {
   // Random order: a copy lands when it is started or at its wait, a coin flip from this
   // (splitmix64, seeded per block), since a GPU may land it at any moment in between.
   std::uint64_t copy_rng = 0;
-  bool copy_lands_now() {
-    std::uint64_t z = (copy_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return ((z ^ (z >> 31)) >> 63) != 0;
-  }
+  bool copy_lands_now() { return splitmix64(copy_rng) >> 63; }
 
   std::vector<unsigned char> smem_storage;  // dynamic shared memory (+ alignment slack)
   unsigned char* dynamic_smem = nullptr;

@@ -89,6 +89,7 @@ struct SmemLimits {
   std::size_t static_bytes, max_dynamic;
   bool opted_in;  // set_max_dynamic_smem was called: static + dynamic may reach the opt-in ceiling
   int max_threads = kMaxBlockThreads;  // the kernel's largest block (GPU only)
+  std::size_t total() const { return opted_in ? kMaxOptInSmemBytes : kDefaultSmemBytes; }
 };
 // Static shared memory is not known on the host (thread_locals): 0 there.
 inline SmemLimits smem_limits(const void* fn) {
@@ -227,13 +228,12 @@ class DryRun {
 #if defined(SERVEKIT_SIMT_HOST)
 namespace detail {
 // Runs every block of a checked launch (now, or when a captured graph runs).
+// smem_total: the static + dynamic shared memory a block may use (SmemLimits::total).
 template <class... P, class... A>
-void run_grid(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, A&&... args) {
+void run_grid(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, std::size_t smem_total,
+              A&&... args) {
   const Closure<P...> closure{k.fn, {std::forward<A>(args)...}};
   const long long n_blocks = static_cast<long long>(volume(grid));
-  const std::size_t smem_total = smem_limits(reinterpret_cast<const void*>(k.fn)).opted_in
-                                     ? kMaxOptInSmemBytes
-                                     : kDefaultSmemBytes;
   auto run = [&](long long b) {
     Worker& w = this_worker();
     prepare(w, block, smem_bytes, smem_total);
@@ -301,11 +301,11 @@ void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, strea
     // may be a temporary's.
     detail::count_launch(k.name, grid, block, smem_bytes);
     detail::capture_slot()->nodes.push_back(
-        [fn = k.fn, name = std::string(k.name), grid, block, smem_bytes,
+        [fn = k.fn, name = std::string(k.name), grid, block, smem_bytes, smem_total = lim.total(),
          args = std::tuple<std::remove_cvref_t<P>...>(std::forward<A>(args)...)] {
           std::apply(
               [&](const auto&... a) {
-                detail::run_grid(Kernel<P...>{fn, name}, grid, block, smem_bytes, a...);
+                detail::run_grid(Kernel<P...>{fn, name}, grid, block, smem_bytes, smem_total, a...);
               },
               args);
         });
@@ -313,7 +313,7 @@ void launch(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, strea
   }
   detail::count_launch(k.name, grid, block, smem_bytes);
   if (DryRun::active()) return;
-  detail::run_grid(k, grid, block, smem_bytes, std::forward<A>(args)...);
+  detail::run_grid(k, grid, block, smem_bytes, lim.total(), std::forward<A>(args)...);
 #endif
 }
 
