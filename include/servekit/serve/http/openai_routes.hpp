@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// OpenAI's completions routes: POST /v1/completions (one answer, or chunks as server-sent
+// events ending in [DONE]) and GET /v1/models. `model` names the base model or a registered
+// adapter. openai.hpp parses the requests and spells the answers; this admits, submits and
+// answers them through the server's ServerCore. Errors are OpenAI's error objects.
+#include <httplib.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "servekit/serve/http/event_stream.hpp"
+#include "servekit/serve/http/openai.hpp"
+#include "servekit/serve/http/server_core.hpp"
+
+namespace servekit::serve::http {
+
+template <class Engine>
+class OpenAiRoutes {
+ public:
+  explicit OpenAiRoutes(ServerCore<Engine>& core) : core_(core) {}
+
+  void completions(const httplib::Request& q, httplib::Response& res) {
+    try {
+      auto ticket = core_.admit();
+      CompletionCall c;
+      try {
+        c = parse_completion(parse_body(q.body), core_.opt().limits);
+      } catch (const ApiError& e) {
+        core_.reject(e.type);
+        throw;
+      }
+      if (c.model != core_.opt().model_id) {
+        bool known = false;
+        if constexpr (Engine::kLora) known = core_.engine().adapters().registered(c.model);
+        if (!known) {
+          core_.reject("not_found");
+          throw ApiError(404, "not_found",
+                         detail::cat("the model `", c.model.substr(0, 80),
+                                     "` does not exist (GET /v1/models lists them)"));
+        }
+        c.req.adapter = c.model;
+      }
+      if (c.sampling && !c.seeded) c.req.sampling.seed = core_.draw_seed();
+      std::string prompt_text =
+          c.req.prompt.empty() ? core_.tok().decode(c.req.prompt_ids) : c.req.prompt;
+      auto job = std::make_shared<Job>();
+      job->ticket = std::move(ticket);
+      job->route = "/v1/completions";
+      job->adapter = c.req.adapter.value_or("");
+      job->prompt_text = prompt_text;
+      core_.submit(c.req, *job);
+      const int64_t created = unix_now();
+      if (c.stream)
+        return completions_stream(res, std::make_shared<CompletionCall>(std::move(c)), job,
+                                  created);
+      const Result& r = core_.wait(*job);
+      core_.finished(*job, r, job->adapter, false);
+      core_.throw_if_failed(r);
+      json body = openai_response(c,
+                                  {r, job->flow->pieces, core_.tok().eos_id(),
+                                   [this](int32_t id) { return core_.token_text(id); }},
+                                  created, prompt_text);
+      res.set_content(dump_json(body), "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e, true);
+    }
+  }
+
+  // GET /v1/models: the base model, then each registered adapter as a model whose parent it is.
+  json models() const {
+    const std::string& base = core_.opt().model_id;
+    const int64_t t = unix_now();
+    json data = json::array();
+    data.push_back({{"id", base},
+                    {"object", "model"},
+                    {"created", t},
+                    {"owned_by", "servekit"},
+                    {"root", base},
+                    {"parent", nullptr}});
+    for (const auto& a : core_.adapter_ids())
+      data.push_back({{"id", a},
+                      {"object", "model"},
+                      {"created", t},
+                      {"owned_by", "servekit"},
+                      {"root", a},
+                      {"parent", base}});
+    return {{"object", "list"}, {"data", data}};
+  }
+
+ private:
+  using Job = typename ServerCore<Engine>::Job;
+
+  // One chunk per token (with echo, the first carries the prompt too); then, as the request
+  // asked, a chunk with the finish reason when no token came, a usage chunk, and [DONE].
+  void completions_stream(httplib::Response& res, std::shared_ptr<CompletionCall> c,
+                          std::shared_ptr<Job> job, int64_t created) {
+    auto offset = std::make_shared<std::size_t>(c->echo ? job->prompt_text.size() : 0);
+    auto first = std::make_shared<bool>(true);
+    stream_flow(
+        core_, res, job,
+        [this, c, job, created, offset, first](httplib::DataSink& sink, const GeneratedToken& t,
+                                               const std::string& piece, const Result* last) {
+          json ch = openai_chunk(*c, job->handle.id, created);
+          std::string text = (*first && c->echo ? job->prompt_text : "") + piece;
+          *first = false;
+          json choice = {
+              {"index", 0},
+              {"text", text},
+              {"logprobs", nullptr},
+              {"finish_reason", last ? json(openai_finish(last->finish_reason)) : json(nullptr)}};
+          if (c->logprobs >= 0) {
+            json top = json::object();
+            for (const auto& a : t.top) top[core_.token_text(a.id)] = a.logprob;
+            choice["logprobs"] = {{"tokens", {piece}},
+                                  {"token_logprobs", {t.logprob}},
+                                  {"top_logprobs", {top}},
+                                  {"text_offset", {*offset + text.size() - piece.size()}}};
+          }
+          *offset += text.size();
+          ch["choices"] = json::array({choice});
+          return write_event(sink, dump_json(ch));
+        },
+        [c, job, created](httplib::DataSink& sink, const Result& r) {
+          if (r.finish_reason == finish::error || r.finish_reason == finish::cancelled) {
+            const std::string msg =
+                r.finish_reason == finish::error ? r.error : "the request was cancelled";
+            if (!write_event(sink, dump_json(openai_error(ApiError(500, "generation", msg)))))
+              return false;
+          } else if (r.tokens.empty()) {  // max_tokens = 0: one chunk with the reason
+            json ch = openai_chunk(*c, job->handle.id, created);
+            ch["choices"] = json::array({{{"index", 0},
+                                          {"text", c->echo ? job->prompt_text : ""},
+                                          {"logprobs", nullptr},
+                                          {"finish_reason", openai_finish(r.finish_reason)}}});
+            if (!write_event(sink, dump_json(ch))) return false;
+          }
+          if (c->include_usage) {
+            json ch = openai_chunk(*c, job->handle.id, created);
+            ch["choices"] = json::array();
+            ch["usage"] = openai_usage(r);
+            if (!write_event(sink, dump_json(ch))) return false;
+          }
+          return write_event(sink, "[DONE]");
+        });
+  }
+
+  ServerCore<Engine>& core_;
+};
+
+}  // namespace servekit::serve::http
