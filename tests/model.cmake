@@ -28,3 +28,9 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
     set_tests_properties(host_tiles_asm PROPERTIES LABELS "host;isa")
   endif()
 endif()
+
+# The step plan's layout, and k rows of logits per sequence on the host and under the emulator.
+if(TARGET servekit_simt)
+  servekit_test(test_step_plan LABELS host emulated
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_step_plan.cpp LIBS servekit_simt)
+endif()

@@ -1,33 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The per-row parameters of the device sampler (kernels/sampling.hpp), in a header of their own
-// so that the model and the engine name them without the kernels.
-#include <cmath>
-#include <cstdint>
-
-#include "servekit/core/error.hpp"
+// The per-row parameters of the device sampler (kernels/sampling.hpp). The type lives in core/,
+// below the kernels, the model and the engine, which all name it; here it gets the kernels' name.
+#include "servekit/core/row_sampling.hpp"
 
 namespace servekit::kernels {
 
-// One row's draw, as the engine sets it per request: a seeded request's n-th token draws
-// sample_uniform(seed, n) whatever row of whatever batch it sits in.
-struct RowSampling {
-  uint64_t seed = 0;      // the request's random stream
-  uint64_t index = 0;     // the draw's number within it (the request's generated tokens so far)
-  float temperature = 0;  // > 0; 0: greedy (the argmax, ties to the lowest index)
-  float top_p = 1;        // (0, 1]; 1: off
-  int32_t top_k = 0;      // 0 or >= V: off
-  int32_t mask = -1;  // which of the step's token masks applies (kernels/token_mask.hpp); -1: none
-};
-
-// Host-side check of one row's parameters, before they go to the device.
-inline void check_row(const RowSampling& r, int m) {
-  if (!(r.temperature >= 0.f) || std::isinf(r.temperature))
-    fail("kernels::sample: row ", m, ": temperature must be > 0 (or 0 for greedy), got ",
-         r.temperature);
-  if (r.top_k < 0) fail("kernels::sample: row ", m, ": top_k must be >= 0 (0: off), got ", r.top_k);
-  if (!(r.top_p > 0.f && r.top_p <= 1.f))
-    fail("kernels::sample: row ", m, ": top_p must be in (0, 1] (1: off), got ", r.top_p);
-}
+using servekit::check_row;
+using servekit::RowSampling;
 
 }  // namespace servekit::kernels

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <span>
 
+#include "servekit/core/row_sampling.hpp"
+
 namespace servekit::model {
 
 struct SeqStep {
@@ -17,10 +19,13 @@ struct SeqStep {
   // a left-padded batch puts its pad tokens there, and attention never reads them (HF's
   // attention_mask). Cache row of position p = row_offset + p.
   int32_t row_offset = 0;
+  // Logits::Last: how many of its last new tokens get logits (1..n_new). One for a decode or
+  // a prompt's end; k + 1 for a speculative verify of k proposed tokens.
+  int32_t n_logits = 1;
 };
 
 enum class Logits {
-  Last,  // one row per sequence: the logits after its last new token
+  Last,  // per sequence, the logits after its last n_logits new tokens (one by default)
   All,   // one row per new token (scoring a prompt, reference tests)
 };
 
@@ -31,6 +36,10 @@ struct Batch {
   // (S) the model's adapter slot for each sequence (Gpt2::add_adapter), -1: the base model.
   // Empty: every sequence runs the base model.
   std::span<const int32_t> adapters = {};
+  // Device sampling (Gpt2::forward_pick): (M) the sampling of each row of logits, in order, and
+  // (n, ceil(V / 32)) the token masks that rows name (RowSampling::mask), in row order.
+  std::span<const RowSampling> sampling = {};
+  std::span<const uint32_t> masks = {};
 };
 
 }  // namespace servekit::model
