@@ -34,46 +34,23 @@
 #include "servekit/lora/adapter_store.hpp"
 #include "servekit/lora/policy.hpp"
 #include "servekit/model/batch.hpp"
+#include "servekit/serve/adapter_parking.hpp"
 #include "servekit/serve/adapter_slots.hpp"
+#include "servekit/serve/engine_stats.hpp"
 #include "servekit/serve/request.hpp"
+#include "servekit/serve/request_checks.hpp"
 #include "servekit/serve/request_state.hpp"
 #include "servekit/serve/sched/continuous.hpp"
 #include "servekit/serve/sched/core.hpp"
 #include "servekit/serve/sched/sequential.hpp"
 #include "servekit/serve/sched/static_batch.hpp"
+#include "servekit/serve/step_batch.hpp"
 #include "servekit/text/tokenizer.hpp"
 
 namespace servekit::serve {
 
-// What submit() gives back. Copies share one result.
-struct RequestHandle {
-  uint64_t id = 0;
-  std::shared_ptr<const Completion> done;
-  Result get() const { return done->wait(); }  // blocks until the request has ended
-  bool ready() const { return done->ready(); }
-};
-
-// The adapter tiers' counters (LoRA engines).
-struct AdapterStats {
-  lora::StoreCounters host;  // disk -> host loads, host-tier hits, misses and evictions
-  SlotCounters device;       // host -> device uploads, device-tier hits, misses and evictions
-  long parked = 0;           // requests waiting for their adapter to load or find room
-};
-
-// A snapshot of the engine's counters.
-struct EngineStats {
-  long waiting = 0, running = 0;
-  long steps = 0, finished = 0, preemptions = 0, chunked_prefills = 0;
-  long max_step_adapters = 0;  // the most distinct LoRA adapters one step has run
-  long prompt_tokens = 0, generated_tokens = 0, padded_tokens = 0;
-  int cache_blocks = 0, cache_blocks_free = 0;  // paged; 0 on a contiguous cache
-  int slots = 0, slots_free = 0;
-  double busy_s = 0;  // time spent in steps
-  AdapterStats adapters;
-  double tokens_per_s() const { return busy_s > 0 ? generated_tokens / busy_s : 0.0; }
-};
-
 template <class Model, Scheduler Sched = sched::Continuous>
+requires SchedulerFor<Sched, typename Model::Cache>
 class Engine {
  public:
   using Cache = typename Model::Cache;
@@ -85,7 +62,7 @@ class Engine {
   Engine(Model& model, const text::Gpt2Tokenizer& tok, EngineOptions opt = {}, Sched sched = {})
       : model_(model),
         tok_(covering(tok)),  // first: before the cache is sized and allocated
-        opt_(check(opt)),
+        opt_(check_options(opt)),
         cache_(make_cache(model, opt_)),
         core_(cache_, opt_, P),
         sched_(std::move(sched)) {
@@ -95,8 +72,8 @@ class Engine {
     if (opt_.pad_id < 0) opt_.pad_id = std::max(0, tok.eos_id());
     if (opt_.pad_id >= V) opt_.pad_id = 0;
     if constexpr (kLora) {
-      tiers_ = std::make_unique<Tiers>(model, opt_);
-      tiers_->store.listen([this](lora::Loaded l) {
+      parking_ = std::make_unique<Parking>(model, opt_);
+      parking_->store.listen([this](lora::Loaded l) {
         {
           std::lock_guard lk(mu_);
           loaded_.push_back(std::move(l));
@@ -117,7 +94,7 @@ class Engine {
     }
     cv_.notify_all();
     thread_.join();
-    if constexpr (kLora) tiers_->slots.clear();  // the model keeps only its pinned adapters
+    if constexpr (kLora) parking_->slots.clear();  // the model keeps only its pinned adapters
   }
 
   static std::string name() { return std::string(Sched::name) + "/" + Model::name(); }
@@ -125,7 +102,7 @@ class Engine {
 
   // Where requests' adapters come from: register names with adapters().add(id, folder). An
   // adapter is read when a request first names it, on the store's loader thread.
-  Store& adapters() requires kLora { return tiers_->store; }
+  Store& adapters() requires kLora { return parking_->store; }
 
   // Checks and tokenizes r on the caller's thread and queues it. Throws servekit::Error for a
   // request that can never run (empty or over-long prompt, token id out of range, bad sampling
@@ -235,19 +212,6 @@ class Engine {
     return hs;
   }
 
-  static EngineOptions check(EngineOptions o) {
-    if (o.max_batch < 1) fail("engine: max_batch must be >= 1, got ", o.max_batch);
-    if (o.max_batched_tokens < 1)
-      fail("engine: max_batched_tokens must be >= 1, got ", o.max_batched_tokens);
-    if (!(o.watermark >= 0 && o.watermark < 1))
-      fail("engine: watermark must be in [0, 1), got ", o.watermark);
-    if (o.kv_blocks < 0) fail("engine: kv_blocks must be >= 0, got ", o.kv_blocks);
-    if (o.max_active_adapters < 0)
-      fail("engine: max_active_adapters must be >= 0 (0: no bound), got ", o.max_active_adapters);
-    if (o.adapter_slice_steps < 1)
-      fail("engine: adapter_slice_steps must be >= 1, got ", o.adapter_slice_steps);
-    return o;
-  }
   static Cache make_cache(const Model& m, const EngineOptions& o) {
     if constexpr (Core<Cache>::paged) {
       if (o.kv_blocks > 0) return m.make_cache(o.max_batch, P, o.kv_blocks);
@@ -256,41 +220,16 @@ class Engine {
   }
 
   void validate(const Request& r, const std::vector<int32_t>& prompt) const {
-    if (prompt.empty())
-      fail("request: the prompt is empty", r.prompt_ids.empty() ? " (no text)" : "");
-    if (static_cast<int>(prompt.size()) > P)
-      fail("request: the prompt has ", prompt.size(), " tokens, more than n_positions = ", P,
-           " of ", Model::Dims::name);
-    for (std::size_t i = 0; i < prompt.size(); i++)
-      if (prompt[i] < 0 || prompt[i] >= V)
-        fail("request: prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ", V,
-             ")");
-    if (r.stop.max_new_tokens < 0)
-      fail("request: max_new_tokens must be >= 0, got ", r.stop.max_new_tokens);
-    // As vLLM and TGI do: a request that could run past the context is refused, not cut.
-    if (static_cast<long>(prompt.size()) + r.stop.max_new_tokens > P)
-      fail("request: the prompt's ", prompt.size(), " tokens + max_new_tokens ",
-           r.stop.max_new_tokens, " = ", prompt.size() + r.stop.max_new_tokens,
-           " is more than n_positions = ", P, " of ", Model::Dims::name);
-    if (r.stop.eos_id >= V) fail("request: eos_id ", r.stop.eos_id, " is outside [0, ", V, ")");
-    if (r.top_logprobs < 0 || r.top_logprobs > V)
-      fail("request: top_logprobs must be in [0, ", V, "], got ", r.top_logprobs);
-    r.sampling.validate();
+    check_request<typename Model::Dims>(r, prompt);
     if (r.adapter) {
       if constexpr (!kLora)
         fail("request: adapter '", *r.adapter,
              "' asked for, but this engine serves no LoRA adapters (lora::None)");
-      else if (!tiers_->slots.pinned(*r.adapter) && !tiers_->store.locate(*r.adapter))
+      else if (!parking_->slots.pinned(*r.adapter) && !parking_->store.locate(*r.adapter))
         fail("request: adapter '", *r.adapter,
              "' is not in the model, not registered (Engine::adapters().add) and not a folder");
     }
-    if constexpr (Core<Cache>::paged) {
-      constexpr int B = Cache::B;
-      const int rows = static_cast<int>(prompt.size()) + std::max(0, r.stop.max_new_tokens - 1);
-      if ((rows + B - 1) / B > cache_.n_blocks())
-        fail("request: needs up to ", rows, " cache rows (", (rows + B - 1) / B,
-             " blocks), more than the whole pool of ", cache_.n_blocks(), " blocks of ", B);
-    }
+    if constexpr (Core<Cache>::paged) check_fits_pool(prompt, r, Cache::B, cache_.n_blocks());
   }
 
   void loop() {
@@ -302,7 +241,7 @@ class Engine {
         std::unique_lock lk(mu_);
         cv_.wait(lk, [&] {
           return stop_ || !inbox_.empty() || !cancels_.empty() || !loaded_.empty() || replace_ ||
-                 !core_.waiting.empty() || !core_.running.empty();
+                 !core_.waiting().empty() || !core_.running().empty();
         });
         if (stop_) break;
         arrived.swap(inbox_);
@@ -317,22 +256,18 @@ class Engine {
         else if (needs_adapter(*p))
           park(p);
         else
-          core_.waiting.push_back(p);
+          core_.enqueue(p);
       }
       for (uint64_t id : cancels) cancel_now(id);
-      if constexpr (kLora) {
-        for (auto& l : loaded) on_loaded(std::move(l));
-        loaded.clear();
-        replace_ = false;
-        if (!tiers_->parked.empty()) place_parked();
-      }
+      if constexpr (kLora) place_parked(loaded);
       step();
       publish_stats();
     }
     // Shutdown: whatever is left ends as cancelled.
-    std::vector<Seq*> left(core_.running.begin(), core_.running.end());
-    left.insert(left.end(), core_.waiting.begin(), core_.waiting.end());
-    if constexpr (kLora) left.insert(left.end(), tiers_->parked.begin(), tiers_->parked.end());
+    std::vector<Seq*> left(core_.running().begin(), core_.running().end());
+    left.insert(left.end(), core_.waiting().begin(), core_.waiting().end());
+    if constexpr (kLora)
+      left.insert(left.end(), parking_->parked().begin(), parking_->parked().end());
     for (auto& s : inbox_) {
       Seq* p = s.get();
       live_.emplace(p->st->id(), std::move(s));
@@ -352,89 +287,71 @@ class Engine {
     retire(s);
   }
 
-  // Runs one planned step. Returns false when there was nothing to run.
+  // One step: schedule -> build the batch -> execute -> update (vLLM's schedule /
+  // execute_model / update_from_output). Returns false when there was nothing to run.
   bool step() {
+    if (!schedule()) return false;
+    const auto t0 = Clock::now();
+    batch_.build(plan_, opt_.pad_id, Model::kDeviceSampling, kMaskWords, core_.counters);
+    if (execute()) {
+      core_.counters.steps++;
+      update();
+    }
+    busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    return true;
+  }
+
+  // The scheduler's plan for this step, after retiring the ghosts it let go. False: nothing to
+  // run.
+  bool schedule() {
     plan_.clear();
     sched_.plan(core_, plan_);
-    if (!core_.retiring.empty()) {
-      for (Seq* s : std::exchange(core_.retiring, {})) retire(s);
+    if (!core_.retiring().empty()) {
+      for (Seq* s : core_.take_retiring()) retire(s);
       if (plan_.empty()) sched_.plan(core_, plan_);  // a static batch ended: start the next
     }
-    if (plan_.empty()) {
-      // Nothing can run although requests wait: every one fits an empty cache (checked at
-      // submit), so this is a scheduler bug; fail the oldest rather than hang.
-      if (core_.running.empty() && !core_.waiting.empty()) {
-        Seq* s = core_.waiting.front();
-        s->st->finish(finish::error, "engine: the scheduler could not place this request");
-        retire(s);
-      }
-      return false;
+    if (!plan_.empty()) return true;
+    // Nothing can run although requests wait: every one fits an empty cache (checked at
+    // submit), so this is a scheduler bug; fail the oldest rather than hang.
+    if (core_.running().empty() && !core_.waiting().empty()) {
+      Seq* s = core_.waiting().front();
+      s->st->finish(finish::error, "engine: the scheduler could not place this request");
+      retire(s);
     }
-    const auto t0 = Clock::now();
-    tokens_.clear();
-    seqs_.clear();
-    seq_adapters_.clear();
-    for (const Work& w : plan_) {
-      Seq& s = *w.seq;
-      if (w.pad > 0) {
-        seqs_.push_back({s.slot, 0, w.pad, 0});
-        seq_adapters_.push_back(-1);
-        tokens_.insert(tokens_.end(), w.pad, opt_.pad_id);
-        core_.counters.padded_tokens += w.pad;
-      }
-      seqs_.push_back({s.slot, s.n_cached, w.n_new, s.row_offset});
-      seq_adapters_.push_back(s.adapter);
-      if (s.ghost) {
-        tokens_.push_back(opt_.pad_id);
-        core_.counters.padded_tokens++;
-      } else {
-        const auto& t = s.st->tokens();
-        tokens_.insert(tokens_.end(), t.begin() + s.n_cached, t.begin() + s.n_cached + w.n_new);
-        if (s.n_cached < s.st->prompt_len())
-          core_.counters.prompt_tokens += std::min(w.n_new, s.st->prompt_len() - s.n_cached);
-      }
-    }
-    // Device backends pick every row's token on the device and download only the ids (and the
-    // logits when a request wants its top logprobs); the host samples from the logits.
-    bool with_logits = !Model::kDeviceSampling;
+    return false;
+  }
+
+  // Runs the model on the built batch. Device backends pick every row's token on the device
+  // and download only the ids (and the logits when a request wants its top logprobs); the host
+  // samples from the logits. False: the step threw, and every sequence in it has ended with the
+  // error (its rows may be half-written); the others go on.
+  bool execute() {
     try {
-      const model::Batch batch{tokens_, seqs_, model::Logits::Last, seq_adapters_};
+      const model::Batch b = batch_.batch();
       if constexpr (Model::kDeviceSampling) {
-        rows_.clear();
-        masks_.clear();
-        for (const Work& w : plan_) {
-          if (w.pad > 0) rows_.push_back({});
-          rows_.push_back(w.seq->ghost ? kernels::RowSampling{} : w.seq->st->sampling_row());
-          with_logits |= w.seq->st->request().top_logprobs > 0;
-          // A constrained row that samples this step (not a prompt chunk) brings its mask.
-          if (!w.seq->ghost && w.seq->uncached() == w.n_new)
-            if (const uint32_t* m = w.seq->st->next_mask()) {
-              rows_.back().mask = static_cast<int32_t>(masks_.size() / kMaskWords);
-              masks_.insert(masks_.end(), m, m + kMaskWords);
-            }
-        }
-        ids_.resize(rows_.size()), logprobs_.resize(rows_.size());
-        model_.forward_pick(cache_, batch, rows_, ids_, logprobs_, with_logits ? &logits_ : nullptr,
-                            masks_);
+        ids_.resize(batch_.rows()), logprobs_.resize(batch_.rows());
+        model_.forward_pick(cache_, b, ids_, logprobs_, batch_.with_logits() ? &logits_ : nullptr);
       } else {
-        model_.forward(cache_, batch, logits_);
+        model_.forward(cache_, b, logits_);
       }
+      return true;
     } catch (const std::exception& e) {
-      // The step's rows may be half-written: every sequence in it ends with the error, the
-      // others go on.
       for (const Work& w : plan_) {
         w.seq->st->finish(finish::error, e.what());
         retire(w.seq);
       }
-      return true;
+      return false;
     }
-    core_.counters.steps++;
-    int row = 0;
-    for (const Work& w : plan_) {
-      if (w.pad > 0) row++;
+  }
+
+  // Feeds each sequence's row of the step to its request: the sampled token (or logits to
+  // sample from), the stop rules; retires what finished.
+  void update() {
+    for (std::size_t i = 0; i < plan_.size(); i++) {
+      const Work& w = plan_[i];
       Seq* s = w.seq;
-      const int r = row++;
-      const auto logits = with_logits
+      const int r = batch_.row(i);
+      const auto logits = batch_.with_logits()
                               ? std::span<const float>(logits_.data() + std::size_t(r) * V, V)
                               : std::span<const float>();
       s->n_cached += w.n_new;
@@ -451,37 +368,23 @@ class Engine {
         done = true;
       }
       core_.counters.generated_tokens += s->st->generated() - before;
-      if (done) {
-        if constexpr (Sched::template keep_finished<Cache>) {
-          if (s->st->finish_reason() != finish::cancelled &&
-              s->st->finish_reason() != finish::error) {
-            s->ghost = true;  // rides to the end of its static batch
-            continue;
-          }
+      if (!done) continue;
+      if constexpr (keeps_finished<Sched, Cache>()) {
+        if (s->st->finish_reason() != finish::cancelled &&
+            s->st->finish_reason() != finish::error) {
+          s->ghost = true;  // rides to the end of its static batch
+          continue;
         }
-        retire(s);
       }
+      retire(s);
     }
-    busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
-    return true;
   }
 
   // Takes s out of the engine: slot and blocks back to the pool, then its result delivered.
   void retire(Seq* s) {
-    core_.release(s);
-    auto& run = core_.running;
-    run.erase(std::remove(run.begin(), run.end(), s), run.end());
-    auto& wait = core_.waiting;
-    wait.erase(std::remove(wait.begin(), wait.end(), s), wait.end());
-    if constexpr (kLora) {
-      auto& park = tiers_->parked;
-      park.erase(std::remove(park.begin(), park.end(), s), park.end());
-      if (s->adapter >= 0) {
-        tiers_->slots.release(s->adapter);
-        s->adapter = -1;
-        replace_ = !park.empty();  // room may have come free for a parked request
-      }
-    }
+    core_.remove(s);
+    if constexpr (kLora)
+      if (parking_->release(s)) replace_ = true;  // room may have come free for a parked one
     const uint64_t id = s->st->id();
     s->st->delivered();
     core_.counters.finished++;
@@ -501,7 +404,7 @@ class Engine {
   }
 
   void park(Seq* s) {
-    if constexpr (kLora) tiers_->parked.push_back(s);
+    if constexpr (kLora) parking_->park(s);
   }
   bool needs_adapter(const Seq& s) const {
     if constexpr (kLora)
@@ -509,65 +412,20 @@ class Engine {
     else
       return false;
   }
-
-  // A load ended: the requests parked on it fail with its error, or may now be placed.
-  void on_loaded(lora::Loaded l) {
-    tiers_->awaited.erase(l.id);
-    std::vector<Seq*> failed;
-    for (Seq* p : tiers_->parked)
-      if (*p->st->request().adapter == l.id) {
-        if (l.adapter)
-          tiers_->ready[l.id] = l.adapter;
-        else
-          failed.push_back(p);
+  // Adapter loads that ended, then a pass over the parked requests: the placed ones join the
+  // waiting queue, the failed ones end.
+  void place_parked(std::vector<lora::Loaded>& loaded) requires kLora {
+    for (auto& l : loaded)
+      for (Seq* p : parking_->on_loaded(l)) {
+        p->st->finish(finish::error, l.error);
+        retire(p);
       }
-    for (Seq* p : failed) {
-      p->st->finish(finish::error, l.error);
-      retire(p);
-    }
-  }
-
-  // Gives each parked request its adapter's device slot where it can: already there (a hit),
-  // loaded and room to place it (evicting adapters nobody holds), or else a load is started or
-  // it waits for room. A placed request joins the waiting queue.
-  void place_parked() {
-    std::vector<std::pair<Seq*, std::string>> failed;
-    auto& t = *tiers_;
-    for (auto it = t.parked.begin(); it != t.parked.end();) {
-      Seq* p = *it;
-      const std::string& id = *p->st->request().adapter;
-      int slot = t.slots.acquire(id);
-      if (slot < 0) {
-        std::shared_ptr<const lora::Adapter> a;
-        try {
-          if (auto r = t.ready.find(id); r != t.ready.end())
-            a = r->second;
-          else if (!t.awaited.contains(id) && !(a = t.store.fetch(id)))
-            t.awaited.insert(id);  // loading; the listener will say when
-          if (a) slot = t.slots.place(a);
-        } catch (const std::exception& e) {
-          failed.emplace_back(p, e.what());
-          ++it;
-          continue;
-        }
-        if (slot < 0) {
-          if (a) t.ready[id] = a;  // held until there is room
-          ++it;
-          continue;
-        }
-      }
-      p->adapter = slot;
-      core_.waiting.push_back(p);
-      it = t.parked.erase(it);
-    }
-    // Loaded adapters that no parked request wants any more are not held here.
-    for (auto r = t.ready.begin(); r != t.ready.end();) {
-      const bool wanted = std::any_of(t.parked.begin(), t.parked.end(), [&](Seq* p) {
-        return *p->st->request().adapter == r->first;
-      });
-      r = wanted ? std::next(r) : t.ready.erase(r);
-    }
-    for (auto& [p, msg] : failed) {
+    loaded.clear();
+    replace_ = false;
+    if (parking_->empty()) return;
+    Placement pl = parking_->place();
+    for (Seq* p : pl.placed) core_.enqueue(p);
+    for (auto& [p, msg] : pl.failed) {
       p->st->finish(finish::error, msg);
       retire(p);
     }
@@ -575,8 +433,8 @@ class Engine {
 
   void publish_stats() {
     EngineStats s;
-    s.waiting = static_cast<long>(core_.waiting.size());
-    s.running = static_cast<long>(core_.running.size());
+    s.waiting = static_cast<long>(core_.waiting().size());
+    s.running = static_cast<long>(core_.running().size());
     const Counters& c = core_.counters;
     s.steps = c.steps, s.finished = c.finished, s.preemptions = c.preemptions;
     s.max_step_adapters = c.max_step_adapters;
@@ -589,9 +447,9 @@ class Engine {
     s.slots = cache_.slots(), s.slots_free = cache_.free_slots();
     s.busy_s = busy_s_;
     if constexpr (kLora) {
-      s.adapters.host = tiers_->store.counters();
-      s.adapters.device = tiers_->slots.counters();
-      s.adapters.parked = static_cast<long>(tiers_->parked.size());
+      s.adapters.host = parking_->store.counters();
+      s.adapters.device = parking_->slots.counters();
+      s.adapters.parked = static_cast<long>(parking_->size());
     }
     std::lock_guard lk(stats_mu_);
     stats_ = s;
@@ -609,18 +467,14 @@ class Engine {
   Core<Cache> core_;
   Sched sched_;
   Sampler sampler_;  // host backends
-  // Device backends: each row's sampling parameters, then the picked ids and their logprobs.
-  std::vector<kernels::RowSampling> rows_;
+  StepBatch batch_;  // the step as the model's input
   static constexpr int kMaskWords = (V + 31) / 32;
-  std::vector<uint32_t> masks_;  // (constrained rows, kMaskWords) this step's token masks
+  // Device backends: the picked ids and their logprobs.
   std::vector<int32_t> ids_;
   std::vector<float> logprobs_;
   // Engine-thread state.
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> live_;
   std::vector<Work> plan_;
-  std::vector<int32_t> tokens_;
-  std::vector<model::SeqStep> seqs_;
-  std::vector<int32_t> seq_adapters_;  // (seqs_) each one's adapter slot, -1: none
   std::vector<float> logits_;
   double busy_s_ = 0;
   // Shared with submitting threads, under mu_.
@@ -637,20 +491,8 @@ class Engine {
   // LoRA: the adapter tiers and the requests parked until their adapter is on the device.
   // Declared after what the store's loader thread touches (mu_, cv_, loaded_), so the store
   // (and its thread) is gone first.
-  struct Tiers {
-    Tiers(Model& m, const EngineOptions& o)
-        : slots(m, o.adapter_device_bytes),
-          store({o.adapter_host_bytes, {o.adapter_max_rank}, o.adapter_paths}) {}
-    AdapterSlots<Model> slots;
-    Store store;
-    std::vector<Seq*> parked;  // arrival order
-    std::unordered_map<std::string, std::shared_ptr<const lora::Adapter>> ready;
-    // Ids whose load this engine started and has not heard the end of. The store stops
-    // counting a load as under way when it reports it, before this thread reads the report:
-    // asking the store again in between would start a second load of the same folder.
-    std::unordered_set<std::string> awaited;
-  };
-  std::conditional_t<kLora, std::unique_ptr<Tiers>, std::monostate> tiers_;
+  using Parking = AdapterParking<Model>;
+  std::conditional_t<kLora, std::unique_ptr<Parking>, std::monostate> parking_;
   bool replace_ = false;  // engine thread: an adapter was let go while requests are parked
   std::thread thread_;
 };

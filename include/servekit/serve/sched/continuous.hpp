@@ -33,13 +33,13 @@ struct Continuous {
     const EngineOptions& o = c.options();
     int budget = o.max_batched_tokens;
     int promised = 0;  // blocks the planned work will take when the step reserves its rows
-    for (std::size_t i = 0; i < c.running.size() && budget > 0;) {
-      Seq* s = c.running[i];
+    for (std::size_t i = 0; i < c.running().size() && budget > 0;) {
+      Seq* s = c.running()[i];
       const int n = std::min(s->uncached(), budget);
       int need = c.blocks_needed(*s, n);
       bool evicted = false;
       while (need > c.free_blocks() - promised) {
-        Seq* victim = c.running.back();  // never planned yet: planning goes oldest first
+        Seq* victim = c.running().back();  // never planned yet: planning goes oldest first
         c.preempt(victim);
         if (victim == s) {
           evicted = true;
@@ -54,16 +54,16 @@ struct Continuous {
       i++;
     }
     update_slices(c);
-    while (!c.waiting.empty() && budget > 0 && c.free_slots() > 0 &&
-           static_cast<int>(c.running.size()) < o.max_batch) {
+    while (!c.waiting().empty() && budget > 0 && c.free_slots() > 0 &&
+           static_cast<int>(c.running().size()) < o.max_batch) {
       const std::size_t wi = next_admissible(c);
-      if (wi == c.waiting.size()) break;
-      Seq* w = c.waiting[wi];
+      if (wi == c.waiting().size()) break;
+      Seq* w = c.waiting()[wi];
       const int len = w->uncached();
       if (!o.chunked_prefill && len > budget && !out.empty()) break;
       const int n = o.chunked_prefill ? std::min(len, budget) : len;
       const int need = c.blocks_needed(*w, n);
-      const int keep = c.running.empty() ? 0 : c.watermark_blocks();
+      const int keep = c.running().empty() ? 0 : c.watermark_blocks();
       if (need > c.free_blocks() - promised - keep) break;
       c.admit(wi);
       if (w->adapter >= 0) since_.try_emplace(w->adapter, step_);
@@ -85,7 +85,7 @@ struct Continuous {
   template <class Cache>
   static std::vector<int> running_adapters(const Core<Cache>& c) {
     std::vector<int> a;
-    for (const Seq* s : c.running)
+    for (const Seq* s : c.running())
       if (s->adapter >= 0 && std::find(a.begin(), a.end(), s->adapter) == a.end())
         a.push_back(s->adapter);
     return a;
@@ -110,9 +110,10 @@ struct Continuous {
     // slice is over stop admitting.
     bool someone_shut_out = false;
     if (static_cast<int>(run.size()) >= bound)
-      for (const Seq* w : c.waiting) someone_shut_out |= w->adapter >= 0 && !is_running(w->adapter);
-    for (std::size_t i = 0; i < c.waiting.size(); i++) {
-      const int a = c.waiting[i]->adapter;
+      for (const Seq* w : c.waiting())
+        someone_shut_out |= w->adapter >= 0 && !is_running(w->adapter);
+    for (std::size_t i = 0; i < c.waiting().size(); i++) {
+      const int a = c.waiting()[i]->adapter;
       if (a < 0) return i;  // the base model takes no adapter place
       if (!is_running(a)) {
         if (static_cast<int>(run.size()) < bound) return i;
@@ -124,7 +125,7 @@ struct Continuous {
       if (someone_shut_out && slice_over) continue;
       return i;
     }
-    return c.waiting.size();
+    return c.waiting().size();
   }
 
   long step_ = 0;

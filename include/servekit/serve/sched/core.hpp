@@ -2,8 +2,10 @@
 #pragma once
 // What a scheduler sees and may change each step: the waiting queue, the running sequences,
 // the cache's free slots and blocks. A scheduler (sched/sequential.hpp, static_batch.hpp,
-// continuous.hpp) decides; it fills a plan of Work items and the engine executes it. Nothing
-// here runs the model.
+// continuous.hpp, or one of the caller's: the Scheduler concept below) decides; it fills a plan
+// of Work items and the engine executes it. Core owns the queues: a scheduler reads them and
+// moves sequences only through admit, preempt and retire; the engine adds arrivals and removes
+// what ended. Nothing here runs the model.
 #include <algorithm>
 #include <climits>
 #include <cstddef>
@@ -11,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "servekit/kv/policy.hpp"
@@ -74,10 +77,11 @@ class Core {
   Core(Cache& cache, const EngineOptions& opt, int n_positions)
       : cache_(cache), opt_(opt), n_positions_(n_positions) {}
 
-  std::deque<Seq*> waiting;    // FCFS; a preempted sequence goes back to the front
-  std::vector<Seq*> running;   // in admission order: the newest is preempted first
-  std::vector<Seq*> retiring;  // finished ghosts the scheduler lets go: the engine retires them
   Counters counters;
+
+  const std::deque<Seq*>& waiting() const { return waiting_; }   // FCFS; preempted go first
+  const std::vector<Seq*>& running() const { return running_; }  // admission order
+  const std::vector<Seq*>& retiring() const { return retiring_; }
 
   const EngineOptions& options() const { return opt_; }
   int n_positions() const { return n_positions_; }
@@ -114,14 +118,21 @@ class Core {
   Seq* admit_front() { return admit(0); }
   // Moves waiting[i] to running with a fresh slot.
   Seq* admit(std::size_t i) {
-    Seq* s = waiting[i];
-    waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
+    Seq* s = waiting_[i];
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     s->slot = cache_.acquire();
     s->n_cached = 0;
     s->row_offset = 0;
     s->st->scheduled();
-    running.push_back(s);
+    running_.push_back(s);
     return s;
+  }
+  // A finished ghost the scheduler lets go: the engine retires it after planning.
+  void retire(Seq* s) {
+    if (std::find(retiring_.begin(), retiring_.end(), s) == retiring_.end()) retiring_.push_back(s);
+  }
+  bool leaving(const Seq* s) const {
+    return std::find(retiring_.begin(), retiring_.end(), s) != retiring_.end();
   }
 
   // Takes s's slot and blocks back and requeues it at the front; it will recompute prompt +
@@ -129,24 +140,64 @@ class Core {
   // index, so a seeded request draws the same tokens after it.
   void preempt(Seq* s) {
     release(s);
-    running.erase(std::find(running.begin(), running.end(), s));
+    running_.erase(std::find(running_.begin(), running_.end(), s));
     s->st->preempted();
     counters.preemptions++;
-    waiting.push_front(s);
+    waiting_.push_front(s);
   }
 
+  // The engine's side. A new (or placed) request joins the back of the queue.
+  void enqueue(Seq* s) { waiting_.push_back(s); }
+  // The ghosts let go this step, handed to the engine to retire.
+  std::vector<Seq*> take_retiring() { return std::exchange(retiring_, {}); }
+  // s has ended: its slot and blocks back to the pool, and out of every queue.
+  void remove(Seq* s) {
+    release(s);
+    std::erase(running_, s);
+    std::erase(waiting_, s);
+  }
+
+ private:
   void release(Seq* s) {
     if (s->slot >= 0) cache_.release(s->slot);
     s->slot = -1;
     s->n_cached = 0;
   }
 
- private:
+  std::deque<Seq*> waiting_;
+  std::vector<Seq*> running_;
+  std::vector<Seq*> retiring_;
   Cache& cache_;
   const EngineOptions& opt_;
   int n_positions_;
 };
 
+// A scheduler's contract with the engine, for a cache type Cache. Each step the engine calls
+// plan(core, out) with `out` empty; the scheduler appends one Work per sequence that runs this
+// step (a sequence at most once; n_new of its uncached tokens, 1 <= n_new <= uncached(), or one
+// pad token for a ghost), in the order the model should see them. It may admit waiting
+// sequences, preempt running ones and let ghosts go (Core's operations), and must leave every
+// planned sequence running with its rows within the cache's and n_positions' bounds; the engine
+// reserves those rows, runs the step, and then retires what the scheduler let go and what
+// finished. An empty plan while sequences wait and none run is a scheduler bug, which the
+// engine reports on the oldest request. name: printed in every log and benchmark line.
+// keep_finished<Cache> (optional, default false): a finished sequence stays in running as a
+// ghost, feeding a pad token each step, until the scheduler retires it (a static batch's rows).
+template <class S, class Cache>
+concept SchedulerFor = requires(S& s, Core<Cache>& core, std::vector<Work>& out) {
+  { S::name } -> std::convertible_to<std::string_view>;
+  s.plan(core, out);
+};
+
+template <class S, class Cache>
+constexpr bool keeps_finished() {
+  if constexpr (requires { S::template keep_finished<Cache>; })
+    return S::template keep_finished<Cache>;
+  else
+    return false;
+}
+
+// What every scheduler must offer whatever the cache: a name (Engine checks SchedulerFor).
 template <class S>
 concept Scheduler = requires {
   { S::name } -> std::convertible_to<std::string_view>;

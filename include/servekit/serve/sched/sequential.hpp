@@ -24,11 +24,11 @@ struct Sequential {
 
   template <class Cache>
   void plan(Core<Cache>& c, std::vector<Work>& out) {
-    if (c.running.empty()) {
-      if (c.waiting.empty()) return;
+    if (c.running().empty()) {
+      if (c.waiting().empty()) return;
       c.admit_front();
     }
-    Seq* s = c.running.front();
+    Seq* s = c.running().front();
     if constexpr (!Mode::use_cache) s->n_cached = 0;  // its rows are rewritten, same blocks
     out.push_back({s, s->uncached()});
   }

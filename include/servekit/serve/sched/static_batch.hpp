@@ -23,19 +23,17 @@ struct Static {
   template <class Cache>
   void plan(Core<Cache>& c, std::vector<Work>& out) {
     constexpr bool pad = !Core<Cache>::paged;
-    auto& run = c.running;
-    auto leaving = [&](Seq* s) {
-      return std::find(c.retiring.begin(), c.retiring.end(), s) != c.retiring.end();
-    };
+    const auto& run = c.running();
+    auto leaving = [&](const Seq* s) { return c.leaving(s); };
     // A ghost that cannot take one more row (context or cache end) leaves early.
     for (Seq* s : run)
       if (s->ghost && (s->n_cached + 1 > c.n_positions() ||
                        s->row_offset + s->n_cached + 1 > c.cache().max_len()))
-        c.retiring.push_back(s);
+        c.retire(s);
     // Every row finished: the batch is over. The engine retires it and plans again.
     if (!run.empty() && std::all_of(run.begin(), run.end(), [](Seq* s) { return s->ghost; })) {
       for (Seq* s : run)
-        if (!leaving(s)) c.retiring.push_back(s);
+        if (!leaving(s)) c.retire(s);
       return;
     }
     if (run.empty()) {
@@ -43,9 +41,9 @@ struct Static {
       // lifetime (prompt + max_new_tokens rows) must fit in the pool when it is admitted.
       // On a contiguous cache every row's pads + lifetime must fit in the slot's max_len.
       int avail = c.free_blocks(), t_pad = 0, longest_tail = 0;
-      while (!c.waiting.empty() && static_cast<int>(run.size()) < c.options().max_batch &&
+      while (!c.waiting().empty() && static_cast<int>(run.size()) < c.options().max_batch &&
              c.free_slots() > 0) {
-        const Seq& w = *c.waiting.front();
+        const Seq& w = *c.waiting().front();
         const int need = lifetime_blocks(c, w);
         const int len = w.uncached(), tail = w.st->max_rows() - len;
         const int rows = std::max(t_pad, len) + std::max(longest_tail, tail);

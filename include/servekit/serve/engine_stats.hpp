@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// What an engine gives back: a handle per request, and snapshots of its counters.
+#include <cstdint>
+#include <memory>
+
+#include "servekit/lora/adapter_store.hpp"
+#include "servekit/serve/adapter_slots.hpp"
+#include "servekit/serve/completion.hpp"
+
+namespace servekit::serve {
+
+// What submit() gives back. Copies share one result.
+struct RequestHandle {
+  uint64_t id = 0;
+  std::shared_ptr<const Completion> done;
+  Result get() const { return done->wait(); }  // blocks until the request has ended
+  bool ready() const { return done->ready(); }
+};
+
+// The adapter tiers' counters (LoRA engines).
+struct AdapterStats {
+  lora::StoreCounters host;  // disk -> host loads, host-tier hits, misses and evictions
+  SlotCounters device;       // host -> device uploads, device-tier hits, misses and evictions
+  long parked = 0;           // requests waiting for their adapter to load or find room
+};
+
+// A snapshot of the engine's counters.
+struct EngineStats {
+  long waiting = 0, running = 0;
+  long steps = 0, finished = 0, preemptions = 0, chunked_prefills = 0;
+  long max_step_adapters = 0;  // the most distinct LoRA adapters one step has run
+  long prompt_tokens = 0, generated_tokens = 0, padded_tokens = 0;
+  int cache_blocks = 0, cache_blocks_free = 0;  // paged; 0 on a contiguous cache
+  int slots = 0, slots_free = 0;
+  double busy_s = 0;  // time spent in steps
+  AdapterStats adapters;
+  double tokens_per_s() const { return busy_s > 0 ? generated_tokens / busy_s : 0.0; }
+};
+
+}  // namespace servekit::serve

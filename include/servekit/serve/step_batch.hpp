@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// StepBatch: the engine's step turned into the model's input. From the scheduler's Work list it
+// builds the ragged model::Batch: each sequence's new tokens (a static batch's left pads in front
+// of its first chunk; one pad token for a ghost), its cache slot, rows and adapter, and for
+// device sampling each row's sampling parameters and the token masks of constrained rows. The
+// row of the logits (and of the picked ids) that belongs to each Work item is kept for the
+// update after the step.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "servekit/core/row_sampling.hpp"
+#include "servekit/model/batch.hpp"
+#include "servekit/serve/sched/core.hpp"
+
+namespace servekit::serve {
+
+class StepBatch {
+ public:
+  // Builds the step of `plan`. sampling: device sampling (rows and masks); kMaskWords: words
+  // of one token mask, ceil(V / 32). Counts prompt and pad tokens in c.
+  void build(std::span<const Work> plan, int32_t pad_id, bool sampling, int mask_words,
+             Counters& c) {
+    tokens_.clear(), seqs_.clear(), adapters_.clear(), rows_.clear(), masks_.clear();
+    out_row_.clear();
+    with_logits_ = !sampling;
+    for (const Work& w : plan) {
+      Seq& s = *w.seq;
+      if (w.pad > 0) {
+        seqs_.push_back({s.slot, 0, w.pad, 0});
+        adapters_.push_back(-1);
+        tokens_.insert(tokens_.end(), w.pad, pad_id);
+        c.padded_tokens += w.pad;
+        if (sampling) rows_.push_back({});
+      }
+      out_row_.push_back(static_cast<int>(seqs_.size()));
+      seqs_.push_back({s.slot, s.n_cached, w.n_new, s.row_offset});
+      adapters_.push_back(s.adapter);
+      if (s.ghost) {
+        tokens_.push_back(pad_id);
+        c.padded_tokens++;
+      } else {
+        const auto& t = s.st->tokens();
+        tokens_.insert(tokens_.end(), t.begin() + s.n_cached, t.begin() + s.n_cached + w.n_new);
+        if (s.n_cached < s.st->prompt_len())
+          c.prompt_tokens += std::min(w.n_new, s.st->prompt_len() - s.n_cached);
+      }
+      if (!sampling) continue;
+      rows_.push_back(s.ghost ? RowSampling{} : s.st->sampling_row());
+      with_logits_ |= s.st->request().top_logprobs > 0;
+      // A constrained row that samples this step (not a prompt chunk) brings its mask.
+      if (!s.ghost && s.uncached() == w.n_new)
+        if (const uint32_t* m = s.st->next_mask()) {
+          rows_.back().mask = static_cast<int32_t>(masks_.size() / mask_words);
+          masks_.insert(masks_.end(), m, m + mask_words);
+        }
+    }
+  }
+
+  model::Batch batch() const {
+    return {tokens_, seqs_, model::Logits::Last, adapters_, rows_, masks_};
+  }
+  // The row of the step's logits (and ids) of plan[i].
+  int row(std::size_t i) const { return out_row_[i]; }
+  int rows() const { return static_cast<int>(seqs_.size()); }
+  // Whether the step must bring its logits back: the host samples from them, or a request
+  // wants its top logprobs.
+  bool with_logits() const { return with_logits_; }
+
+ private:
+  std::vector<int32_t> tokens_;
+  std::vector<model::SeqStep> seqs_;
+  std::vector<int32_t> adapters_;  // (seqs_) each one's adapter slot, -1: none
+  std::vector<RowSampling> rows_;
+  std::vector<uint32_t> masks_;  // (constrained rows, mask words) this step's token masks
+  std::vector<int> out_row_;
+  bool with_logits_ = true;
+};
+
+}  // namespace servekit::serve
