@@ -12,7 +12,7 @@
 
 #include "servekit/model/dispatch.hpp"
 #include "servekit/lora/adapter.hpp"
-#include "servekit/lora/merge.hpp"
+#include "servekit/model/merge_lora.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/generate.hpp"
 #include "servekit/text/tokenizer.hpp"

@@ -29,3 +29,12 @@ add_test(NAME gpu_check_without_gpu COMMAND bash -c
   "d=\"$1\"; rm -rf \"$d\"; mkdir -p \"$d/bin\"; printf '#!/bin/sh\\nexit 9\\n' > \"$d/bin/nvidia-smi\"; chmod +x \"$d/bin/nvidia-smi\"; out=$(PATH=\"$d/bin:$PATH\" bash \"$0\" tests \"$d/report\" 2>&1); rc=$?; echo \"$out\"; [ $rc -eq 2 ] && grep -q 'no NVIDIA GPU here' <<< \"$out\" && [ ! -e \"$d/report\" ]"
   ${PROJECT_SOURCE_DIR}/scripts/gpu_check.sh ${CMAKE_CURRENT_BINARY_DIR}/gpu_check_without_gpu)
 set_tests_properties(gpu_check_without_gpu PROPERTIES LABELS host)
+
+# The library's layers (scripts/check_layers.sh): no header includes a higher layer. And the
+# check itself fails on a tree where kv/ includes serve/.
+add_test(NAME layers COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check_layers.sh
+  ${PROJECT_SOURCE_DIR}/include/servekit)
+add_test(NAME layers_catches_upward COMMAND bash -c
+  "d=\"$1\"; rm -rf \"$d\"; mkdir -p \"$d/kv\" \"$d/serve\"; printf '#include \"servekit/serve/engine.hpp\"\\n' > \"$d/kv/x.hpp\"; out=$(bash \"$0\" \"$d\" 2>&1); rc=$?; echo \"$out\"; [ $rc -eq 1 ] && grep -q 'kv/x.hpp:1: kv includes serve' <<< \"$out\""
+  ${PROJECT_SOURCE_DIR}/scripts/check_layers.sh ${CMAKE_CURRENT_BINARY_DIR}/layers_catches_upward)
+set_tests_properties(layers layers_catches_upward PROPERTIES LABELS host)

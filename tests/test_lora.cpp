@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// PEFT LoRA adapters (lora/adapter.hpp, lora/merge.hpp) against HF transformers + PEFT: three
+// PEFT LoRA adapters (lora/adapter.hpp, model/merge_lora.hpp) against HF transformers + PEFT: three
 // adapters of ranks 4, 8 and 16 (one rsLoRA, one on layer 0 only) on both tiny models, merged
 // into the base weights, give PEFT's logits and greedy tokens to the base model's tolerance;
 // unmerging gives the base weights back bit for bit; every malformed adapter is refused with an
@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "servekit/lora/adapter.hpp"
-#include "servekit/lora/merge.hpp"
+#include "servekit/model/merge_lora.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "support/hf_checks.hpp"
 #include "support/safetensors_writer.hpp"

@@ -5,7 +5,7 @@
 
 #include "servekit/backend/emulated.hpp"
 #include "servekit/lora/adapter.hpp"
-#include "servekit/lora/merge.hpp"
+#include "servekit/model/merge_lora.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "support/hf_checks.hpp"
 

@@ -25,7 +25,7 @@
 #include "common/run.hpp"
 #include "servekit/lora/adapter.hpp"
 #include "servekit/lora/random_adapter.hpp"
-#include "servekit/lora/merge.hpp"
+#include "servekit/model/merge_lora.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/random_gpt2.hpp"
 #include "servekit/serve/generate.hpp"

@@ -2,7 +2,7 @@
 #pragma once
 // servekit: everything a user of the host backend needs in one include.
 #include "servekit/model/config.hpp"
-#include "servekit/model/dims.hpp"
+#include "servekit/core/dims.hpp"
 #include "servekit/model/dispatch.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"

@@ -6,11 +6,7 @@
 // it, and after a preemption. Shared by the host sampler and the device sampling kernel.
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SERVEKIT_HD __host__ __device__
-#else
-#define SERVEKIT_HD
-#endif
+#include "servekit/core/hd.hpp"
 
 namespace servekit {
 

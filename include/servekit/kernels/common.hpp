@@ -62,28 +62,11 @@ __device__ SERVEKIT_SIMT_INLINE void store_epilogue(float* o, float v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// KV addressing: (slot, row) -> element offset of that row's C features. The kv:: views hold
-// host-only member functions, so the kernels carry these device copies of the same arithmetic.
+// KV addressing: (slot, row) -> element offset of that row's C features, the same functions
+// the host's kv:: views use (kv/view.hpp).
 
-struct ContiguousRows {
-  int64_t slot_stride;  // max_len * C
-  int32_t C;
-  __host__ __device__ SERVEKIT_SIMT_INLINE int64_t operator()(int32_t slot, int32_t row) const {
-    return slot * slot_stride + static_cast<int64_t>(row) * C;
-  }
-};
-
-struct PagedRows {
-  const int32_t* block_table;  // (slots, table_stride)
-  int32_t table_stride;
-  int32_t block_tokens;
-  int32_t C;
-  __host__ __device__ SERVEKIT_SIMT_INLINE int64_t operator()(int32_t slot, int32_t row) const {
-    const int32_t block =
-        block_table[static_cast<int64_t>(slot) * table_stride + row / block_tokens];
-    return (static_cast<int64_t>(block) * block_tokens + row % block_tokens) * C;
-  }
-};
+using kv::ContiguousRows;
+using kv::PagedRows;
 
 // One layer of a cache as the kernels see it.
 template <class T, class Rows>
@@ -96,11 +79,11 @@ struct KvDevice {
 
 template <class T>
 KvDevice<T, ContiguousRows> device_view(const kv::ContiguousView<T>& v) {
-  return {v.k, v.v, {v.slot_stride, v.C}};
+  return {v.k, v.v, v.rows()};
 }
 template <class T>
 KvDevice<T, PagedRows> device_view(const kv::PagedView<T>& v) {
-  return {v.k, v.v, {v.block_table, v.table_stride, v.block_tokens, v.C}};
+  return {v.k, v.v, v.rows()};
 }
 
 __host__ __device__ constexpr int ceil_div(int a, int b) {

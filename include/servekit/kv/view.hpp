@@ -2,10 +2,34 @@
 #pragma once
 // What the attention kernels see of one layer of a cache: plain pointers and integers, no
 // allocation, no bookkeeping. A kernel asks a view where (slot, row) lives and nothing else, so
-// the same kernel serves every layout.
+// the same kernel serves every layout. The addressing (ContiguousRows, PagedRows) is written
+// once, for the host and the device kernels alike.
 #include <cstdint>
 
+#include "servekit/core/hd.hpp"
+
 namespace servekit::kv {
+
+// (slot, row) -> element offset of that row's C features.
+struct ContiguousRows {
+  int64_t slot_stride;  // max_len * C
+  int32_t C;
+  SERVEKIT_HD SERVEKIT_FORCE_INLINE int64_t operator()(int32_t slot, int32_t row) const {
+    return slot * slot_stride + static_cast<int64_t>(row) * C;
+  }
+};
+
+struct PagedRows {
+  const int32_t* block_table;  // (slots, table_stride)
+  int32_t table_stride;
+  int32_t block_tokens;
+  int32_t C;
+  SERVEKIT_HD SERVEKIT_FORCE_INLINE int64_t operator()(int32_t slot, int32_t row) const {
+    const int32_t block =
+        block_table[static_cast<int64_t>(slot) * table_stride + row / block_tokens];
+    return (static_cast<int64_t>(block) * block_tokens + row % block_tokens) * C;
+  }
+};
 
 // Slot s, row t starts at s * slot_stride + t * C in k and v.
 template <class T>
@@ -15,9 +39,8 @@ struct ContiguousView {
   T* v;
   int64_t slot_stride;  // max_len * C
   int32_t C;
-  int64_t offset(int32_t slot, int32_t row) const {
-    return slot * slot_stride + static_cast<int64_t>(row) * C;
-  }
+  ContiguousRows rows() const { return {slot_stride, C}; }
+  int64_t offset(int32_t slot, int32_t row) const { return rows()(slot, row); }
 };
 
 // Slot s, row t lives in block block_table[s * table_stride + t / B] at row t % B. One block
@@ -33,11 +56,8 @@ struct PagedView {
   int32_t table_stride;        // ceil(max_len / B)
   int32_t block_tokens;        // B
   int32_t C;
-  int64_t offset(int32_t slot, int32_t row) const {
-    const int32_t block =
-        block_table[static_cast<int64_t>(slot) * table_stride + row / block_tokens];
-    return (static_cast<int64_t>(block) * block_tokens + row % block_tokens) * C;
-  }
+  PagedRows rows() const { return {block_table, table_stride, block_tokens, C}; }
+  int64_t offset(int32_t slot, int32_t row) const { return rows()(slot, row); }
 };
 
 }  // namespace servekit::kv

@@ -30,7 +30,7 @@
 #include "servekit/core/json_file.hpp"
 #include "servekit/core/regular_file.hpp"
 #include "servekit/io/safetensors.hpp"
-#include "servekit/model/dims.hpp"
+#include "servekit/core/dims.hpp"
 
 namespace servekit::lora {
 

@@ -32,7 +32,7 @@
 
 #include "servekit/core/error.hpp"
 #include "servekit/lora/adapter.hpp"
-#include "servekit/model/dims.hpp"
+#include "servekit/core/dims.hpp"
 
 namespace servekit::lora {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "servekit/lora/adapter.hpp"
-#include "servekit/model/dims.hpp"
+#include "servekit/core/dims.hpp"
 
 namespace servekit::lora {
 

@@ -7,7 +7,7 @@
 #include "servekit/backend/policy.hpp"
 #include "servekit/kv/policy.hpp"
 #include "servekit/lora/policy.hpp"
-#include "servekit/model/dims.hpp"
+#include "servekit/core/dims.hpp"
 #include "servekit/weights/policy.hpp"
 
 namespace servekit {

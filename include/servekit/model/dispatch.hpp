@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "servekit/core/error.hpp"
-#include "servekit/model/dims.hpp"
+#include "servekit/core/dims.hpp"
 #include "servekit/model/hf_config.hpp"
 
 namespace servekit {

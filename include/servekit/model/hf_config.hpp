@@ -14,7 +14,7 @@
 #include "servekit/core/regular_file.hpp"
 #include "servekit/core/json_brief.hpp"
 #include "servekit/core/json_file.hpp"
-#include "servekit/model/dims.hpp"
+#include "servekit/core/dims.hpp"
 
 namespace servekit::model {
 

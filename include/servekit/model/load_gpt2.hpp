@@ -27,7 +27,7 @@
 #include "servekit/core/regular_file.hpp"
 #include "servekit/core/json_brief.hpp"
 #include "servekit/io/safetensors.hpp"
-#include "servekit/model/dims.hpp"
+#include "servekit/core/dims.hpp"
 #include "servekit/model/gpt2_tensors.hpp"
 #include "servekit/model/hf_config.hpp"
 #include "servekit/model/random_gpt2.hpp"

@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "servekit/model/dims.hpp"
+#include "servekit/core/dims.hpp"
 #include "servekit/model/gpt2_tensors.hpp"
 #include "servekit/model/hf_config.hpp"
 

@@ -62,7 +62,7 @@ GenerateResult generate(Model& model, const text::Gpt2Tokenizer& tok,
     const model::Batch batch{std::span(seq).subspan(start), std::span(&step, 1),
                              model::Logits::Last, ad};
     if constexpr (Model::kDeviceSampling) {  // the engine's way: pick on the device
-      kernels::RowSampling row = st.sampling_row();
+      RowSampling row = st.sampling_row();
       int32_t id;
       float logprob;
       const bool top = opt.top_logprobs > 0;

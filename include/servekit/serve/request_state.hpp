@@ -17,7 +17,7 @@
 
 #include "servekit/constrain/token_mask.hpp"
 #include "servekit/core/error.hpp"
-#include "servekit/kernels/sampling_args.hpp"
+#include "servekit/core/row_sampling.hpp"
 #include "servekit/serve/request.hpp"
 #include "servekit/serve/sampling.hpp"
 #include "servekit/text/stream_decoder.hpp"
@@ -141,7 +141,7 @@ class RequestState {
   const constrain::Constraint* constraint() const { return cons_ ? &*cons_ : nullptr; }
 
   // This request's parameters for the device sampler's next draw.
-  kernels::RowSampling sampling_row() const {
+  RowSampling sampling_row() const {
     const SamplingParams& p = req_.sampling;
     return {.seed = p.seed,
             .index = static_cast<uint64_t>(generated()),
