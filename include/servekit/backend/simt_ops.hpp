@@ -33,26 +33,6 @@
 
 namespace servekit::backend {
 
-namespace detail {
-// A dense matrix's element type (the arrays are named `data`); void for zero-point codes.
-template <class Mat>
-struct dense_element {
-  using type = void;
-};
-template <class Mat>
-requires requires(const Mat& w) {
-  w.data.data();
-}
-struct dense_element<Mat> {
-  using type = std::remove_cvref_t<decltype(*std::declval<const Mat&>().data.data())>;
-};
-// Whether Mat's linear runs on tensor cores (fp16 / bf16: linear_mma.hpp) rather than CUDA
-// cores (fp32, codes: the GEMV and the tiled GEMM); the one place that decides it.
-template <class Mat>
-inline constexpr bool on_tensor_cores = std::is_same_v<typename dense_element<Mat>::type, half_t> ||
-                                        std::is_same_v<typename dense_element<Mat>::type, bf16_t>;
-}  // namespace detail
-
 // kSyncEachLaunch: wait after every launch, so that the caller may read the output at once.
 template <bool kSyncEachLaunch>
 struct SimtOps {
@@ -69,58 +49,40 @@ struct SimtOps {
     kernels::layernorm({out, in, w, b, N, C, eps}, stream());
     done();
   }
-  // W: (K, N) dense weights, a weights::Matrix (emulator) or weights::DeviceMatrix (device
-  // storage); both name the array `data`. fp32 on CUDA cores, fp16/bf16 on tensor cores.
-  // add: (M, N) added before the epilogue (a LoRA delta), or nullptr.
-  // split: the decoder's split-K scratch (split_k_size below); without one, or too small, a
-  // launch of few rows still runs, in fewer blocks, with the same bits.
+  // W: (K, N), a weights::Matrix (emulator) or its weights::DeviceMatrix (device storage),
+  // whose format's family picks the kernels (weights/traits.hpp): fp32 on CUDA cores (GEMV or
+  // tiled), fp16 / bf16 on tensor cores (linear_mma.hpp), zero-point uint8 on CUDA cores with
+  // the dequantisation fused (linear_u8.hpp). add: (M, N) added before the epilogue (a LoRA
+  // delta), or nullptr. split: the decoder's split-K scratch (split_k_size below); without
+  // one, or too small, a launch of few rows still runs, in fewer blocks, with the same bits.
   template <Epilogue E, class Mat>
-  requires requires(const Mat& w) { w.data.data(); }
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
                      const float* add = nullptr, const kernels::SplitK& split = {}) {
-    using T = typename detail::dense_element<Mat>::type;
-    if constexpr (std::is_same_v<T, float>) {
+    using F = weights::format_of<Mat>;
+    using Family = weights::LinearFamily;
+    constexpr Family family = weights::Traits<F>::family;
+    if constexpr (family == Family::Dense32) {
       kernels::linear_simt<E>({out, x, W.data.data(), b, M, W.rows, W.cols, add}, stream(), split);
-    } else if constexpr (detail::on_tensor_cores<Mat>) {
-      kernels::linear_mma<E, std::is_same_v<T, bf16_t>>(
-          {out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()), b, M, W.rows, W.cols,
-           add},
-          stream(), split);
+    } else if constexpr (family == Family::Dense16) {
+      constexpr bool bf16 = std::is_same_v<typename weights::Traits<F>::Element, bf16_t>;
+      kernels::linear_mma<E, bf16>({out, x, reinterpret_cast<const std::uint16_t*>(W.data.data()),
+                                    b, M, W.rows, W.cols, add},
+                                   stream(), split);
+    } else if constexpr (family == Family::ZeroPoint8) {
+      kernels::linear_u8<E>({out, x, W.q.data(), W.scale.data(), W.zero.data(), b, M, W.rows,
+                             W.cols, W.group_rows, W.state_cols, add},
+                            stream(), split);
     } else {
-      static_assert(sizeof(T) == 0, "servekit: no device linear kernel for this element type");
+      static_assert(sizeof(Mat) == 0, "servekit: no device linear kernels for this family");
     }
     done();
-  }
-  // W: (K, N) zero-point uint8, a Matrix<U8ZeroPoint<G>> or its DeviceMatrix (arrays q,
-  // scale, zero and the group shape): CUDA cores, dequantisation fused (kernels/linear_u8.hpp).
-  template <Epilogue E, class Mat>
-  requires requires(const Mat& w) {
-    w.q.data();
-    w.scale.data();
-    w.zero.data();
-    w.group_rows;
-    w.state_cols;
-  }
-  static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
-                     const float* add = nullptr, const kernels::SplitK& split = {}) {
-    kernels::linear_u8<E>({out, x, W.q.data(), W.scale.data(), W.zero.data(), b, M, W.rows, W.cols,
-                           W.group_rows, W.state_cols, add},
-                          stream(), split);
-    done();
-  }
-  template <Epilogue E, class Mat>
-  static void linear(float*, const float*, const Mat&, const float*, int, const float* = nullptr,
-                     const kernels::SplitK& = {}) {
-    static_assert(sizeof(Mat) == 0,
-                  "servekit: the device backends have linear kernels for f32, f16, bf16 and "
-                  "U8ZeroPoint weights only");
   }
 
   // The split-K scratch of launches of up to M rows over a (K, N) matrix Mat, for the kernel
   // family linear() runs it on.
   template <class Mat>
   static kernels::SplitSize split_k_size(int M, int K, int N) {
-    if constexpr (detail::on_tensor_cores<Mat>)
+    if constexpr (weights::family_of<Mat> == weights::LinearFamily::Dense16)
       return kernels::mma_split_size(M, K, N);
     else
       return kernels::gemv_split_size(M, K, N);

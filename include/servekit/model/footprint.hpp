@@ -22,14 +22,7 @@ namespace servekit {
 // Bytes per weight of a format's storage, quantization state excluded.
 template <class F>
 constexpr std::size_t format_elem_bytes() {
-  if constexpr (std::is_same_v<F, weights::F32>)
-    return 4;
-  else if constexpr (std::is_same_v<F, weights::F16> || std::is_same_v<F, weights::BF16>)
-    return 2;
-  else if constexpr (requires { typename F::Gran; })
-    return 1;
-  else
-    static_assert(sizeof(F) == 0, "servekit: format_elem_bytes does not know this format");
+  return sizeof(typename weights::Traits<F>::Element);
 }
 
 struct Footprint {

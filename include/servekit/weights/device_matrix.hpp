@@ -2,43 +2,34 @@
 #pragma once
 // DeviceMatrix<Fmt>: a weights::Matrix<Fmt> uploaded to device memory, field for field, so the
 // device kernels read it exactly as the emulator reads the Matrix (same member names, same
-// (K, N) layout). The primary template covers the dense formats (one (K, N) array `data`:
-// f32, f16, bf16); a format with more arrays (U8ZeroPoint: q, scale, zero) specialises it with
-// the same shape: its Matrix's arrays as simt::DeviceVector, its integers copied, bytes() and
-// state_bytes(), and a static upload(const Matrix<Fmt>&).
+// (K, N) layout). The primary template covers the dense families (Traits<Fmt>::codes is the
+// one (K, N) array, `data`: f32, f16, bf16); a format with more arrays (U8ZeroPoint: q, scale,
+// zero) specialises it with the same shape: its Matrix's arrays as simt::DeviceVector, its
+// integers copied, bytes() and state_bytes(), and a static upload(const Matrix<Fmt>&).
 #include <cstddef>
 #include <span>
 #include <type_traits>
 
 #include "servekit/simt/memory.hpp"
 #include "servekit/weights/matrix.hpp"
+#include "servekit/weights/traits.hpp"
 #include "servekit/weights/u8_zero_point.hpp"
 
 namespace servekit::weights {
 
-// The format of a Matrix<Fmt> (or of anything holding one as `Format`).
-template <class M>
-struct MatrixFormat {
-  using type = typename M::Format;
-};
-template <WeightFormat F>
-struct MatrixFormat<Matrix<F>> {
-  using type = F;
-};
-template <class M>
-using format_of = typename MatrixFormat<M>::type;
-
 template <WeightFormat Fmt>
 struct DeviceMatrix {
   using Format = Fmt;
-  using Elem = typename decltype(Matrix<Fmt>::data)::value_type;
+  static_assert(Traits<Fmt>::family != LinearFamily::ZeroPoint8,
+                "servekit: a format with quantization state specialises DeviceMatrix");
+  using Elem = typename Traits<Fmt>::Element;
   simt::DeviceVector<Elem> data;  // (K, N)
   int rows = 0;                   // K: input features
   int cols = 0;                   // N: output features
 
   static DeviceMatrix upload(const Matrix<Fmt>& m) {
     DeviceMatrix d;
-    d.data.assign(std::span<const Elem>(m.data));
+    d.data.assign(std::span<const Elem>(Traits<Fmt>::codes(m)));
     d.rows = m.rows, d.cols = m.cols;
     return d;
   }

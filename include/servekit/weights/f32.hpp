@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "servekit/weights/matrix.hpp"
+#include "servekit/weights/traits.hpp"
 
 namespace servekit::weights {
 
@@ -21,6 +22,14 @@ struct Matrix<F32> {
   std::size_t bytes() const { return data.size() * sizeof(float); }
   std::size_t state_bytes() const { return 0; }
   float dequant(int k, int n) const { return data[static_cast<std::size_t>(k) * cols + n]; }
+};
+
+template <>
+struct Traits<F32> {
+  using Element = float;
+  static constexpr LinearFamily family = LinearFamily::Dense32;
+  static auto& codes(Matrix<F32>& m) { return m.data; }
+  static const auto& codes(const Matrix<F32>& m) { return m.data; }
 };
 
 }  // namespace servekit::weights

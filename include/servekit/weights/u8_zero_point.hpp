@@ -13,6 +13,7 @@
 
 #include "servekit/core/error.hpp"
 #include "servekit/weights/matrix.hpp"
+#include "servekit/weights/traits.hpp"
 
 namespace servekit::weights {
 
@@ -102,6 +103,14 @@ struct Matrix<U8ZeroPoint<G>> {
     const std::size_t s = state_index(k, n);
     return u8zp_dequantize(q[static_cast<std::size_t>(k) * cols + n], scale[s], zero[s]);
   }
+};
+
+template <Granularity G>
+struct Traits<U8ZeroPoint<G>> {
+  using Element = uint8_t;
+  static constexpr LinearFamily family = LinearFamily::ZeroPoint8;
+  static auto& codes(Matrix<U8ZeroPoint<G>>& m) { return m.q; }
+  static const auto& codes(const Matrix<U8ZeroPoint<G>>& m) { return m.q; }
 };
 
 }  // namespace servekit::weights

@@ -11,18 +11,17 @@
 
 namespace servekit::kernels::host {
 
-inline WeightView<float> view(const weights::Matrix<weights::F32>& W) {
-  return {W.data.data(), W.rows, W.cols, W.rows};
-}
-template <class Fmt>
-requires std::is_same_v<Fmt, weights::F16> || std::is_same_v<Fmt, weights::BF16>
+// A Matrix as its family's view (weights/traits.hpp): the dense families stream their codes
+// as they are; zero-point uint8 streams bytes with each group's (scale, min).
+template <weights::WeightFormat Fmt>
 auto view(const weights::Matrix<Fmt>& W) {
-  using T = typename decltype(W.data)::value_type;
-  return WeightView<T>{W.data.data(), W.rows, W.cols, W.rows};
-}
-template <weights::Granularity G>
-WeightView<uint8_t> view(const weights::Matrix<weights::U8ZeroPoint<G>>& W) {
-  return {W.q.data(), W.rows, W.cols, W.group_rows, W.scale.data(), W.zero.data(), W.state_cols};
+  using Tr = weights::Traits<Fmt>;
+  using T = typename Tr::Element;
+  if constexpr (Tr::family == weights::LinearFamily::ZeroPoint8)
+    return WeightView<T>{W.q.data(),     W.rows,        W.cols,      W.group_rows,
+                         W.scale.data(), W.zero.data(), W.state_cols};
+  else
+    return WeightView<T>{Tr::codes(W).data(), W.rows, W.cols, W.rows};
 }
 
 // Any of them packed in strips (host/packed.hpp): the host backend's resident form.

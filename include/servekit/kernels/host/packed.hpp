@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "servekit/kernels/host/simd.hpp"
+#include "servekit/weights/traits.hpp"
 
 namespace servekit::kernels::host {
 
@@ -44,7 +45,7 @@ class Packed {
   static Packed pack(Mat&& m) {
     Packed p;
     p.rows = m.rows, p.cols = m.cols;
-    auto& e = elements(m);
+    auto& e = weights::Traits<weights::format_of<Mat>>::codes(m);
     e = pack_strips(e, m.rows, m.cols);
     p.m_ = std::move(m);
     return p;
@@ -56,12 +57,6 @@ class Packed {
   const Mat& strips() const { return m_; }
 
  private:
-  static auto& elements(Mat& m) {
-    if constexpr (requires { m.q; })
-      return m.q;
-    else
-      return m.data;
-  }
   Mat m_;
 };
 

@@ -20,14 +20,15 @@ void linear(float* out,                              // (M, N)
   matmul<E>(out, x, W.data.data(), b, M, W.rows, W.cols, add);
 }
 
+// A 16-bit float format (weights::LinearFamily::Dense16): each weight widened where it is used.
 template <Epilogue E, class Fmt>
-requires std::is_same_v<Fmt, weights::F16> || std::is_same_v<Fmt, weights::BF16>
-void linear(float* out,                     // (M, N)
-            const float* x,                 // (M, K)
-            const weights::Matrix<Fmt>& W,  // (K, N)
-            const float* b,                 // (N)
-            int M,
-            const float* add = nullptr) {  // (M, N) added before the epilogue
+requires(weights::Traits<Fmt>::family == weights::LinearFamily::Dense16) void linear(
+    float* out,                     // (M, N)
+    const float* x,                 // (M, K)
+    const weights::Matrix<Fmt>& W,  // (K, N)
+    const float* b,                 // (N)
+    int M,
+    const float* add = nullptr) {  // (M, N) added before the epilogue
   const int K = W.rows, N = W.cols;
   for (int m = 0; m < M; m++)
     for (int n = 0; n < N; n++) {
