@@ -90,8 +90,8 @@ class Gpt2 {
   // unless asked), for Logits::All every new token's.
   void forward(Cache& cache, const model::Batch& b, std::vector<float>& logits) {
     [[maybe_unused]] const auto scope = run_.ctx.scope();
-    plan(cache, b);
-    const model::StepPlan& p = run_.plan;
+    const model::StepPlan& p = check(cache, b);
+    prepare(cache, b);
     logits.resize(static_cast<std::size_t>(p.M) * V);
     if constexpr (Storage::is_host) {
       enqueue(cache, p.idx.data());
@@ -121,7 +121,11 @@ class Gpt2 {
                     std::vector<float>* logits = nullptr) requires kDeviceSampling {
     if (b.logits != model::Logits::Last)
       fail("forward_pick: picks one token per row of logits; the batch asks for Logits::All");
-    const model::StepPlan& p = plan_checked(cache, b, ids.size(), logprobs.size());
+    model::StepPlan& p = check(cache, b);
+    model::plan_sampling(p, b.sampling, b.masks, V);
+    if (ids.size() != static_cast<std::size_t>(p.M) || logprobs.size() != ids.size())
+      fail("forward_pick: ", p.M, " rows of logits but ", ids.size(), " ids and ", logprobs.size(),
+           " logprobs");
     [[maybe_unused]] const auto scope = run_.ctx.scope();
     prepare(cache, b);
     const int M = p.M, n = static_cast<int>(p.mask_rows.size());
@@ -218,25 +222,15 @@ class Gpt2 {
   float layer_norm_eps() const { return w_.eps; }
 
  private:
-  // Checks b and builds its plan (nothing else changes if it throws), then grows the scratch
-  // and reserves the step's cache rows.
-  void plan(Cache& cache, const model::Batch& b) {
+  // Checks b and builds its plan; nothing else changes if it throws.
+  model::StepPlan& check(const Cache& cache, const model::Batch& b) {
     model::build_plan<Cfg>(run_.plan, cache, b, [&](int a) { return adapters_.get(a) != nullptr; });
-    prepare(cache, b);
+    return run_.plan;
   }
+  // Then the plan's LoRA groups, the scratch grown, and the step's cache rows reserved.
   void prepare(Cache& cache, const model::Batch& b) {
     if constexpr (kLora) adapters_.plan(run_.plan, b);
     run_.prepare(cache, b, kLora ? adapters_.max_rank() : 0);
-  }
-  const model::StepPlan& plan_checked(const Cache& cache, const model::Batch& b, std::size_t n_ids,
-                                      std::size_t n_logprobs) {
-    model::StepPlan& p = run_.plan;
-    model::build_plan<Cfg>(p, cache, b, [&](int a) { return adapters_.get(a) != nullptr; });
-    model::plan_sampling(p, b.sampling, b.masks, V);
-    if (n_ids != static_cast<std::size_t>(p.M) || n_logprobs != n_ids)
-      fail("forward_pick: ", p.M, " rows of logits but ", n_ids, " ids and ", n_logprobs,
-           " logprobs");
-    return p;
   }
 
   // Enqueues the step up to ln_f: the (M, C) rows that get logits are in run_.ln. idx: the
