@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Attention for few query rows (decode: one row per sequence) over long caches, flash-decoding
 // style: a query's cache rows are cut into splits of kSplitRows (attention_state.hpp), and each
 // warp walks one split, so a single long sequence still spreads over many warps and blocks. A
@@ -9,7 +10,7 @@
 // The prefill kernel sums in the same order, so either kernel gives a row the same bits.
 #include "servekit/kernels/attention_prefill.hpp"  // AttentionParams, attention_state.hpp
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 namespace flash_decode {
 constexpr int kWarps = 4, kThreads = kWarps * 32, BK = attn::BK;

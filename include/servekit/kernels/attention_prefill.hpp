@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Causal attention over the KV cache for many query rows (prefill), flash-attention style: a
 // block takes a tile of BQ consecutive query rows and one head, streams the keys and values of
 // their sequence through shared memory BK rows at a time, and keeps a running max / sum /
@@ -13,7 +14,7 @@
 // tiles of 32 from first[r], a split's state merged into the total every kSplitRows rows.
 #include "servekit/kernels/attention_state.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 template <class T, class Rows>
 struct AttentionParams {

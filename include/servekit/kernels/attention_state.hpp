@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // The one order in which servekit's attention sums, shared by the prefill and the decode
 // kernels so that a query row gets the same bits from either: a request's tokens then do not
 // depend on whether its rows ran in a decode step, a step beside a prompt, a chunked
@@ -14,7 +15,7 @@
 // the same values.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels::attn {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI::attn {
 
 constexpr int BK = 32;          // cache rows per tile: one per lane
 constexpr int kSplitRows = 64;  // cache rows per split: one warp of the decode kernel each

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // What every device kernel shares: warp reductions on shuffles (CUB's warp primitives are PTX and
 // do not build for the emulator), fp32 <-> cache element conversions, the linear epilogues, and
 // the addressing functors that let one attention kernel read a contiguous or a paged cache.
@@ -12,7 +13,7 @@
 #include "servekit/kv/view.hpp"
 #include "servekit/simt/simt.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 namespace simt = servekit::simt;
 

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Token + position embedding: a gather, one block per row, threads along C so that each
 // warp reads 128 contiguous bytes of wte and wpe.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 struct EmbeddingParams {
   float* out;             // (N, C)

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Row gather: out[i] = in[rows[i]]. The decoder takes each sequence's last row of the residual
 // stream this way before ln_f and lm_head, so only the rows whose logits are wanted go on.
 // One block per output row, threads along C.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 struct GatherRowsParams {
   float* out;           // (M, C)

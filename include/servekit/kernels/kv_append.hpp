@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Writes the K and V thirds of each new token's qkv row into its cache row (converted to the
 // cache's element type). One block per token; the cache layout is the Rows functor's business.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 template <class T, class Rows>
 struct KvAppendParams {

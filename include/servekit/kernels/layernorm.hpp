@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // LayerNorm over C, one warp per row: the row is read twice from L1/L2 (mean, then centred
 // variance, as the reference: the one-pass E[x^2] - E[x]^2 form loses digits when the residual
 // stream grows) and reduced with shuffles, so no shared memory and no block barrier.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 struct LayernormParams {
   float* out;       // (N, C)

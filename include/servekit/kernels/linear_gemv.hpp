@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // out = epilogue(x @ W + b) for a few rows of x (M <= 8, decode) on CUDA cores, W stored (K, N):
 // the GEMV mainloop shared by every CUDA-core weight format, with the format as a policy that
 // loads 4 adjacent weights of a row of W as fp32 (F32Cols: one 16-byte load; U8Cols: 4 bytes,
@@ -20,7 +21,7 @@
 
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 namespace gemv {
 constexpr int kMaxM = 8;                       // rows of x per launch

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // out = epilogue(x @ W + b) for fp16 or bf16 W stored (K, N), on tensor cores
 // (mma.sync.m16n8k16, fp32 accumulate). A block of 2 x kWn warps computes a (32 x 32 kWn) tile
 // of out (kWn = 2, or 4 for decode launches with columns to spare: x is then staged once for
@@ -18,7 +19,7 @@
 // walk every part in one block. Either way a row gets the same bits, whatever M.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 struct LinearB16Params {
   float* out;              // (M, N)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // out = epilogue(x @ W + b) for fp32 W stored (K, N), on CUDA cores: the launcher. M <= 8
 // (decode) runs linear_gemv.hpp's GEMV, split over K when the decoder hands it a scratch; more
 // rows run linear_tiled.hpp's tiled GEMM. Both take the F32Cols loader and sum K in
@@ -7,7 +8,7 @@
 #include "servekit/kernels/linear_gemv.hpp"
 #include "servekit/kernels/linear_tiled.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 struct LinearParams {
   float* out;      // (M, N)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // out = epilogue(x @ W + b) for more than gemv::kMaxM rows of x (prefill) on CUDA cores, W
 // stored (K, N): the tiled GEMM shared by every CUDA-core weight format, the format being one
 // of linear_gemv.hpp's loaders (F32Cols, U8Cols). Its W tile is staged in shared memory as
@@ -10,7 +11,7 @@
 // row gets the GEMV's bits.
 #include "servekit/kernels/linear_gemv.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 namespace tiled {
 constexpr int BM = 64, BN = 64, BK = 16, TM = 4, TN = 4;

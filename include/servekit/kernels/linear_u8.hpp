@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // out = epilogue(x @ W + b) for zero-point uint8 W stored (K, N) (weights/u8_zero_point.hpp),
 // on CUDA cores, with the dequantisation fused: no fp32 copy of W exists anywhere. Inside a
 // group of G input rows every weight of column n is q * scale + min, so
@@ -19,7 +20,7 @@
 #include "servekit/kernels/linear_gemv.hpp"
 #include "servekit/kernels/linear_tiled.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 struct LinearU8Params {
   float* out;             // (M, N)

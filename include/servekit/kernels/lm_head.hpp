@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // logits = x @ wte^T (GPT-2 ties the output projection to the token embedding). wte rows are
 // contiguous in C, so a warp takes one vocabulary row and its lanes stride along C: each wte
 // row is read once per block for up to kRows rows of x, which sit in shared memory.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 struct LmHeadParams {
   float* logits;     // (M, V)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // The LoRA delta of one linear on the device, y[r] += scale_a * (x[r] A_a^T) B_a^T for each row
 // r whose adapter a = ad[r] adapts it, in two steps: shrink v = scale x A^T (rank values per
 // row, into a scratch of max_rank per row) and expand y += v B^T. Each adapter keeps its own
@@ -16,7 +17,7 @@
 #include "servekit/kernels/common.hpp"
 #include "servekit/kernels/lora_args.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 __device__ SERVEKIT_SIMT_INLINE const LoraMats* lora_mats(const LoraParams& p, int32_t a) {
   if (a < 0 || a >= p.n_slots || (p.only >= 0 && a != p.only)) return nullptr;

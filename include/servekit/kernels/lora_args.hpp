@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // What every LoRA kernel reads, the host oracle (kernels/ref/lora.hpp) and the device kernels
 // (kernels/lora.hpp) alike: one adapter's matrices for one linear (in -> out), and one linear's
 // delta over a batch of rows.
 #include <cstdint>
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 struct LoraMats {
   const float* a = nullptr;  // (rank, K); nullptr: the adapter leaves this linear alone

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Next-token selection on the device, so a step copies back M token ids (and their logprobs)
 // instead of M x V floats. Each row has its own parameters (RowSampling), so one launch serves
 // a batch of requests that each sample their own way. Greedy: the argmax of the row; ties go to
@@ -13,7 +14,7 @@
 #include "servekit/kernels/common.hpp"
 #include "servekit/kernels/sampling_args.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 struct ArgmaxParams {
   int32_t* ids;         // (M)

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // A split-K linear launch's scratch (kernels/common.hpp's split_k_finish), owned by the decoder
 // and handed to the device linears: plain pointers, so the decoder names it without the kernels.
 #include <cstddef>
 #include <cstdint>
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 // Each block (column tile, part) writes its part's sums to `partial`, and the block that arrives
 // last at its tile's counter adds the parts in order and runs the epilogue (the CUDA

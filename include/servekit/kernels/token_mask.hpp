@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Constrained decoding's step on the device: the tokens a row's grammar refuses get -inf
 // before sampling (constrain/token_mask.hpp computes the masks on the host). One block per
 // masked row, so rows without a constraint are not touched and a step without any launches
@@ -9,7 +10,7 @@
 
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels {
+namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 
 struct MaskParams {
   float* logits;          // (M, V)

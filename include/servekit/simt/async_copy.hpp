@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Asynchronous copies from global to shared memory (sm_80's cp.async), which let a kernel fetch
 // the next tiles of a K loop while it multiplies the current one:
 //
@@ -28,7 +29,7 @@
 #include "servekit/simt/block_runner.hpp"
 #endif
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 __device__ SERVEKIT_SIMT_INLINE void cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
 #if defined(SERVEKIT_SIMT_DEVICE)

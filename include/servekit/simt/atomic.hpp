@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // atomicAdd / Sub / Max / Min / Exch / CAS / And / Or / Xor for the host. Blocks run concurrently
 // on several OS threads, so these are real atomics (std::atomic_ref, relaxed like CUDA's).
 // simt::atomic_max / atomic_min for float work on both compilers (a CAS loop on the GPU, which
@@ -13,7 +14,7 @@
 #if defined(SERVEKIT_SIMT_HOST)
 #include <atomic>
 
-namespace servekit::simt::detail {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail {
 template <class T>
 SERVEKIT_SIMT_INLINE std::atomic_ref<T> atomic_at(T* p) {
   return std::atomic_ref<T>(*p);
@@ -96,7 +97,7 @@ SERVEKIT_SIMT_INLINE unsigned short atomicCAS(unsigned short* p, unsigned short 
 }
 #endif
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 // Float max/min by compare-and-swap on the bits; returns the old value. NaN inputs are ignored.
 __device__ SERVEKIT_SIMT_INLINE float atomic_max(float* p, float v) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // __syncthreads and its counting forms. On the host a barrier is a count of arrivals: each thread
 // but the last parks its fiber; the last one releases them all and runs on.
 //
@@ -14,7 +15,7 @@
 #include <source_location>
 #include "servekit/simt/block_runner.hpp"
 
-namespace servekit::simt::detail {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail {
 
 // Arrive with predicate `pred`; returns the number of threads that arrived with a nonzero one.
 SERVEKIT_SIMT_INLINE int block_barrier(int pred, const char* op, const std::source_location& loc) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Runs one thread block on the calling OS thread: each CUDA thread is a fiber, and the fibers
 // take turns. A thread runs until it waits (a __syncthreads, a warp-level op) or returns; then
 // the next ready thread runs. Ready threads wait in a queue taken in FIFO order (or reversed, or
@@ -23,7 +24,7 @@
 #include "servekit/simt/fiber.hpp"
 #include "servekit/simt/schedule.hpp"
 
-namespace servekit::simt::detail {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail {
 
 enum class ThreadState : std::uint8_t { Ready, AtBarrier, AtWarpOp, Exited };
 

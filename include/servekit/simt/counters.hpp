@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // What the device code of a process did, counted on both compilers: kernel launches (issued or
 // captured), graph launches, host synchronisations, copies each way with their bytes, device
 // and pinned allocations and frees (a captured copy is counted when its graph runs). Under the
@@ -21,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 struct Counts {
   long long launches = 0;

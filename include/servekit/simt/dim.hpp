@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // threadIdx / blockIdx / blockDim / gridDim. On the host they are per-OS-thread globals: the block
 // runner writes blockIdx/blockDim/gridDim once per block and threadIdx at every fiber switch, so
 // kernel code reads them exactly as it does on a GPU.
@@ -12,7 +13,7 @@ inline thread_local dim3 blockDim{1, 1, 1};
 inline thread_local dim3 gridDim{1, 1, 1};
 #endif
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 __host__ __device__ inline constexpr unsigned long long volume(dim3 d) {
   return static_cast<unsigned long long>(d.x) * d.y * d.z;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // One CUDA thread on the host = one fiber: a 64 KiB stack and a boost.context fcontext. fcontext
 // switches in ~4 ns; glibc's ucontext makes a signal-mask syscall per switch (~180 ns).
 //
@@ -24,7 +25,7 @@
 #define SERVEKIT_SIMT_ASAN 1
 #endif
 
-namespace servekit::simt::detail {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail {
 
 using boost::context::detail::fcontext_t;
 using boost::context::detail::jump_fcontext;

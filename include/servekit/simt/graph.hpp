@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // CUDA graphs, one API on both compilers: simt::capture(stream, fn) runs fn with `stream` in
 // capture mode and returns the work fn issued there as a Graph; graph.launch(stream) replays it
 // with one call. Under nvcc: cudaStreamBeginCapture (thread-local mode), cudaStreamEndCapture,
@@ -22,7 +23,7 @@
 #include "servekit/simt/error.hpp"
 #include "servekit/simt/stream.hpp"
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 class Graph {
  public:

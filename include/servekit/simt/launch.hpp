@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // simt::launch(kernel, grid, block, smem_bytes, stream, args...): kernel<<<grid, block, smem,
 // stream>>>(args...) under nvcc; under the emulator, the blocks spread over OS threads (OpenMP,
 // dynamic schedule: blocks can differ a lot in cost), each block run by block_runner.
@@ -36,7 +37,7 @@
 #include "servekit/simt/block_runner.hpp"
 #endif
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 inline constexpr std::size_t kDefaultSmemBytes = 48 * 1024;    // without an opt-in
 inline constexpr std::size_t kMaxOptInSmemBytes = 227 * 1024;  // sm_80 / sm_90 opt-in ceiling

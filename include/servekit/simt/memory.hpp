@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Device memory, one API on both compilers: cudaMalloc and cudaMemcpy under nvcc; aligned host
 // memory and memcpy under the emulator (where "device" memory is ordinary memory). Pinned host
 // memory (PinnedBuffer) is what an asynchronous copy, and a captured one, reads from.
@@ -21,7 +22,7 @@
 #include "servekit/simt/counters.hpp"
 #include "servekit/simt/stream.hpp"
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 // (n) elements of T in device memory, uninitialised; n == 0 gives nullptr.
 template <class T>

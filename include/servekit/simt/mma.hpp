@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Tensor-core fragments: mma.sync m16n8k16 (f16 or bf16 inputs, f32 accumulate) and ldmatrix.
 // Under nvcc, inline PTX. On the host, a warp-level exchange: the last lane to arrive gathers
 // every lane's fragment into whole tiles, multiplies, and scatters the result back, using the
@@ -18,7 +19,7 @@
 #include "servekit/simt/warp.hpp"
 #endif
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 // Where fragment element i of lane `lane` sits in its tile. groupID = lane / 4 picks the row (A,
 // C) or column (B); threadID_in_group = lane % 4 picks a pair of adjacent columns (A, C) or rows

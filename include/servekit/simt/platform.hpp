@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // The CUDA language surface on both compilers. Under nvcc this is CUDA itself; under a host
 // compiler the function qualifiers come from CUDA's own host_defines.h (pulled in by
 // <cuda_fp16.h>) where they expand to nothing, and `__shared__` is redefined as `thread_local`:
@@ -32,7 +33,7 @@
 constexpr int warpSize = 32;
 #endif
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 inline constexpr int kWarpSize = 32;
 inline constexpr int kMaxBlockThreads = 1024;
 inline constexpr unsigned kFullMask = 0xffffffffu;

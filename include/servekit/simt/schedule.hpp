@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // The order in which the emulator runs a block's ready threads. CUDA promises no order between
 // the threads of a block outside barriers and warp ops, so every order is a schedule a GPU may
 // run; a kernel whose result depends on it has a race. The default, FIFO, runs thread 0 to its
@@ -18,7 +19,7 @@
 
 #include "servekit/core/error.hpp"
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 enum class Order : std::uint8_t { Fifo, Reverse, Random };
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Shared memory, typed, on both compilers.
 //  - Dynamic (the third launch parameter): on the GPU the one `extern __shared__` array; on the
 //    host a per-OS-thread buffer sized by the launch, filled with 0xff bytes per block so that
@@ -23,7 +24,7 @@
 #include "servekit/simt/error.hpp"
 #endif
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 template <class T>
 __device__ SERVEKIT_SIMT_INLINE T* dynamic_smem() {

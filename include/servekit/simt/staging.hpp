@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // StagingBuffer: the arrays the host builds for one step of device work (indices, sampling
 // parameters, masks), packed in one pinned buffer at 16-byte offsets and uploaded with one
 // asynchronous copy: the plan half of a plan/run split. Its device twin grows only in
@@ -21,7 +22,7 @@
 
 #include "servekit/simt/memory.hpp"
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 class StagingBuffer {
  public:

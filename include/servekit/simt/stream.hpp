@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Streams, events and device-wide synchronisation, one API on both compilers. On the host every
 // operation runs to completion when issued, so a stream is only a name and an event is a clock
 // reading, except while a stream is captured (simt/graph.hpp): then the work issued to it is
@@ -18,7 +19,7 @@
 #include "servekit/simt/counters.hpp"
 #include "servekit/simt/error.hpp"
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 
 #if defined(SERVEKIT_SIMT_DEVICE)
 using stream_handle = cudaStream_t;

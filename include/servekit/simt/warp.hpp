@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Warp-level ops: __syncwarp, the four shuffles, ballot/any/all. Under nvcc these are CUDA's own.
 //
 // On the host the lanes of a warp run one after another, so a warp op is a rendezvous: each lane
@@ -18,7 +19,7 @@
 
 #include "servekit/simt/block_runner.hpp"
 
-namespace servekit::simt::detail {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail {
 
 // A shuffle's qualifiers in one word: width in the low byte, operand bytes in the next.
 constexpr unsigned shfl_qual(int width, std::size_t bytes) {
@@ -208,7 +209,7 @@ SERVEKIT_SIMT_INLINE int __all_sync(unsigned mask, int pred) {
   return vote(mask, pred, "__all_sync") == lanes;
 }
 
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 // The calling thread's lane in its warp.
 SERVEKIT_SIMT_INLINE unsigned lane_id() {
   return linear_index(threadIdx, blockDim) % 32u;
@@ -216,7 +217,7 @@ SERVEKIT_SIMT_INLINE unsigned lane_id() {
 }  // namespace servekit::simt
 
 #else
-namespace servekit::simt {
+namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 __device__ __forceinline__ unsigned lane_id() {
   unsigned r;
   asm volatile("mov.u32 %0, %%laneid;" : "=r"(r));
