@@ -49,10 +49,12 @@
 
 namespace servekit::serve {
 
-template <class Model, Scheduler Sched = sched::Continuous>
-requires SchedulerFor<Sched, typename Model::Cache>
+template <class ModelT, Scheduler Sched = sched::Continuous>
+requires SchedulerFor<Sched, typename ModelT::Cache>
 class Engine {
  public:
+  using Model = ModelT;
+  using Scheduler = Sched;
   using Cache = typename Model::Cache;
   static constexpr int P = Model::Dims::n_positions, V = Model::Dims::vocab;
   static constexpr bool kLora = lora::enabled<typename Model::Config::Lora>;
@@ -450,6 +452,16 @@ class Engine {
       s.adapters.host = parking_->store.counters();
       s.adapters.device = parking_->slots.counters();
       s.adapters.parked = static_cast<long>(parking_->size());
+      // Each adapter named once, in the order first seen.
+      auto names = [](const auto& seqs, std::vector<std::string>& out) {
+        for (const auto& q : seqs)
+          if (const auto& id = q->st->request().adapter;
+              id && std::find(out.begin(), out.end(), *id) == out.end())
+            out.push_back(*id);
+      };
+      names(core_.running(), s.running_adapters);
+      names(core_.waiting(), s.waiting_adapters);
+      names(parking_->parked(), s.waiting_adapters);
     }
     std::lock_guard lk(stats_mu_);
     stats_ = s;

@@ -3,6 +3,8 @@
 // What an engine gives back: a handle per request, and snapshots of its counters.
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "servekit/lora/adapter_store.hpp"
 #include "servekit/serve/adapter_slots.hpp"
@@ -35,6 +37,8 @@ struct EngineStats {
   int slots = 0, slots_free = 0;
   double busy_s = 0;  // time spent in steps
   AdapterStats adapters;
+  // LoRA: the adapters of the running and of the waiting requests, each named once
+  std::vector<std::string> running_adapters, waiting_adapters;
   double tokens_per_s() const { return busy_s > 0 ? generated_tokens / busy_s : 0.0; }
 };
 

@@ -4,10 +4,12 @@
 // preemptions, the adapter store), and what the server counts as requests end or are refused
 // (finish reasons, tokens, latency histograms). Names and buckets are vLLM's under the
 // servekit: prefix, so dashboards made for vLLM read these with a prefix swap.
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "servekit/serve/http/identity.hpp"
 #include "servekit/serve/http/prometheus.hpp"
 #include "servekit/serve/request.hpp"
 
@@ -86,8 +88,8 @@ class ServerMetrics {
 
 // The /metrics page: the engine's gauges and counters, the server's families, and with LoRA
 // the adapter store's. admitted: requests the server holds (waiting + running + being answered).
-template <class Engine>
-std::string metrics_text(Engine& engine, int admitted, const ServerMetrics& server) {
+inline std::string metrics_text(const EngineRef& engine, int admitted, const ServerMetrics& server,
+                                const std::string& device) {
   const auto s = engine.stats();
   std::string o;
   auto gauge = [&](const char* name, const char* help, double v) {
@@ -114,8 +116,38 @@ std::string metrics_text(Engine& engine, int admitted, const ServerMetrics& serv
           static_cast<double>(s.preemptions));
   counter("servekit:engine_steps_total", "Forward passes the engine has run.",
           static_cast<double>(s.steps));
+  // The composition as labels of a constant gauge, as vLLM's cache_config_info.
+  const nlohmann::json id = identity_json(engine, device);
+  auto label = [](const char* k, const nlohmann::json& v) {
+    return std::string(k) + "=\"" +
+           prom_label(v.is_string() ? v.get<std::string>() : v.dump()) + "\"";
+  };
+  prom_family(o, "servekit:composition_info", "gauge",
+              "What this server runs: the composition, device, dtype, KV cache and LoRA limits.");
+  prom_sample(o, "servekit:composition_info", 1,
+              label("composition", id["composition"]) + "," + label("device", id["device"]) +
+                  "," + label("dtype", id["dtype"]) + "," +
+                  label("kv_cache", id["kv_cache"]["layout"]) + "," +
+                  label("block_size", id["kv_cache"]["block_size"]) + "," +
+                  label("lora", id["lora"]["dispatch"]));
   server.render(o);
-  if constexpr (Engine::kLora) {
+  if (engine.identity().lora_enabled) {
+    // vLLM's lora_requests_info, which the Gateway API Inference Extension's endpoint picker
+    // (--lora-info-metric) reads to route by adapter; the value is when it was written.
+    auto joined = [](const std::vector<std::string>& v) {
+      std::string j;
+      for (const auto& a : v) j += (j.empty() ? "" : ",") + a;
+      return j;
+    };
+    const double now = std::chrono::duration<double>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+    prom_family(o, "servekit:lora_requests_info", "gauge",
+                "Running and waiting requests' LoRA adapters; the value is a Unix time.");
+    prom_sample(o, "servekit:lora_requests_info", now,
+                label("running_lora_adapters", joined(s.running_adapters)) + "," +
+                    label("waiting_lora_adapters", joined(s.waiting_adapters)) + "," +
+                    label("max_lora", std::to_string(id["lora"]["max_loras"].get<int>())));
     const auto& a = s.adapters;
     counter("servekit:adapter_host_hits_total", "Adapter fetches served from host memory.",
             static_cast<double>(a.host.host_hits));

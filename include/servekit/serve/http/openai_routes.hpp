@@ -11,15 +11,15 @@
 #include <string>
 
 #include "servekit/serve/http/event_stream.hpp"
+#include "servekit/serve/http/identity.hpp"
 #include "servekit/serve/http/openai.hpp"
 #include "servekit/serve/http/server_core.hpp"
 
 namespace servekit::serve::http {
 
-template <class Engine>
 class OpenAiRoutes {
  public:
-  explicit OpenAiRoutes(ServerCore<Engine>& core) : core_(core) {}
+  explicit OpenAiRoutes(ServerCore& core) : core_(core) {}
 
   void completions(const httplib::Request& q, httplib::Response& res) {
     try {
@@ -33,7 +33,7 @@ class OpenAiRoutes {
       }
       if (c.model != core_.opt().model_id) {
         bool known = false;
-        if constexpr (Engine::kLora) known = core_.engine().adapters().registered(c.model);
+        known = core_.engine().adapter_registered(c.model);
         if (!known) {
           core_.reject("not_found");
           throw ApiError(404, "not_found",
@@ -78,7 +78,9 @@ class OpenAiRoutes {
                     {"created", t},
                     {"owned_by", "servekit"},
                     {"root", base},
-                    {"parent", nullptr}});
+                    {"parent", nullptr},
+                    {"max_model_len", core_.engine().identity().max_positions},
+                    {"servekit", identity_json(core_.engine(), core_.opt().device)}});
     for (const auto& a : core_.adapter_ids())
       data.push_back({{"id", a},
                       {"object", "model"},
@@ -90,7 +92,7 @@ class OpenAiRoutes {
   }
 
  private:
-  using Job = typename ServerCore<Engine>::Job;
+  using Job = ServerCore::Job;
 
   // One chunk per token (with echo, the first carries the prompt too); then, as the request
   // asked, a chunk with the finish reason when no token came, a usage chunk, and [DONE].
@@ -146,7 +148,7 @@ class OpenAiRoutes {
         });
   }
 
-  ServerCore<Engine>& core_;
+  ServerCore& core_;
 };
 
 }  // namespace servekit::serve::http

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// HttpServer<Engine>: an engine behind HTTP, speaking the text-generation-inference / LoRAX API
+// HttpServer: an engine behind HTTP, speaking the text-generation-inference / LoRAX API
 // (POST /generate, /generate_stream and /, GET /info, /health) and OpenAI's completions API
 // (POST /v1/completions, GET /v1/models), with Prometheus metrics on GET /metrics.
 //
@@ -27,6 +27,8 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <concepts>
+#include <memory>
 #include <chrono>
 #include <exception>
 #include <string>
@@ -42,22 +44,22 @@
 
 namespace servekit::serve::http {
 
-template <class Engine>
 class HttpServer {
  public:
+  // Any engine, seen through serve::EngineRef (engine_ref.hpp), so that the server is compiled
+  // once whatever the composition. The engine must outlive the server.
+  template <class Engine>
+    requires(!std::derived_from<Engine, EngineRef>)
   HttpServer(Engine& engine, const text::Gpt2Tokenizer& tok, HttpOptions opt = {})
+      : own_(std::make_unique<EngineRefOf<Engine>>(engine)),
+        core_(*own_, tok, std::move(opt)),
+        tgi_(core_),
+        openai_(core_) {
+    setup();
+  }
+  HttpServer(EngineRef& engine, const text::Gpt2Tokenizer& tok, HttpOptions opt = {})
       : core_(engine, tok, std::move(opt)), tgi_(core_), openai_(core_) {
-    const HttpOptions& o = core_.opt();
-    // A connection holds a thread while its request runs: room for every admitted request
-    // plus a few for the 429s, /health and /metrics that must still be answered.
-    const std::size_t threads = static_cast<std::size_t>(o.max_pending) + 16;
-    // Started as connections come and ended after 5 s without one, so an idle server gives
-    // the stacks of a busy hour back.
-    svr_.new_task_queue = [threads] { return new ElasticPool(threads, std::chrono::seconds(5)); };
-    svr_.set_payload_max_length(o.max_body_bytes);
-    svr_.set_keep_alive_timeout(2);
-    svr_.set_tcp_nodelay(true);  // one small event per token: do not wait to fill a segment
-    routes();
+    setup();
   }
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -94,6 +96,20 @@ class HttpServer {
   int admitted() const { return core_.admitted(); }
 
  private:
+  void setup() {
+    const HttpOptions& o = core_.opt();
+    // A connection holds a thread while its request runs: room for every admitted request
+    // plus a few for the 429s, /health and /metrics that must still be answered.
+    const std::size_t threads = static_cast<std::size_t>(o.max_pending) + 16;
+    // Started as connections come and ended after 5 s without one, so an idle server gives
+    // the stacks of a busy hour back.
+    svr_.new_task_queue = [threads] { return new ElasticPool(threads, std::chrono::seconds(5)); };
+    svr_.set_payload_max_length(o.max_body_bytes);
+    svr_.set_keep_alive_timeout(2);
+    svr_.set_tcp_nodelay(true);  // one small event per token: do not wait to fill a segment
+    routes();
+  }
+
   void routes() {
     svr_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       if (core_.draining())
@@ -104,7 +120,7 @@ class HttpServer {
       res.set_content(dump_json(tgi_.info()), "application/json");
     });
     svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics_text(core_.engine(), core_.admitted(), core_.metrics()),
+      res.set_content(metrics_text(core_.engine(), core_.admitted(), core_.metrics(), core_.opt().device),
                       "text/plain; version=0.0.4");
     });
     svr_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -147,9 +163,10 @@ class HttpServer {
 
   // Declared in this order so the routes, which hold the core, are built after it and the
   // listener, whose threads run the routes, is destroyed before them.
-  ServerCore<Engine> core_;
-  TgiRoutes<Engine> tgi_;
-  OpenAiRoutes<Engine> openai_;
+  std::unique_ptr<EngineRef> own_;  // the template constructor's view of its engine
+  ServerCore core_;
+  TgiRoutes tgi_;
+  OpenAiRoutes openai_;
   httplib::Server svr_;
   int port_ = -1;
   std::atomic<bool> stopped_{false};

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// ServerCore<Engine>: what every route of the HTTP server shares. It holds the engine, the
+// ServerCore: what every route of the HTTP server shares. It holds the engine, the
 // tokenizer and the options, admits requests (at most max_pending at once, none while
 // draining), and carries each admitted request through its life: submit it with hooks that
 // feed its Flow, wait for it or abandon it, and count it when it ends.
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "servekit/serve/engine.hpp"
+#include "servekit/serve/engine_ref.hpp"
 #include "servekit/serve/http/api_error.hpp"
 #include "servekit/serve/http/json_fields.hpp"
 #include "servekit/serve/http/metrics.hpp"
@@ -42,6 +42,7 @@ struct HttpOptions {
   bool adapter_paths = true;     // adapter_source "local": a request may name a folder
   bool log_requests = true;      // one line per request on stderr
   std::string version = "0";
+  std::string device = "cpu";  // where the kernels run, in words (the CPU or GPU's name)
   ApiLimits limits;
 };
 
@@ -64,7 +65,6 @@ inline void send_error(httplib::Response& res, const ApiError& e, bool openai = 
   res.set_content(dump_json(body), "application/json");
 }
 
-template <class Engine>
 class ServerCore {
  public:
   // An admitted request's place; given back when its response is done, whatever happened.
@@ -88,14 +88,14 @@ class ServerCore {
     std::string route, adapter, prompt_text;
   };
 
-  ServerCore(Engine& engine, const text::Gpt2Tokenizer& tok, HttpOptions opt)
+  ServerCore(EngineRef& engine, const text::Gpt2Tokenizer& tok, HttpOptions opt)
       : engine_(engine), tok_(tok), opt_(std::move(opt)), seeds_(std::random_device{}()) {
     if (opt_.max_pending < 1) fail("http: max_pending must be >= 1, got ", opt_.max_pending);
   }
   ServerCore(const ServerCore&) = delete;
   ServerCore& operator=(const ServerCore&) = delete;
 
-  Engine& engine() const { return engine_; }
+  EngineRef& engine() const { return engine_; }
   const text::Gpt2Tokenizer& tok() const { return tok_; }
   const HttpOptions& opt() const { return opt_; }
   const ServerMetrics& metrics() const { return metrics_; }
@@ -220,13 +220,10 @@ class ServerCore {
 
   std::string token_text(int32_t id) const { return tok_.token_bytes(id); }
 
-  std::vector<std::string> adapter_ids() const {
-    if constexpr (Engine::kLora) return engine_.adapters().ids();
-    return {};
-  }
+  std::vector<std::string> adapter_ids() const { return engine_.adapter_ids(); }
 
  private:
-  Engine& engine_;
+  EngineRef& engine_;
   const text::Gpt2Tokenizer& tok_;
   HttpOptions opt_;
   ServerMetrics metrics_;

@@ -13,15 +13,15 @@
 #include <vector>
 
 #include "servekit/serve/http/event_stream.hpp"
+#include "servekit/serve/http/identity.hpp"
 #include "servekit/serve/http/server_core.hpp"
 #include "servekit/serve/http/tgi.hpp"
 
 namespace servekit::serve::http {
 
-template <class Engine>
 class TgiRoutes {
  public:
-  explicit TgiRoutes(ServerCore<Engine>& core) : core_(core) {}
+  explicit TgiRoutes(ServerCore& core) : core_(core) {}
 
   // route: the path, for the log line. stream: answer with events. compat: POST /, where the
   // body's "stream" decides and an unstreamed answer is a one-element list.
@@ -68,17 +68,18 @@ class TgiRoutes {
   // GET /info: the model and the server's limits, as TGI's router describes itself.
   json info() const {
     const HttpOptions& opt = core_.opt();
-    Engine& engine = core_.engine();
-    return {{"model_id", opt.model_id},
+    const EngineRef& engine = core_.engine();
+    const EngineIdentity& id = engine.identity();
+    json j = {{"model_id", opt.model_id},
             {"model_sha", nullptr},
-            {"model_dtype", "float32"},
-            {"model_device_type", "cpu"},
+            {"model_dtype", dtype_name(id.weights)},
+            {"model_device_type", id.backend == "cuda" ? "cuda" : "cpu"},
             {"model_pipeline_tag", "text-generation"},
             {"max_concurrent_requests", opt.max_pending},
             {"max_best_of", 1},
             {"max_stop_sequences", opt.limits.max_stop},
-            {"max_input_length", Engine::P},
-            {"max_total_tokens", Engine::P},
+            {"max_input_length", id.max_positions},
+            {"max_total_tokens", id.max_positions},
             {"max_batch_size", engine.options().max_batch},
             {"max_batch_total_tokens", engine.options().max_batched_tokens},
             {"validation_workers", 0},
@@ -86,21 +87,23 @@ class TgiRoutes {
             {"sha", nullptr},
             {"docker_label", nullptr},
             {"router", "servekit"},
-            {"engine", Engine::name()},
-            {"lora", Engine::kLora},
+            {"engine", id.engine},
+            {"lora", id.lora_enabled},
             {"adapters", core_.adapter_ids()}};
+    j.update(identity_json(engine, opt.device));
+    return j;
   }
 
  private:
-  using Job = typename ServerCore<Engine>::Job;
+  using Job = ServerCore::Job;
 
   // Checks the adapter a request names against what this server may load.
   void check_adapter(const std::optional<std::string>& id, const std::optional<std::string>& src) {
     if (!id) return;
-    if constexpr (!Engine::kLora) {
+    if (!core_.engine().identity().lora_enabled) {
       throw ApiError(422, "validation",
                      detail::cat("adapter '", id->substr(0, 80), "': this server runs ",
-                                 Engine::name(), ", a model without LoRA"));
+                                 core_.engine().identity().engine, ", a model without LoRA"));
     } else {
       if (src && *src == "local") {
         if (!core_.opt().adapter_paths)
@@ -111,9 +114,9 @@ class TgiRoutes {
                          detail::cat("adapter '", id->substr(0, 200), "': no such folder"));
         return;
       }
-      if (!core_.engine().adapters().registered(*id)) {
+      if (!core_.engine().adapter_registered(*id)) {
         std::string known;
-        for (const auto& a : core_.engine().adapters().ids())
+        for (const auto& a : core_.engine().adapter_ids())
           known += (known.empty() ? "" : ", ") + a;
         throw ApiError(
             424, "generation",
@@ -161,7 +164,7 @@ class TgiRoutes {
         });
   }
 
-  ServerCore<Engine>& core_;
+  ServerCore& core_;
 };
 
 }  // namespace servekit::serve::http
