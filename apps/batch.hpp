@@ -12,21 +12,17 @@
 #include <vector>
 
 #include "cli_common.hpp"
+#include "job.hpp"
 #include "servekit/core/error.hpp"
 #include "servekit/model/config.hpp"
 #include "servekit/lora/adapter.hpp"
 #include "servekit/model/gpt2.hpp"
+#include "servekit/model/load_gpt2.hpp"
+#include "servekit/model/merge_lora.hpp"
 #include "servekit/model/random_gpt2.hpp"
 #include "servekit/serve/engine.hpp"
 
 namespace servekit::cli {
-
-struct BatchArgs {
-  std::string model, vocab, input, output, scheduler = "continuous";
-  int max_batch = 8, max_batched_tokens = 512;
-  uint64_t seed = 0;                  // the random model's
-  std::vector<std::string> adapters;  // PEFT folders; a line's "adapter" names one by folder name
-};
 
 // One input line -> a request. Fields: prompt (text) or prompt_ids, max_new_tokens,
 // temperature (0: greedy, the default), top_k, top_p, seed, stop (string or list), ignore_eos,
@@ -108,7 +104,8 @@ inline json result_json(const serve::Result& r, int lineno) {
 }
 
 template <class Model, class Sched>
-int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs& a) {
+int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs& a,
+                   const RunChoice& choice) {
   std::ifstream in(a.input);
   if (!in) fail("batch: cannot open --input ", a.input);
   std::vector<serve::Request> reqs;
@@ -138,6 +135,8 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
   }
   const int n = static_cast<int>(reqs.size());
   serve::EngineOptions opt{.max_batch = a.max_batch, .max_batched_tokens = a.max_batched_tokens};
+  opt.max_active_adapters = choice.max_loras;
+  opt.adapter_max_rank = choice.max_lora_rank;
   serve::Engine<Model, Sched> engine(model, tok, opt);
   std::vector<serve::Request> runnable;
   std::vector<int> at;  // runnable index -> request index
@@ -178,30 +177,36 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
   return bad ? 1 : 0;
 }
 
-// The one place where --scheduler (and whether adapters are served) becomes a type.
-template <class D>
-int run_batch(const BatchArgs& a, const text::Gpt2Tokenizer& tok) {
-  auto with_scheduler = [&]<class Model>(Model& model) {
-    if (a.scheduler == "continuous")
-      return run_batch_with<Model, serve::sched::Continuous>(model, tok, a);
-    if (a.scheduler == "static") return run_batch_with<Model, serve::sched::Static>(model, tok, a);
-    if (a.scheduler == "sequential")
-      return run_batch_with<Model, serve::sched::Sequential<>>(model, tok, a);
-    fail("batch: unknown --scheduler ", a.scheduler, " (continuous, static or sequential)");
-  };
+// The composition main() picked: its scheduler, and the adapters applied at run time (every
+// row may carry its own) or, with --lora merge, the one adapter folded into the weights.
+template <class C, class D>
+int batch_as(const Job& job) {
+  const BatchArgs& a = *job.batch;
+  using Model = Gpt2<typename C::template Config<D>>;
+  using Sched = typename C::Scheduler;
   auto tensors = a.model.empty() ? model::random_gpt2<D>(a.seed) : model::load_gpt2<D>(a.model);
-  if (a.adapters.empty()) {
-    Gpt2<Config<D>> model(std::move(tensors));
-    return with_scheduler(model);
+  if (job.choice.merge) {
+    if (a.adapters.size() != 1)
+      fail("batch: --lora merge folds one adapter into the weights; ", a.adapters.size(),
+           " --adapter given (serve several with --lora gathered, loop or segmented)");
+    auto adapter = lora::load_adapter<D>(a.adapters[0]);
+    lora::merge(tensors, adapter);
+    std::fprintf(stderr, "batch: adapter '%s' from %s merged into the weights\n",
+                 adapter.name.c_str(), a.adapters[0].c_str());
+    Model model(std::move(tensors));
+    return run_batch_with<Model, Sched>(model, *job.tok, a, job.choice);
   }
-  // Every row carries its own adapter: lora::Gathered (BGMV).
-  Gpt2<Config<D, weights::F32, kv::Contiguous, lora::Gathered>> model(std::move(tensors));
-  for (const auto& dir : a.adapters) {
-    const int slot = model.add_adapter(lora::load_adapter<D>(dir));
-    std::fprintf(stderr, "batch: adapter '%s' from %s (r = %d)\n",
-                 model.adapter(slot)->name.c_str(), dir.c_str(), model.adapter(slot)->rank);
+  Model model(std::move(tensors));
+  if constexpr (lora::enabled<typename C::Lora>) {
+    for (const auto& dir : a.adapters) {
+      const int slot = model.add_adapter(lora::load_adapter<D>(dir));
+      std::fprintf(stderr, "batch: adapter '%s' from %s (r = %d)\n",
+                   model.adapter(slot)->name.c_str(), dir.c_str(), model.adapter(slot)->rank);
+    }
+  } else if (!a.adapters.empty()) {
+    fail("batch: --adapter needs a LoRA dispatch: --lora gathered, loop, segmented or merge");
   }
-  return with_scheduler(model);
+  return run_batch_with<Model, Sched>(model, *job.tok, a, job.choice);
 }
 
 }  // namespace servekit::cli

@@ -2,23 +2,26 @@
 // servekit: the command line. `tokenize` turns JSON lines of text into ids; `generate` runs a
 // GPT-2 checkpoint (HF layout) or, without one, a seeded random GPT-2 124M; `batch` runs a file
 // of requests through the serving engine; `serve` answers HTTP (LoRAX / TGI and OpenAI APIs).
+#include <pthread.h>
+
 #include <CLI/CLI.hpp>
-#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "servekit/model/dispatch.hpp"
-#include "servekit/lora/adapter.hpp"
-#include "servekit/model/merge_lora.hpp"
-#include "servekit/model/gpt2.hpp"
-#include "servekit/serve/generate.hpp"
-#include "servekit/text/tokenizer.hpp"
-#include "batch.hpp"
-#include "serve.hpp"
+#include "bench_table.hpp"
 #include "cli_common.hpp"
+#include "composition_flags.hpp"
+#include "job.hpp"
+#if !defined(SERVEKIT_CLI_NO_SERVE)
+#include "serve_main.hpp"
+#endif
+#include "servekit/core/thread_pool.hpp"
+#include "servekit/serve/compiled.hpp"
+#include "servekit/text/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 namespace sk = servekit;
@@ -54,165 +57,25 @@ int run_tokenize(const std::string& vocab) {
   return bad ? 1 : 0;
 }
 
-struct GenerateArgs {
-  std::string model, vocab, prompt, adapter, prompt_ids_text, seed_text, json_schema;
-  bool merge = false;
-  std::vector<int32_t> prompt_ids;
-  int max_new_tokens = 32, top_k = 0, top_logprobs = 0;
-  bool greedy = false, no_cache = false, as_json = false, ignore_eos = false;
-  float temperature = 1.f, top_p = 1.f;
-  uint64_t seed = 0;
-  std::vector<std::string> stop;
-};
-
-// Whether stdout holds a partial line (the echoed prompt and its continuation): an error
-// then starts a new line, so that it is not glued to the text.
-bool g_stdout_mid_line = false;
-
-template <class D>
-sk::model::Gpt2Tensors base_tensors(const GenerateArgs& a) {
-  if (a.model.empty()) return sk::model::random_gpt2<D>(a.seed);
-  if (a.as_json) return sk::model::load_gpt2<D>(a.model);  // scripts read the JSON's timings
-  // A large checkpoint takes seconds to read: say what is happening.
-  std::fprintf(stderr, "servekit: loading %s (%s) ...", a.model.c_str(),
-               std::string(D::name).c_str());
-  const auto t0 = std::chrono::steady_clock::now();
-  sk::model::Gpt2Tensors t;
-  try {
-    t = sk::model::load_gpt2<D>(a.model);
-  } catch (...) {
-    std::fprintf(stderr, "\n");  // the error goes on its own line, not after "loading ..."
-    throw;
-  }
-  std::fprintf(stderr, " %.1f s\n",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return t;
+// Runs job with the compiled composition its choice names (each in its own translation unit).
+int run_compiled(const sk::cli::Job& job) {
+  const auto i = sk::serve::compiled_index(job.choice.spec);
+  if (!i) sk::serve::fail_not_compiled(job.choice.spec);
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    static constexpr int (*table[])(const sk::cli::Job&) = {&sk::cli::run_entry<I>...};
+    return table[*i](job);
+  }(std::make_index_sequence<sk::serve::kCompiledCount>{});
 }
 
-template <class Model>
-int generate_with(Model& model, const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok,
-                  int32_t adapter);
-
-// The model the options ask for: the base weights, an adapter merged into them (--merge), or
-// the base weights with the adapter beside them, applied at run time (lora::Gathered).
-template <class D>
-int run_generate(const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok) {
-  using Model = sk::Gpt2<sk::Config<D>>;
-  if (a.adapter.empty()) {
-    Model model(base_tensors<D>(a));
-    return generate_with(model, a, tok, -1);
-  }
-  auto adapter = sk::lora::load_adapter<D>(a.adapter);
-  auto t = base_tensors<D>(a);
-  if (a.merge) {
-    sk::lora::merge(t, adapter);
-    Model model(std::move(t));
-    return generate_with(model, a, tok, -1);
-  }
-  sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, sk::lora::Gathered>> model(
-      std::move(t));
-  const int slot = model.add_adapter(std::move(adapter));
-  return generate_with(model, a, tok, slot);
-}
-
-template <class Model>
-int generate_with(Model& model, const GenerateArgs& a, const sk::text::Gpt2Tokenizer& tok,
-                  int32_t adapter) {
-  using D = typename Model::Dims;
-  auto prompt = a.prompt_ids.empty() ? tok.encode(a.prompt) : a.prompt_ids;
-  if (prompt.empty()) sk::fail("the prompt is empty: give --prompt TEXT or --prompt-ids");
-  for (std::size_t i = 0; i < prompt.size(); i++)
-    if (prompt[i] < 0 || prompt[i] >= D::vocab)
-      sk::fail(
-          "prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ", D::vocab,
-          ") of ", D::name,
-          a.prompt_ids.empty() ? " (the tokenizer's vocabulary is larger than the model's)" : "");
-  sk::serve::GenerateOptions opt;
-  opt.sampling.temperature = a.greedy ? 0.f : a.temperature;
-  opt.sampling.top_k = a.top_k;
-  opt.sampling.top_p = a.top_p;
-  opt.sampling.seed = a.seed;
-  opt.stop.max_new_tokens = a.max_new_tokens;
-  opt.stop.stop_at_eos = !a.ignore_eos;
-  opt.stop.stop_strings = a.stop;
-  opt.use_cache = !a.no_cache;
-  opt.top_logprobs = a.top_logprobs;
-  opt.adapter = adapter;
-  if (!a.json_schema.empty()) {
-    try {
-      opt.json_schema = sk::constrain::compile_json_schema(sk::read_json_file(a.json_schema));
-    } catch (const sk::Error& e) {
-      sk::fail("--json-schema ", a.json_schema, ": ", e.what());
-    }
-  }
-
-  sk::serve::StreamCallback stream;
-  const std::string prompt_text = a.prompt_ids.empty() ? a.prompt : tok.decode(prompt);
-  if (!a.as_json) {
-    std::cout << prompt_text << std::flush;
-    g_stdout_mid_line = true;
-    stream = [](std::string_view piece, const sk::serve::GeneratedToken&) {
-      std::cout << piece << std::flush;
-      return true;
-    };
-  }
-  auto r = sk::serve::generate(model, tok, prompt, opt, stream);
-  const double decode_ms = r.metrics.e2e_ms - r.metrics.ttft_ms;
-  const double tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / (decode_ms / 1e3) : 0.0;
-  if (!a.as_json) {
-    std::cout << std::endl;  // flushed before the stats line on stderr
-    g_stdout_mid_line = false;
-    if (a.top_logprobs > 0) {  // one line per generated token: its logprob, then the best K
-      std::cout << "top logprobs:\n";
-      for (std::size_t i = 0; i < r.tokens.size(); i++) {
-        const auto& t = r.tokens[i];
-        // A token may be part of a UTF-8 character: shown JSON-quoted, the part replaced.
-        std::cout << "  " << i << " " << sk::cli::dump(tok.token_bytes(t.id)) << " " << t.logprob
-                  << " |";
-        for (const auto& alt : t.top)
-          std::cout << " " << sk::cli::dump(tok.token_bytes(alt.id)) << " " << alt.logprob;
-        std::cout << "\n";
-      }
-      std::cout << std::flush;
-    }
-    std::fprintf(
-        stderr, "[%s] %zu prompt + %zu new tokens, finish: %s, TTFT %.1f ms, %.2f tok/s after it\n",
-        Model::name().c_str(), prompt.size(), r.tokens.size(), r.finish_reason.c_str(),
-        r.metrics.ttft_ms, tps);
-    return 0;
-  }
-  json j;
-  j["model"] = a.model.empty() ? "random-gpt2-124M" : a.model;
-  j["config"] = Model::name();
-  if (!a.adapter.empty()) j["adapter"] = {{"path", a.adapter}, {"merged", a.merge}};
-  j["prompt"] = prompt_text;
-  j["prompt_ids"] = r.prompt_ids;
-  j["generated_ids"] = r.ids();
-  j["text"] = r.text;
-  j["finish_reason"] = r.finish_reason;
-  json ms = json::array();
-  for (auto& t : r.tokens) ms.push_back(t.ms);
-  j["timings"] = {{"ttft_ms", r.metrics.ttft_ms},
-                  {"total_ms", r.metrics.e2e_ms},
-                  {"decode_tokens_per_s", tps},
-                  {"token_ms", ms},
-                  {"kv_cache", !a.no_cache}};
-  if (a.top_logprobs > 0) {
-    json toks = json::array();
-    for (auto& t : r.tokens) {
-      json top = json::array();
-      for (auto& alt : t.top)
-        top.push_back(
-            {{"id", alt.id}, {"text", tok.token_bytes(alt.id)}, {"logprob", alt.logprob}});
-      toks.push_back({{"id", t.id},
-                      {"text", tok.token_bytes(t.id)},
-                      {"logprob", t.logprob},
-                      {"top_logprobs", top}});
-    }
-    j["tokens"] = toks;
-  }
-  std::cout << dump(j) << std::endl;
-  return 0;
+// The bench's sessions, one per composition compared, made through run_compiled.
+std::unique_ptr<sk::cli::BenchSession> bench_session(const sk::cli::Job& base,
+                                                     const sk::cli::RunChoice& c) {
+  std::unique_ptr<sk::cli::BenchSession> s;
+  sk::cli::Job job = base;
+  job.choice = c;
+  job.bench_out = &s;
+  run_compiled(job);
+  return s;
 }
 
 }  // namespace
@@ -232,6 +95,9 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       v += e.what();
     }
+    v += "\ncompositions (weights/kv/lora/scheduler/backend), " +
+         std::to_string(sk::serve::kCompiledCount) + " compiled:\n" + sk::serve::compiled_list();
+    v.pop_back();
     return v;
   });
 
@@ -251,9 +117,12 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1, 1024));
   };
 
-  GenerateArgs g;
+  sk::cli::GenerateArgs g;
+  sk::cli::CompositionFlags gen_flags;
+  bool merge = false;
   auto* gen = app.add_subcommand("generate", "generate a continuation of a prompt");
   add_threads(gen);
+  add_composition_flags(gen, gen_flags, false);
   gen->add_option("--model", g.model,
                   "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
   gen->add_option("--vocab", g.vocab, kVocabHelp);
@@ -278,8 +147,9 @@ int main(int argc, char** argv) {
   gen->add_option("--stop", g.stop, "stop string (repeatable)");
   gen->add_option("--adapter", g.adapter,
                   "PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors)");
-  gen->add_flag("--merge", g.merge,
-                "merge the adapter into the weights at load (default: apply it at run time)")
+  gen->add_flag("--merge", merge,
+                "merge the adapter into the weights at load (--lora merge; default: apply it at "
+                "run time, --lora gathered)")
       ->needs(gen->get_option("--adapter"));
   gen->add_flag("--ignore-eos", g.ignore_eos, "keep generating after <|endoftext|>");
   gen->add_option("--json-schema", g.json_schema,
@@ -292,9 +162,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
 
   sk::cli::BatchArgs b;
+  sk::cli::CompositionFlags batch_flags;
   auto* batch =
       app.add_subcommand("batch", "run a file of requests (JSON lines) through the serving engine");
   add_threads(batch);
+  add_composition_flags(batch, batch_flags, true);
   batch->add_option(
       "--model", b.model,
       "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
@@ -304,8 +176,6 @@ int main(int argc, char** argv) {
                    "JSON lines: {\"prompt\": ..., \"max_new_tokens\": ..., \"temperature\": ...}")
       ->required();
   batch->add_option("--output", b.output, "result JSON lines (default: stdout)");
-  batch->add_option("--scheduler", b.scheduler, "continuous | static | sequential")
-      ->check(CLI::IsMember({"continuous", "static", "sequential"}));
   batch->add_option("--max-batch", b.max_batch, "sequences running at once")
       ->check(CLI::Range(1, 4096));
   batch
@@ -319,9 +189,11 @@ int main(int argc, char** argv) {
   batch->add_option("--seed", batch_seed, "seed of the random model (without --model)");
 
   sk::cli::ServeArgs sv;
+  sk::cli::CompositionFlags serve_flags;
   auto* srv = app.add_subcommand(
       "serve", "HTTP server: LoRAX / text-generation-inference and OpenAI completions APIs");
   add_threads(srv);
+  add_composition_flags(srv, serve_flags, true);
   srv->add_option("--model", sv.model,
                   "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
   srv->add_option("--vocab", sv.vocab, kVocabHelp);
@@ -339,7 +211,7 @@ int main(int argc, char** argv) {
                   "new tokens per step (longer prompts are chunked)")
       ->check(CLI::Range(1, 1 << 20));
   srv->add_option("--kv-blocks", sv.kv_blocks,
-                  "KV-cache blocks of 16 tokens (0: max-batch full-length sequences)")
+                  "KV-cache blocks of a paged cache (0: max-batch full-length sequences)")
       ->check(CLI::NonNegativeNumber);
   srv->add_option("--max-pending", sv.max_pending,
                   "requests admitted at once (waiting + running); more get 429")
@@ -357,15 +229,42 @@ int main(int argc, char** argv) {
   std::string serve_seed;
   srv->add_option("--seed", serve_seed, "seed of the random model (without --model)");
 
+  sk::cli::BenchArgs be;
+  sk::cli::CompositionFlags bench_flags;
+  std::string bench_seed;
+  auto* bench = app.add_subcommand(
+      "bench", "compare compositions: prefill and decode tokens/s, TTFT and TPOT, memory");
+  add_threads(bench);
+  add_composition_flags(bench, bench_flags, true);
+  bench->add_option("--model", be.model,
+                    "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
+  bench->add_option("--vocab", be.vocab, kVocabHelp);
+  bench->add_option("--compare", be.compare,
+                    "AXIS=V1,V2,...: the compositions compared, the other axes from the flags "
+                    "(e.g. weights=f32,f16,bf16,u8; kv=contiguous,paged16-f16; lora=loop,gathered; "
+                    "scheduler=...; backend=host,emulated)");
+  bench->add_option("--batch", be.batches, "batch sizes (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024));
+  bench->add_option("--prompt", be.prompt, "prompt tokens per request")->check(CLI::Range(1, 1 << 16));
+  bench->add_option("--new", be.new_tokens, "generated tokens per request")
+      ->check(CLI::Range(2, 1 << 16));
+  bench->add_option("--rounds", be.rounds, "rounds (each runs every composition once)")
+      ->check(CLI::Range(1, 1000));
+  bench->add_option("--adapters", be.adapters, "random LoRA adapters, one per request in turn")
+      ->check(CLI::Range(0, 1024));
+  bench->add_option("--out", be.out, "CSV and PNG path without extension");
+  bench->add_option("--seed", bench_seed, "seed of the random model and prompts");
+
   // Unknown flags are collected, not rejected by CLI11, so that the error can suggest the
   // nearest known one.
-  for (auto* sub : {tokenize, gen, batch, srv}) sub->allow_extras();
+  for (auto* sub : {tokenize, gen, batch, srv, bench}) sub->allow_extras();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  for (auto* sub : {tokenize, gen, batch, srv})
+  for (auto* sub : {tokenize, gen, batch, srv, bench})
     if (*sub && !sub->remaining().empty()) {
       std::fprintf(stderr, "servekit %s: error: %s\n", sub->get_name().c_str(),
                    sk::cli::unknown_args_message(*sub).c_str());
@@ -375,22 +274,58 @@ int main(int argc, char** argv) {
   try {
     if (threads > 0) sk::set_host_threads(threads);
     if (*tokenize) return run_tokenize(tok_vocab);
+    sk::cli::Job job;
     if (*srv) {
       if (!serve_seed.empty()) sv.seed = sk::cli::parse_number<uint64_t>("--seed", serve_seed);
-      return sk::cli::run_serve(sv);
+      job.choice = sk::cli::resolve(serve_flags, {.kv = "paged16", .lora = "gathered"});
+      // SIGINT / SIGTERM blocked before the engine's and the server's threads exist (the server
+      // takes them on a thread of its own); a client gone mid-write is an error return.
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, SIGINT);
+      sigaddset(&set, SIGTERM);
+      pthread_sigmask(SIG_BLOCK, &set, nullptr);
+      std::signal(SIGPIPE, SIG_IGN);
+      const auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab_dir_for(sv.vocab, sv.model));
+      if (sv.model.empty())
+        std::fprintf(stderr,
+                     "servekit serve: no --model given: serving a seeded random GPT-2 124M; its "
+                     "text is meaningless.\n");
+      job.tok = &tok;
+      job.serve = &sv;
+#if defined(SERVEKIT_CLI_NO_SERVE)  // the sanitizer build (apps/run_composition.hpp)
+      sk::fail("this sanitizer build has no `serve` subcommand");
+#else
+      sk::cli::Served served;
+      job.serve_out = &served;
+      run_compiled(job);
+      return sk::cli::run_server(*served.engine, served.device, tok, sv);
+#endif
     }
     if (*batch) {
       if (!batch_seed.empty()) b.seed = sk::cli::parse_number<uint64_t>("--seed", batch_seed);
-      auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab_dir_for(b.vocab, b.model));
-      if (b.model.empty()) {
+      job.choice = sk::cli::resolve(batch_flags,
+                                    {.lora = b.adapters.empty() ? "none" : "gathered"});
+      if (job.choice.merge && b.adapters.size() != 1)
+        sk::fail("batch: --lora merge folds one adapter into the weights; ", b.adapters.size(),
+                 " --adapter given (several: --lora gathered, loop or segmented)");
+      const auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab_dir_for(b.vocab, b.model));
+      if (b.model.empty())
         std::fprintf(stderr,
                      "servekit: no --model given: using a seeded random GPT-2 124M; its text is "
                      "meaningless.\n");
-        return sk::cli::run_batch<sk::dims::Gpt2Small>(b, tok);
-      }
-      auto cfg = sk::model::read_gpt2_config(fs::path(b.model) / "config.json");
-      return sk::dispatch_dims(
-          cfg, [&]<class D>(std::type_identity<D>) { return sk::cli::run_batch<D>(b, tok); });
+      job.tok = &tok;
+      job.batch = &b;
+      return run_compiled(job);
+    }
+    if (*bench) {
+      if (!bench_seed.empty()) be.seed = sk::cli::parse_number<uint64_t>("--seed", bench_seed);
+      const auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab_dir_for(be.vocab, be.model));
+      job.tok = &tok;
+      job.bench = &be;
+      return sk::cli::run_bench(be, bench_flags, [&](const sk::cli::RunChoice& c) {
+        return bench_session(job, c);
+      });
     }
     if (gen->count("--prompt") + gen->count("--prompt-ids") + gen->count("text") == 0)
       sk::fail(
@@ -402,20 +337,23 @@ int main(int argc, char** argv) {
     if (!g.greedy &&
         gen->count("--temperature") + gen->count("--top-k") + gen->count("--top-p") == 0)
       g.greedy = true;  // no sampling option given: greedy, the reproducible default
-    auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab_dir_for(g.vocab, g.model));
-    if (g.model.empty()) {
+    if (merge) sk::cli::detail::take(gen_flags.lora, "--lora", "merge", "--merge");
+    job.choice =
+        sk::cli::resolve(gen_flags, {.lora = g.adapter.empty() ? "none" : "gathered"}, true);
+    if (job.choice.merge && g.adapter.empty())
+      sk::fail("generate: --lora merge needs --adapter (the adapter to merge)");
+    const auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab_dir_for(g.vocab, g.model));
+    if (g.model.empty())
       std::fprintf(
           stderr,
           "servekit: no --model given: using a seeded random GPT-2 124M (seed %llu); its text is "
           "meaningless. Pass --model DIR with a Hugging Face GPT-2 checkpoint for real text.\n",
           static_cast<unsigned long long>(g.seed));
-      return run_generate<sk::dims::Gpt2Small>(g, tok);
-    }
-    auto cfg = sk::model::read_gpt2_config(fs::path(g.model) / "config.json");
-    return sk::dispatch_dims(
-        cfg, [&]<class D>(std::type_identity<D>) { return run_generate<D>(g, tok); });
+    job.tok = &tok;
+    job.generate = &g;
+    return run_compiled(job);
   } catch (const std::exception& e) {
-    if (g_stdout_mid_line) std::cout << std::endl;
+    if (sk::cli::g_stdout_mid_line) std::cout << std::endl;
     std::fprintf(stderr, "servekit: error: %s\n", e.what());
     return 2;
   }

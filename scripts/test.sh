@@ -6,7 +6,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${SERVEKIT_BUILD_DIR:-$root/build}"
-bash "$root/scripts/build.sh"
+# The CLI and lessons for the model shapes the tests run only (SERVEKIT_DIMS, CMakeLists.txt).
+bash "$root/scripts/build.sh" -DSERVEKIT_DIMS=tests
 # The server's tests drive it with the real Python clients: their venv (made once, from PyPI).
 bash "$root/tools/server_venv.sh" >/dev/null
 cd "$build"

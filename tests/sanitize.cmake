@@ -19,16 +19,15 @@ endfunction()
 
 if(TARGET servekit_cli)
   # The CLI itself, as servekit under build/tests/asan/ (its vocabulary is found the same way),
-  # without the HTTP server, which test_cli does not drive (support/serve_absent.cpp).
-  add_executable(servekit_cli_asan ${PROJECT_SOURCE_DIR}/apps/servekit_cli.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/support/serve_absent.cpp)
+  # with the compositions test_cli runs, the shapes the tests load (model/dispatch.hpp), and no
+  # HTTP server, which test_cli does not drive (apps/run_composition.hpp).
+  servekit_cli_program(servekit_cli_asan ONE_UNIT
+    COMPOSITIONS f32/contiguous/none/continuous/host f32/contiguous/none/static/host
+      f32/contiguous/none/sequential/host f32/contiguous/gathered/continuous/host
+      f32/contiguous/gathered/static/host f32/contiguous/gathered/sequential/host
+    DEFINITIONS SERVEKIT_COMPILED_DIMS_FOR_TESTS SERVEKIT_CLI_NO_SERVE)
   set_target_properties(servekit_cli_asan PROPERTIES OUTPUT_NAME servekit
     RUNTIME_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/asan)
-  target_link_libraries(servekit_cli_asan PRIVATE servekit::servekit servekit::http
-    servekit_warnings CLI11::CLI11)
-  # Only the shapes the tests load (model/dispatch.hpp): a third of the compile time.
-  target_compile_definitions(servekit_cli_asan PRIVATE SERVEKIT_VERSION="${PROJECT_VERSION}"
-    SERVEKIT_COMPILED_DIMS_FOR_TESTS)
   servekit_sanitize(servekit_cli_asan)
 
   servekit_test(test_cli_asan LABELS host sanitize SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cli.cpp)

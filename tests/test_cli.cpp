@@ -12,6 +12,7 @@
 
 #include "servekit/model/dispatch.hpp"
 #include "support/reference.hpp"
+#include "support/run_cli.hpp"
 #include "support/vocab_prefix.hpp"
 
 namespace fs = std::filesystem;
@@ -20,41 +21,13 @@ using json = nlohmann::json;
 using Catch::Contains;
 
 namespace {
-struct Run {
-  int code;
-  std::string out;  // stdout and stderr together
-};
-
-// env: "NAME=value" set for the program only (empty: the test's environment as it is).
-Run run_env(const std::string& env, const std::string& args, const std::string& stdin_text = "") {
-  const fs::path in = fs::temp_directory_path() / "servekit_cli_stdin.txt";
-  std::ofstream(in) << stdin_text;
-  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(SERVEKIT_CLI) +
-                          " " + args + " < " + in.string() + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  int status = pclose(p);
-  return {WEXITSTATUS(status), out};
-}
-
-Run run(const std::string& args, const std::string& stdin_text = "") {
-  return run_env("", args, stdin_text);
-}
+using servekit::test::join;
+using servekit::test::run;
+using servekit::test::run_env;
 
 const std::string kVocab = std::string(SERVEKIT_DATA) + "/gpt2";
 const std::string kTinyA = std::string(SERVEKIT_FIXTURES) + "/tiny-a";
 
-std::string join(const std::vector<int32_t>& v) {
-  std::string s;
-  for (auto x : v) {
-    if (!s.empty()) s += ',';
-    s += std::to_string(x);
-  }
-  return s;
-}
 }  // namespace
 
 TEST_CASE("tokenize: JSON lines in, HF's ids out, a bad line is reported and skipped") {

@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CLI's composition flags route to the composition they name: for each composition the CLI
+// is compiled with (serve/compiled.hpp, read from the CLI's own generated list), `generate`
+// gives the tokens and logprobs of the library's own generate() on that composition, and
+// `batch` the tokens of the library's engine with its scheduler, on the tiny fixture. Bad
+// choices are clear errors.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+#include "servekit/lora/adapter.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/serve/compiled.hpp"
+#include "servekit/serve/engine.hpp"
+#include "servekit/serve/generate.hpp"
+#include "servekit/text/tokenizer.hpp"
+#if defined(SERVEKIT_TEST_EMULATED)
+#include "servekit/backend/emulated.hpp"
+#endif
+#include "support/reference.hpp"
+#include "support/run_cli.hpp"
+
+namespace fs = std::filesystem;
+namespace sk = servekit;
+using json = nlohmann::json;
+using Catch::Contains;
+using sk::test::join;
+using sk::test::run;
+
+namespace {
+
+const std::string kVocab = std::string(SERVEKIT_DATA) + "/gpt2";
+const std::string kTinyA = std::string(SERVEKIT_FIXTURES) + "/tiny-a";
+const std::string kAdapter = kTinyA + "/lora/r16";
+using D = sk::dims::TinyA;
+
+// The flags that name composition C (its own policy names, as --version lists them).
+template <class C>
+std::string flags() {
+  return " --weights " + std::string(C::Weights::name) + " --kv " + std::string(C::Kv::name) +
+         " --lora " + std::string(C::Lora::name) + " --backend " + std::string(C::Backend::name);
+}
+
+template <class C>
+void check_composition() {
+  constexpr bool kLora = sk::lora::enabled<typename C::Lora>;
+  const auto ref = sk::test::load_reference(kTinyA);
+  const auto& c = ref.cases.at(2);
+  const int n = static_cast<int>(c.greedy_ids.size());
+  const std::string adapter = kLora ? " --adapter " + kAdapter : "";
+  auto r = run("generate --model " + kTinyA + " --vocab " + kVocab + " --prompt-ids " +
+               join(c.prompt_ids) + " --max-new-tokens " + std::to_string(n) +
+               " --ignore-eos --json --top-logprobs 2" + flags<C>() + adapter);
+  INFO(r.out);
+  if constexpr (std::is_same_v<typename C::Backend, sk::backend::Cuda>) {
+    // No GPU here: a clear error naming the device problem, never a CUDA abort.
+    if (r.code != 0) {
+      CHECK(r.code == 2);
+      CHECK_THAT(r.out, Contains("--backend cuda: no usable CUDA device"));
+    } else {
+      CHECK(json::parse(r.out)["generated_ids"].size() == c.greedy_ids.size());
+    }
+  } else {
+    REQUIRE(r.code == 0);
+    const json j = json::parse(r.out);
+    CHECK(j["config"] == sk::Config<D, typename C::Weights, typename C::Kv, typename C::Lora,
+                                    typename C::Backend>::name());
+
+    // The library's own run of the same composition.
+    using Model = sk::Gpt2<typename C::template Config<D>>;
+    Model model(sk::model::load_gpt2<D>(kTinyA));
+    int slot = -1;
+    if constexpr (kLora) slot = model.add_adapter(sk::lora::load_adapter<D>(kAdapter));
+    const auto tok = sk::text::Gpt2Tokenizer::from_dir(kVocab);
+    sk::serve::GenerateOptions opt;
+    opt.sampling.temperature = 0;
+    opt.stop.max_new_tokens = n;
+    opt.stop.stop_at_eos = false;
+    opt.top_logprobs = 2;
+    opt.adapter = slot;
+    const auto want = sk::serve::generate(model, tok, c.prompt_ids, opt);
+    REQUIRE(j["tokens"].size() == want.tokens.size());
+    for (std::size_t i = 0; i < want.tokens.size(); i++) {
+      CHECK(j["tokens"][i]["id"] == want.tokens[i].id);
+      CHECK(j["tokens"][i]["logprob"].get<float>() == want.tokens[i].logprob);
+      CHECK(j["tokens"][i]["top_logprobs"][1]["id"] == want.tokens[i].top[1].id);
+    }
+
+    // batch: the engine with C's scheduler, three requests at once.
+    const fs::path in = fs::temp_directory_path() / "servekit_cli_compositions.jsonl";
+    const fs::path out = fs::temp_directory_path() / "servekit_cli_compositions_out.jsonl";
+    std::vector<sk::serve::Request> reqs;
+    {
+      std::ofstream f(in);
+      for (int i = 0; i < 3; i++) {
+        const auto& rc = ref.cases.at(i);
+        json line = {{"prompt_ids", rc.prompt_ids}, {"max_new_tokens", 6}, {"ignore_eos", true}};
+        sk::serve::Request q;
+        q.prompt_ids = rc.prompt_ids;
+        q.stop.max_new_tokens = 6;
+        q.stop.stop_at_eos = false;
+        if (kLora && i != 1) line["adapter"] = "r16", q.adapter = "r16";
+        f << line.dump() << "\n";
+        reqs.push_back(std::move(q));
+      }
+    }
+    auto b = run("batch --model " + kTinyA + " --vocab " + kVocab + " --input " + in.string() +
+                 " --output " + out.string() + " --max-batch 3 --scheduler " +
+                 std::string(C::Scheduler::name) + flags<C>() + adapter);
+    INFO(b.out);
+    REQUIRE(b.code == 0);
+    Model fresh(sk::model::load_gpt2<D>(kTinyA));
+    sk::serve::Engine<Model, typename C::Scheduler> engine(fresh, tok, {.max_batch = 3});
+    if constexpr (kLora) engine.adapters().add("r16", kAdapter);
+    const auto results = engine.run_all(std::move(reqs));
+    std::ifstream got(out);
+    std::string line;
+    for (const auto& res : results) {
+      REQUIRE(std::getline(got, line));
+      CHECK(json::parse(line)["generated_ids"].get<std::vector<int32_t>>() == res.ids());
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every compiled composition, run from the CLI, equals the library's run of it") {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((
+         [&] {
+           using C = sk::serve::CompiledAt<I>;
+           DYNAMIC_SECTION(C::name()) { check_composition<C>(); }
+         }()),
+     ...);
+  }(std::make_index_sequence<sk::serve::kCompiledCount>{});
+}
+
+TEST_CASE("composition flags: unknown, uncompiled and refused choices are clear errors") {
+  const std::string gen = "generate --model " + kTinyA + " --vocab " + kVocab + " --prompt-ids 1,2";
+  struct Case {
+    std::string args, says;
+  };
+  const Case cases[] = {
+      {gen + " --weights f8", "--weights f8: accepted: f32, f16, bf16, u8"},
+      {gen + " --kv paged0", "--kv paged0: accepted: contiguous, pagedN"},
+      {gen + " --lora fancy", "--lora fancy: accepted: none, loop, gathered, segmented"},
+      {gen + " --backend tpu", "--backend tpu: accepted: host, emulated, cuda"},
+      {gen + " --weights u8-group48 --kv paged8", "is not compiled into this build. Compiled:"},
+      {gen + " --weights u8-group48", "-DSERVEKIT_COMPOSITIONS="},
+      {gen + " --dtype float16 --weights bf16", "--dtype f16 disagrees with --weights bf16"},
+      {gen + " --dtype int4", "--dtype int4: accepted: auto, float32, float16"},
+      {gen + " --kv contiguous --kv-block 32", "a contiguous cache has no blocks"},
+      {gen + " --kv paged16 --block-size 32", "--kv-block 32 disagrees with --kv paged16"},
+      {gen + " --kv-cache-dtype fp8", "an 8-bit cache is not offered yet"},
+      {gen + " --lora merge", "--lora merge needs --adapter"},
+      {gen + " --adapter " + kAdapter + " --lora none", "--adapter needs a LoRA dispatch"},
+      {"batch --model " + kTinyA + " --vocab " + kVocab + " --input /dev/null --lora merge" +
+           " --adapter " + kAdapter + " --adapter " + kTinyA + "/lora/r4",
+       "--lora merge folds one adapter into the weights; 2 --adapter given"},
+      {"batch --model " + kTinyA + " --vocab " + kVocab + " --input /dev/null --scheduler fifo",
+       "--scheduler fifo: accepted: continuous, static, sequential"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args);
+    auto r = run(c.args);
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, Contains(c.says));
+  }
+}
+
+TEST_CASE("servekit --version lists the compiled compositions") {
+  auto r = run("--version");
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Contains(std::to_string(sk::serve::kCompiledCount) + " compiled"));
+  for (const sk::serve::Spec& s : sk::serve::kCompiledSpecs)
+    CHECK_THAT(r.out, Contains(sk::serve::spec_name(s)));
+}
