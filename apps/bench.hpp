@@ -114,8 +114,9 @@ int bench_as(const Job& job) {
                          dir / id);
     }
   } else if (a.adapters > 0) {
-    fail("bench: --adapters needs a LoRA dispatch (--lora gathered, loop or segmented, or "
-         "--compare lora=...)");
+    fail(
+        "bench: --adapters needs a LoRA dispatch (--lora gathered, loop or segmented, or "
+        "--compare lora=...)");
   }
   *job.bench_out = std::make_unique<Session<C, D>>(a, *job.tok, dir);
   return 0;

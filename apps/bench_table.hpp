@@ -24,7 +24,8 @@ inline std::vector<RunChoice> compared(const BenchArgs& be, const CompositionFla
   const auto eq = be.compare.find('=');
   const std::string axis = be.compare.substr(0, eq);
   if (eq == std::string::npos || eq + 1 == be.compare.size())
-    fail("--compare ", be.compare, ": expected AXIS=V1,V2,... (AXIS: weights, kv, lora, "
+    fail("--compare ", be.compare,
+         ": expected AXIS=V1,V2,... (AXIS: weights, kv, lora, "
          "scheduler or backend)");
   std::vector<RunChoice> out;
   std::string rest = be.compare.substr(eq + 1);
@@ -34,13 +35,19 @@ inline std::vector<RunChoice> compared(const BenchArgs& be, const CompositionFla
     start = comma + 1;
     if (v.empty()) fail("--compare ", be.compare, ": an empty value");
     CompositionFlags f = base;
-    if (axis == "weights") f.weights = v, f.dtype.clear(), f.quantization.clear();
-    else if (axis == "kv") f.kv = v, f.kv_block = 0, f.kv_cache_dtype.clear();
-    else if (axis == "lora") f.lora = v;
-    else if (axis == "scheduler") f.scheduler = v;
-    else if (axis == "backend") f.backend = v;
-    else fail("--compare ", be.compare, ": unknown axis '", axis,
-              "' (weights, kv, lora, scheduler or backend)");
+    if (axis == "weights")
+      f.weights = v, f.dtype.clear(), f.quantization.clear();
+    else if (axis == "kv")
+      f.kv = v, f.kv_block = 0, f.kv_cache_dtype.clear();
+    else if (axis == "lora")
+      f.lora = v;
+    else if (axis == "scheduler")
+      f.scheduler = v;
+    else if (axis == "backend")
+      f.backend = v;
+    else
+      fail("--compare ", be.compare, ": unknown axis '", axis,
+           "' (weights, kv, lora, scheduler or backend)");
     out.push_back(resolve(f, d));
     if (out.back().merge) fail("--compare: lora=merge has no adapter to merge in a bench");
   }
@@ -54,8 +61,7 @@ inline double median(std::vector<double> v) {
 
 using SessionMaker = std::function<std::unique_ptr<BenchSession>(const RunChoice&)>;
 
-inline int run_bench(const BenchArgs& be, const CompositionFlags& flags,
-                     const SessionMaker& make) {
+inline int run_bench(const BenchArgs& be, const CompositionFlags& flags, const SessionMaker& make) {
   const auto choices = compared(be, flags, {.lora = be.adapters > 0 ? "gathered" : "none"});
   std::vector<std::string> names;
   std::vector<std::unique_ptr<BenchSession>> sessions;
@@ -90,9 +96,10 @@ inline int run_bench(const BenchArgs& be, const CompositionFlags& flags,
   if (!csv) fail("bench: cannot write ", csv_path);
   csv << "composition,batch,prefill_tok_s,decode_tok_s,ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,"
          "tpot_p99_ms,weights_mib,kv_mib\n";
-  std::printf("%d-token prompts, %d new tokens, medians of %d rounds; x: decode tokens/s over "
-              "the first composition's at the same batch\n",
-              be.prompt, be.new_tokens, be.rounds);
+  std::printf(
+      "%d-token prompts, %d new tokens, medians of %d rounds; x: decode tokens/s over "
+      "the first composition's at the same batch\n",
+      be.prompt, be.new_tokens, be.rounds);
   std::printf("%-48s %5s %10s %10s %6s %9s %9s %9s %9s %9s %9s\n", "composition", "batch",
               "prefill/s", "decode/s", "x", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
               "weights", "KV MiB");
@@ -120,15 +127,18 @@ inline int run_bench(const BenchArgs& be, const CompositionFlags& flags,
     }
   csv.close();
   // Decode and prefill tokens/s against the batch size, one line per composition.
-  std::string plot = "set datafile separator ','\nset terminal pngcairo size 1200,500\n"
-                     "set output '" + be.out + ".png'\nset multiplot layout 1,2\n"
-                     "set key top left\nset logscale x 2\nset xlabel 'batch'\n";
+  std::string plot =
+      "set datafile separator ','\nset terminal pngcairo size 1200,500\n"
+      "set output '" +
+      be.out +
+      ".png'\nset multiplot layout 1,2\n"
+      "set key top left\nset logscale x 2\nset xlabel 'batch'\n";
   for (const char* what : {"decode", "prefill"}) {
     plot += std::string("set title '") + what + " tokens/s'\nplot ";
     for (std::size_t k = 0; k < n; k++)
       plot += (k ? ", " : "") + std::string("'") + csv_path + "' using 2:(strcol(1) eq '" +
-              names[k] + "' ? $" + (what[0] == 'd' ? "4" : "3") + " : 1/0) with linespoints title '" +
-              names[k] + "'";
+              names[k] + "' ? $" + (what[0] == 'd' ? "4" : "3") +
+              " : 1/0) with linespoints title '" + names[k] + "'";
     plot += "\n";
   }
   plot += "unset multiplot\n";

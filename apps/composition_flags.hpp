@@ -69,7 +69,8 @@ inline std::string dtype_to_weights(const std::string& d) {
   if (d == "auto" || d == "float32" || d == "float" || d == "fp32") return "f32";
   if (d == "float16" || d == "half" || d == "fp16") return "f16";
   if (d == "bfloat16" || d == "bf16") return "bf16";
-  fail("--dtype ", d, ": accepted: auto, float32, float16 (half), bfloat16 (u8 weights: --weights "
+  fail("--dtype ", d,
+       ": accepted: auto, float32, float16 (half), bfloat16 (u8 weights: --weights "
        "or --quantization)");
 }
 
@@ -100,7 +101,8 @@ inline RunChoice resolve(const CompositionFlags& f, const CompositionDefaults& d
       fail("--kv-cache-dtype ", f.kv_cache_dtype, " disagrees with --kv ", f.kv);
     half = half || detail::kv_half(f.kv_cache_dtype);
   }
-  if (kv == "paged") kv += std::to_string(f.kv_block > 0 ? f.kv_block : 16);
+  if (kv == "paged")
+    kv += std::to_string(f.kv_block > 0 ? f.kv_block : 16);
   else if (f.kv_block > 0) {
     if (kv == "contiguous")
       fail("--kv-block ", f.kv_block, ": a contiguous cache has no blocks (use --kv paged)");
@@ -114,7 +116,7 @@ inline RunChoice resolve(const CompositionFlags& f, const CompositionDefaults& d
   if (lora == "merge") c.merge = true, lora = "none";
   const std::string name = w + "/" + kv + "/" + lora + "/" +
                            (f.scheduler.empty() ? d.scheduler : f.scheduler) + "/" +
-                           (f.backend.empty() ? d.backend
+                           (f.backend.empty()    ? d.backend
                             : f.backend == "cpu" ? "host"
                             : f.backend == "gpu" ? "cuda"
                                                  : f.backend);

@@ -48,10 +48,9 @@ int generate_with(Model& model, const GenerateArgs& a, const text::Gpt2Tokenizer
   if (prompt.empty()) fail("the prompt is empty: give --prompt TEXT or --prompt-ids");
   for (std::size_t i = 0; i < prompt.size(); i++)
     if (prompt[i] < 0 || prompt[i] >= D::vocab)
-      fail(
-          "prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ", D::vocab,
-          ") of ", D::name,
-          a.prompt_ids.empty() ? " (the tokenizer's vocabulary is larger than the model's)" : "");
+      fail("prompt token ", i, " has id ", prompt[i], ", outside the vocabulary [0, ", D::vocab,
+           ") of ", D::name,
+           a.prompt_ids.empty() ? " (the tokenizer's vocabulary is larger than the model's)" : "");
   serve::GenerateOptions opt;
   opt.sampling.temperature = a.greedy ? 0.f : a.temperature;
   opt.sampling.top_k = a.top_k;
@@ -92,8 +91,7 @@ int generate_with(Model& model, const GenerateArgs& a, const text::Gpt2Tokenizer
       for (std::size_t i = 0; i < r.tokens.size(); i++) {
         const auto& t = r.tokens[i];
         // A token may be part of a UTF-8 character: shown JSON-quoted, the part replaced.
-        std::cout << "  " << i << " " << dump(tok.token_bytes(t.id)) << " " << t.logprob
-                  << " |";
+        std::cout << "  " << i << " " << dump(tok.token_bytes(t.id)) << " " << t.logprob << " |";
         for (const auto& alt : t.top)
           std::cout << " " << dump(tok.token_bytes(alt.id)) << " " << alt.logprob;
         std::cout << "\n";
@@ -139,7 +137,6 @@ int generate_with(Model& model, const GenerateArgs& a, const text::Gpt2Tokenizer
   std::cout << dump(j) << std::endl;
   return 0;
 }
-
 
 // The model the options ask for: the base weights, an adapter merged into them (--lora merge),
 // or the base weights with the adapter beside them, applied at run time.

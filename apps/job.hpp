@@ -23,8 +23,8 @@ namespace servekit::cli {
 struct RunChoice {
   serve::Spec spec;
   bool merge = false;
-  int max_loras = 0;          // distinct adapters running at once (0: any)
-  int max_lora_rank = 256;    // higher ranks are refused
+  int max_loras = 0;        // distinct adapters running at once (0: any)
+  int max_lora_rank = 256;  // higher ranks are refused
 };
 
 // Whether stdout holds a partial line (generate's echoed prompt and its continuation): an
@@ -60,8 +60,8 @@ struct ServeArgs {
 
 // One composition's figures in `servekit bench` (apps/bench.hpp fills it).
 struct BenchRow {
-  double prefill_tok_s = 0, decode_tok_s = 0, ttft_p50_ms = 0, ttft_p99_ms = 0,
-         tpot_p50_ms = 0, tpot_p99_ms = 0;
+  double prefill_tok_s = 0, decode_tok_s = 0, ttft_p50_ms = 0, ttft_p99_ms = 0, tpot_p50_ms = 0,
+         tpot_p99_ms = 0;
   double weight_mib = 0, kv_mib = 0;
 };
 
@@ -93,7 +93,7 @@ struct Job {
   const ServeArgs* serve = nullptr;
   const BenchArgs* bench = nullptr;
   std::unique_ptr<BenchSession>* bench_out = nullptr;  // bench: where the session goes
-  Served* serve_out = nullptr;                          // serve: where the engine goes
+  Served* serve_out = nullptr;                         // serve: where the engine goes
 };
 
 // Runs job with the I-th compiled composition; defined in the composition's own translation unit.

@@ -23,7 +23,8 @@ namespace servekit::cli {
 
 // --adapter values: ID=DIR, a folder with adapter_config.json (its name is the id), or a
 // folder of such folders at any depth (each named by its path below it: predibase/cnn).
-inline std::vector<std::pair<std::string, fs::path>> adapter_list(const std::vector<std::string>& args) {
+inline std::vector<std::pair<std::string, fs::path>> adapter_list(
+    const std::vector<std::string>& args) {
   std::vector<std::pair<std::string, fs::path>> out;
   for (const auto& a : args) {
     if (auto eq = a.find('='); eq != std::string::npos) {
@@ -69,7 +70,8 @@ int serve_as(const Job& job) {
   eo.adapter_paths = !a.no_adapter_paths;
   eo.max_active_adapters = job.choice.max_loras;
   eo.adapter_max_rank = job.choice.max_lora_rank;
-  auto owned = std::make_unique<OwnedEngine<Model, typename C::Scheduler>>(std::move(tensors), tok, eo);
+  auto owned =
+      std::make_unique<OwnedEngine<Model, typename C::Scheduler>>(std::move(tensors), tok, eo);
   auto& engine = owned->engine();
   if constexpr (lora::enabled<typename C::Lora>)
     if (!job.choice.merge)

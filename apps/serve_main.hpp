@@ -72,5 +72,4 @@ inline int run_server(serve::EngineRef& engine, const std::string& device,
   return 0;
 }
 
-
 }  // namespace servekit::cli

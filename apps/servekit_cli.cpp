@@ -64,7 +64,8 @@ int run_compiled(const sk::cli::Job& job) {
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     static constexpr int (*table[])(const sk::cli::Job&) = {&sk::cli::run_entry<I>...};
     return table[*i](job);
-  }(std::make_index_sequence<sk::serve::kCompiledCount>{});
+  }
+  (std::make_index_sequence<sk::serve::kCompiledCount>{});
 }
 
 // The bench's sessions, one per composition compared, made through run_compiled.
@@ -236,8 +237,9 @@ int main(int argc, char** argv) {
       "bench", "compare compositions: prefill and decode tokens/s, TTFT and TPOT, memory");
   add_threads(bench);
   add_composition_flags(bench, bench_flags, true);
-  bench->add_option("--model", be.model,
-                    "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
+  bench->add_option(
+      "--model", be.model,
+      "HF GPT-2 folder (config.json + model.safetensors); default: random GPT-2 124M");
   bench->add_option("--vocab", be.vocab, kVocabHelp);
   bench->add_option("--compare", be.compare,
                     "AXIS=V1,V2,...: the compositions compared, the other axes from the flags "
@@ -246,7 +248,8 @@ int main(int argc, char** argv) {
   bench->add_option("--batch", be.batches, "batch sizes (comma-separated)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1024));
-  bench->add_option("--prompt", be.prompt, "prompt tokens per request")->check(CLI::Range(1, 1 << 16));
+  bench->add_option("--prompt", be.prompt, "prompt tokens per request")
+      ->check(CLI::Range(1, 1 << 16));
   bench->add_option("--new", be.new_tokens, "generated tokens per request")
       ->check(CLI::Range(2, 1 << 16));
   bench->add_option("--rounds", be.rounds, "rounds (each runs every composition once)")
@@ -304,8 +307,8 @@ int main(int argc, char** argv) {
     }
     if (*batch) {
       if (!batch_seed.empty()) b.seed = sk::cli::parse_number<uint64_t>("--seed", batch_seed);
-      job.choice = sk::cli::resolve(batch_flags,
-                                    {.lora = b.adapters.empty() ? "none" : "gathered"});
+      job.choice =
+          sk::cli::resolve(batch_flags, {.lora = b.adapters.empty() ? "none" : "gathered"});
       if (job.choice.merge && b.adapters.size() != 1)
         sk::fail("batch: --lora merge folds one adapter into the weights; ", b.adapters.size(),
                  " --adapter given (several: --lora gathered, loop or segmented)");
@@ -323,9 +326,8 @@ int main(int argc, char** argv) {
       const auto tok = sk::text::Gpt2Tokenizer::from_dir(vocab_dir_for(be.vocab, be.model));
       job.tok = &tok;
       job.bench = &be;
-      return sk::cli::run_bench(be, bench_flags, [&](const sk::cli::RunChoice& c) {
-        return bench_session(job, c);
-      });
+      return sk::cli::run_bench(be, bench_flags,
+                                [&](const sk::cli::RunChoice& c) { return bench_session(job, c); });
     }
     if (gen->count("--prompt") + gen->count("--prompt-ids") + gen->count("text") == 0)
       sk::fail(

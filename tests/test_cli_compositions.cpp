@@ -129,13 +129,15 @@ void check_composition() {
 
 TEST_CASE("every compiled composition, run from the CLI, equals the library's run of it") {
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((
-         [&] {
-           using C = sk::serve::CompiledAt<I>;
-           DYNAMIC_SECTION(C::name()) { check_composition<C>(); }
-         }()),
+    (([&] {
+       using C = sk::serve::CompiledAt<I>;
+       DYNAMIC_SECTION(C::name()) {
+         check_composition<C>();
+       }
+     }()),
      ...);
-  }(std::make_index_sequence<sk::serve::kCompiledCount>{});
+  }
+  (std::make_index_sequence<sk::serve::kCompiledCount>{});
 }
 
 TEST_CASE("composition flags: unknown, uncompiled and refused choices are clear errors") {

@@ -162,4 +162,4 @@ void attention_decode(const AttentionParams<T, Rows>& p, int max_rows, float* wo
   });
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

@@ -201,4 +201,4 @@ void attention_prefill(const AttentionParams<T, Rows>& p, simt::stream_handle st
   });
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

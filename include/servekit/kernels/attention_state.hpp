@@ -89,4 +89,4 @@ __device__ SERVEKIT_SIMT_INLINE void merge(State<kDpl>& t, const State<kDpl>& s)
   for (int c = 0; c < kDpl; ++c) t.acc[c] = merged(t.acc[c], s.acc[c], w);
 }
 
-}  // namespace servekit::kernels::attn
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI::attn

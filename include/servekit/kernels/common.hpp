@@ -234,4 +234,4 @@ inline int check_heads(const char* who, int C, int n_head) {
   return C / n_head;
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

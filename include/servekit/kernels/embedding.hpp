@@ -35,4 +35,4 @@ inline void embedding(const EmbeddingParams& p, simt::stream_handle stream = nul
   simt::launch(simt::kernel<embedding_kernel<kThreads>>, dim3(p.N), dim3(kThreads), 0, stream, p);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

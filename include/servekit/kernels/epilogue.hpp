@@ -10,4 +10,4 @@ enum class Epilogue {
   Residual,  // out += x @ W + b   (the residual stream update)
 };
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

@@ -31,4 +31,4 @@ inline void gather_rows(const GatherRowsParams& p, simt::stream_handle stream = 
   simt::launch(simt::kernel<gather_rows_kernel<kThreads>>, dim3(p.M), dim3(kThreads), 0, stream, p);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

@@ -38,4 +38,4 @@ void kv_append(const KvAppendParams<T, Rows>& p, simt::stream_handle stream = nu
                stream, p);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

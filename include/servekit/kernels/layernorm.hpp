@@ -44,4 +44,4 @@ inline void layernorm(const LayernormParams& p, simt::stream_handle stream = nul
                dim3(kWarps * 32), 0, stream, p);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

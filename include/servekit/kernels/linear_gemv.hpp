@@ -267,4 +267,4 @@ void linear_gemv(CoreParams<W> p, std::size_t w_bytes, simt::stream_handle strea
                dim3(gemv::kThreads * warps), 0, stream, p);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

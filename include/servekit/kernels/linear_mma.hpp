@@ -201,4 +201,4 @@ void linear_mma(const LinearB16Params& p, simt::stream_handle stream = nullptr,
                  s);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

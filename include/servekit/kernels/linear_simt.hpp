@@ -41,4 +41,4 @@ void linear_simt(const LinearParams& p, simt::stream_handle stream = nullptr,
     linear_tiled<E>(c, w, stream);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

@@ -119,4 +119,4 @@ void linear_tiled(const CoreParams<W>& p, std::size_t w_bytes, simt::stream_hand
                dim3(kThreads), 0, stream, p);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

@@ -72,4 +72,4 @@ void linear_u8(const LinearU8Params& p, simt::stream_handle stream = nullptr,
     linear_tiled<E>(c, w, stream);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

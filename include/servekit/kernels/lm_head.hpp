@@ -83,4 +83,4 @@ inline void lm_head(const LmHeadParams& p, simt::stream_handle stream = nullptr)
                stream, p);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

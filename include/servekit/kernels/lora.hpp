@@ -166,4 +166,4 @@ inline void zero(float* x, int64_t n, simt::stream_handle stream = nullptr) {
                0, stream, x, n);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

@@ -31,4 +31,4 @@ struct LoraParams {
   int n_seg = 0;
 };
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

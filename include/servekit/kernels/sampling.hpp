@@ -288,4 +288,4 @@ inline void sample(const SampleParams& p, simt::stream_handle stream = nullptr) 
                  stream, p);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

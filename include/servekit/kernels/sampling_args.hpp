@@ -10,4 +10,4 @@ namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
 using servekit::check_row;
 using servekit::RowSampling;
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

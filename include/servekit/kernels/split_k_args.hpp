@@ -23,4 +23,4 @@ struct SplitK {
   }
 };
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

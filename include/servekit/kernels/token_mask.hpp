@@ -41,4 +41,4 @@ inline void mask_logits(const MaskParams& p, simt::stream_handle stream = nullpt
                p);
 }
 
-}  // namespace servekit::kernels
+}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI

@@ -44,8 +44,9 @@ template <class... Ds>
   fail("unsupported model shape: n_layer ", c.n_layer, ", n_head ", c.n_head, ", n_embd ", c.n_embd,
        ", vocab ", c.vocab_size, ", n_positions ", c.n_positions, ". Supported shapes:", list
 #if defined(SERVEKIT_COMPILED_DIMS_FOR_TESTS)
-       , "\n(this build has the shapes the tests load only: configure with "
-         "-DSERVEKIT_DIMS=all for every GPT-2 shape)"
+       ,
+       "\n(this build has the shapes the tests load only: configure with "
+       "-DSERVEKIT_DIMS=all for every GPT-2 shape)"
 #endif
   );
 }

@@ -48,8 +48,8 @@
 #include <servekit_compiled_compositions.h>
 #endif
 #ifndef SERVEKIT_COMPILED_COMPOSITIONS
-#define SERVEKIT_COMPILED_COMPOSITIONS "f32/contiguous/none/continuous/host", \
-  "f32/paged16/gathered/continuous/host"
+#define SERVEKIT_COMPILED_COMPOSITIONS \
+  "f32/contiguous/none/continuous/host", "f32/paged16/gathered/continuous/host"
 #endif
 
 namespace servekit::serve {
@@ -62,7 +62,8 @@ inline constexpr auto kCompiledSpecs = [] {
   std::array<Spec, kCompiledCount> out{};
   for (std::size_t i = 0; i < kCompiledCount; i++) {
     const Parsed p = parse_composition(kCompiledNames[i]);
-    if (!p.ok()) throw "SERVEKIT_COMPILED_COMPOSITIONS: a name does not parse (see composition.hpp)";
+    if (!p.ok())
+      throw "SERVEKIT_COMPILED_COMPOSITIONS: a name does not parse (see composition.hpp)";
     out[i] = p.spec;
   }
   return out;
@@ -109,12 +110,13 @@ decltype(auto) dispatch_composition(const Spec& spec, F&& f) {
   const auto i = compiled_index(spec);
   if (!i) fail_not_compiled(spec);
   using R = decltype(f(std::type_identity<CompiledAt<0>>{}));
-  return [&]<std::size_t... I>(std::index_sequence<I...>) -> R {
+  return [&]<std::size_t... I>(std::index_sequence<I...>)->R {
     using Call = R (*)(F&);
     static constexpr Call table[] = {
         [](F& g) -> R { return g(std::type_identity<CompiledAt<I>>{}); }...};
     return table[*i](f);
-  }(std::make_index_sequence<kCompiledCount>{});
+  }
+  (std::make_index_sequence<kCompiledCount>{});
 }
 
 }  // namespace servekit::serve

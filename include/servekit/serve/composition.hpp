@@ -33,12 +33,12 @@ struct Spec {
 
 // The fields of a name, in order, and the values each accepts (first: the canonical spelling).
 inline constexpr std::array<std::string_view, 5> kFields = {"weights", "kv", "lora", "scheduler",
-                                                           "backend"};
+                                                            "backend"};
 inline constexpr std::array<std::string_view, 4> kWeightsKinds = {"f32", "f16", "bf16", "u8zp-"};
-inline constexpr std::array<std::string_view, 4> kLoraNames = {"none", "lora-loop",
-                                                               "lora-gathered", "lora-segmented"};
+inline constexpr std::array<std::string_view, 4> kLoraNames = {"none", "lora-loop", "lora-gathered",
+                                                               "lora-segmented"};
 inline constexpr std::array<std::string_view, 3> kSchedulerNames = {"continuous", "static",
-                                                                   "sequential"};
+                                                                    "sequential"};
 inline constexpr std::array<std::string_view, 3> kBackendNames = {"host", "emulated", "cuda"};
 // u8 granularities after "u8zp-" (or "u8-"): index 3 "tensor", 4 "channel", then "groupG".
 inline constexpr int kU8Tensor = 3, kU8Channel = 4, kU8Group = 5;
@@ -53,7 +53,9 @@ struct Parsed {
 
 namespace spec_detail {
 
-constexpr bool starts(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+constexpr bool starts(std::string_view s, std::string_view p) {
+  return s.substr(0, p.size()) == p;
+}
 
 // A positive decimal number filling all of s, else -1.
 constexpr int number(std::string_view s) {
@@ -141,8 +143,8 @@ using KvOf = std::conditional_t<
     kv::Paged<(Block > 0 ? Block : 1), std::conditional_t<Half, kv::F16, kv::F32>>>;
 
 template <int I>
-using LoraOf = std::tuple_element_t<I, std::tuple<lora::None, lora::Loop, lora::Gathered,
-                                                  lora::Segmented>>;
+using LoraOf =
+    std::tuple_element_t<I, std::tuple<lora::None, lora::Loop, lora::Gathered, lora::Segmented>>;
 template <int I>
 using SchedulerOf =
     std::tuple_element_t<I, std::tuple<sched::Continuous, sched::Static, sched::Sequential<>>>;
@@ -164,8 +166,8 @@ struct Composition {
 
   static std::string name() {
     std::string s;
-    for (std::string_view part : {Weights::name, Kv::name, Lora::name, Scheduler::name,
-                                  Backend::name}) {
+    for (std::string_view part :
+         {Weights::name, Kv::name, Lora::name, Scheduler::name, Backend::name}) {
       if (!s.empty()) s += '/';
       s += part;
     }
@@ -175,7 +177,7 @@ struct Composition {
 
 // A Spec's canonical name at run time (the same string Composition<S>::name() gives).
 inline std::string spec_name(const Spec& s) {
-  std::string w = s.weights < kU8Tensor ? std::string(kWeightsKinds[s.weights])
+  std::string w = s.weights < kU8Tensor     ? std::string(kWeightsKinds[s.weights])
                   : s.weights == kU8Tensor  ? "u8zp-tensor"
                   : s.weights == kU8Channel ? "u8zp-channel"
                                             : "u8zp-group" + std::to_string(s.group);
@@ -188,12 +190,18 @@ inline std::string spec_name(const Spec& s) {
 // What each field accepts, for error messages and --help.
 inline std::string field_values(int field) {
   switch (field) {
-    case 0: return "f32, f16, bf16, u8 (per tensor), u8-channel, u8-groupG (e.g. u8-group64)";
-    case 1: return "contiguous, pagedN (e.g. paged16), each with -f16 for a half cache";
-    case 2: return "none, loop, gathered, segmented";
-    case 3: return "continuous, static, sequential";
-    case 4: return "host, emulated, cuda";
-    default: return "five fields: weights/kv/lora/scheduler/backend";
+    case 0:
+      return "f32, f16, bf16, u8 (per tensor), u8-channel, u8-groupG (e.g. u8-group64)";
+    case 1:
+      return "contiguous, pagedN (e.g. paged16), each with -f16 for a half cache";
+    case 2:
+      return "none, loop, gathered, segmented";
+    case 3:
+      return "continuous, static, sequential";
+    case 4:
+      return "host, emulated, cuda";
+    default:
+      return "five fields: weights/kv/lora/scheduler/backend";
   }
 }
 

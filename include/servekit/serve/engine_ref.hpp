@@ -24,8 +24,8 @@ struct EngineIdentity {
   std::string engine;       // Engine::name(): scheduler/dims/weights/kv/lora/backend
   std::string composition;  // weights/kv/lora/scheduler/backend
   std::string dims, weights, kv, kv_elem, lora, scheduler, backend;
-  int block_size = 0;       // paged caches' tokens per block; 0: contiguous
-  int max_positions = 0;    // the model's n_positions
+  int block_size = 0;     // paged caches' tokens per block; 0: contiguous
+  int max_positions = 0;  // the model's n_positions
   bool lora_enabled = false;
 };
 

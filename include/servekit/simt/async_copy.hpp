@@ -75,4 +75,4 @@ __device__ SERVEKIT_SIMT_INLINE void cp_async_wait() {
 #endif
 }
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

@@ -41,7 +41,7 @@ SERVEKIT_SIMT_INLINE T cas(T* p, T compare, T val) {
   return compare;  // the old value either way
 }
 constexpr auto relaxed = std::memory_order_relaxed;
-}  // namespace servekit::simt::detail
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail
 
 #define SERVEKIT_SIMT_ATOMIC_ARITH(T)                                                          \
   SERVEKIT_SIMT_INLINE T atomicAdd(T* p, T v) {                                                \
@@ -123,4 +123,4 @@ __device__ SERVEKIT_SIMT_INLINE float atomic_min(float* p, float v) {
   }
 }
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

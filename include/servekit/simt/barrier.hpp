@@ -53,7 +53,7 @@ SERVEKIT_SIMT_INLINE int block_barrier(int pred, const char* op, const std::sour
   return w.barrier_result;
 }
 
-}  // namespace servekit::simt::detail
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail
 
 SERVEKIT_SIMT_INLINE void __syncthreads(
     const std::source_location loc = std::source_location::current()) {

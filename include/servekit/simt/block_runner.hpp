@@ -400,5 +400,5 @@ inline void run_block(Worker& w, std::string_view kernel, uint3 block_idx, dim3 
   throw DeadlockError(where.str() + ": deadlock, no thread can proceed: " + describe_waits(w));
 }
 
-}  // namespace servekit::simt::detail
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail
 #endif

@@ -123,4 +123,4 @@ class LaunchLog {
   }
 };
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

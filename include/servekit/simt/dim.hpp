@@ -29,4 +29,4 @@ __host__ __device__ inline constexpr uint3 unlinear_index(unsigned long long l, 
                static_cast<unsigned>(l / (static_cast<unsigned long long>(d.x) * d.y))};
 }
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

@@ -20,4 +20,4 @@ class DeadlockError : public Error {
   using Error::Error;
 };
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

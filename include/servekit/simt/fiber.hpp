@@ -131,5 +131,5 @@ class Fiber {
   std::size_t map_bytes_ = 0;
 };
 
-}  // namespace servekit::simt::detail
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail
 #endif

@@ -126,4 +126,4 @@ Graph capture(stream_handle s, Fn&& fn) {
   return g;
 }
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

@@ -325,4 +325,4 @@ void launch(void (*fn)(P...), dim3 grid, dim3 block, std::size_t smem_bytes, str
   launch(Kernel<P...>{fn, name}, grid, block, smem_bytes, stream, std::forward<A>(args)...);
 }
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

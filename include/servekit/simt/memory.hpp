@@ -335,4 +335,4 @@ class PinnedBuffer {
   std::size_t n_ = 0;
 };
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

@@ -223,4 +223,4 @@ __host__ __device__ SERVEKIT_SIMT_INLINE std::uint32_t pack_b16(std::uint16_t lo
   return static_cast<std::uint32_t>(lo) | static_cast<std::uint32_t>(hi) << 16;
 }
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

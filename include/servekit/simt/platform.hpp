@@ -37,4 +37,4 @@ namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 inline constexpr int kWarpSize = 32;
 inline constexpr int kMaxBlockThreads = 1024;
 inline constexpr unsigned kFullMask = 0xffffffffu;
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

@@ -61,4 +61,4 @@ inline Schedule schedule() {
   return detail::schedule_setting();
 }
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

@@ -77,7 +77,7 @@ SERVEKIT_SIMT_INLINE T& static_smem(Tag) {
 #endif
 }  // namespace detail
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
 
 #if defined(SERVEKIT_SIMT_DEVICE)
 #define SERVEKIT_SHARED(T, name) __shared__ __align__(16)::servekit::simt::detail::type_t<T> name

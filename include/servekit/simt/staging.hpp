@@ -70,4 +70,4 @@ class StagingBuffer {
   std::size_t used_ = 0;
 };
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

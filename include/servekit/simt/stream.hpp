@@ -234,4 +234,4 @@ class Event {
   bool recorded_ = false;
 };
 
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI

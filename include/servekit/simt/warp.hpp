@@ -167,7 +167,7 @@ SERVEKIT_SIMT_INLINE unsigned vote(unsigned mask, int pred, const char* op) {
   return ballot;
 }
 
-}  // namespace servekit::simt::detail
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail
 
 SERVEKIT_SIMT_INLINE void __syncwarp(unsigned mask = 0xffffffffu) {
   servekit::simt::detail::warp_exchange(
@@ -214,7 +214,7 @@ namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
 SERVEKIT_SIMT_INLINE unsigned lane_id() {
   return linear_index(threadIdx, blockDim) % 32u;
 }
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
 
 #else
 namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
@@ -223,5 +223,5 @@ __device__ __forceinline__ unsigned lane_id() {
   asm volatile("mov.u32 %0, %%laneid;" : "=r"(r));
   return r;
 }
-}  // namespace servekit::simt
+}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
 #endif

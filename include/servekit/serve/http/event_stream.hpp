@@ -29,9 +29,8 @@ inline bool write_event(httplib::DataSink& sink, const std::string& data) {
 //   on_token(sink, token, piece, last) -> bool: last is the result with the final token, else
 //   null. on_end(sink, result) -> bool: what follows the tokens. false: the client is gone.
 template <class WriteToken, class WriteEnd>
-void stream_flow(ServerCore& core, httplib::Response& res,
-                 std::shared_ptr<ServerCore::Job> job, WriteToken on_token,
-                 WriteEnd on_end) {
+void stream_flow(ServerCore& core, httplib::Response& res, std::shared_ptr<ServerCore::Job> job,
+                 WriteToken on_token, WriteEnd on_end) {
   auto done = std::make_shared<std::atomic<bool>>(false);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(

@@ -31,7 +31,7 @@ inline nlohmann::json identity_json(const EngineRef& engine, const std::string& 
           {"lora",
            {{"dispatch", id.lora},
             // distinct adapters at once: --max-loras, else every row of a batch its own
-            {"max_loras", !id.lora_enabled           ? 0
+            {"max_loras", !id.lora_enabled             ? 0
                           : eo.max_active_adapters > 0 ? eo.max_active_adapters
                                                        : eo.max_batch},
             {"max_lora_rank", id.lora_enabled ? eo.adapter_max_rank : 0}}},

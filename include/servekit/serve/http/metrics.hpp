@@ -119,16 +119,15 @@ inline std::string metrics_text(const EngineRef& engine, int admitted, const Ser
   // The composition as labels of a constant gauge, as vLLM's cache_config_info.
   const nlohmann::json id = identity_json(engine, device);
   auto label = [](const char* k, const nlohmann::json& v) {
-    return std::string(k) + "=\"" +
-           prom_label(v.is_string() ? v.get<std::string>() : v.dump()) + "\"";
+    return std::string(k) + "=\"" + prom_label(v.is_string() ? v.get<std::string>() : v.dump()) +
+           "\"";
   };
   prom_family(o, "servekit:composition_info", "gauge",
               "What this server runs: the composition, device, dtype, KV cache and LoRA limits.");
   prom_sample(o, "servekit:composition_info", 1,
-              label("composition", id["composition"]) + "," + label("device", id["device"]) +
-                  "," + label("dtype", id["dtype"]) + "," +
-                  label("kv_cache", id["kv_cache"]["layout"]) + "," +
-                  label("block_size", id["kv_cache"]["block_size"]) + "," +
+              label("composition", id["composition"]) + "," + label("device", id["device"]) + "," +
+                  label("dtype", id["dtype"]) + "," + label("kv_cache", id["kv_cache"]["layout"]) +
+                  "," + label("block_size", id["kv_cache"]["block_size"]) + "," +
                   label("lora", id["lora"]["dispatch"]));
   server.render(o);
   if (engine.identity().lora_enabled) {
@@ -139,9 +138,8 @@ inline std::string metrics_text(const EngineRef& engine, int admitted, const Ser
       for (const auto& a : v) j += (j.empty() ? "" : ",") + a;
       return j;
     };
-    const double now = std::chrono::duration<double>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     prom_family(o, "servekit:lora_requests_info", "gauge",
                 "Running and waiting requests' LoRA adapters; the value is a Unix time.");
     prom_sample(o, "servekit:lora_requests_info", now,

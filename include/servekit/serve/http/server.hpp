@@ -49,8 +49,8 @@ class HttpServer {
   // Any engine, seen through serve::EngineRef (engine_ref.hpp), so that the server is compiled
   // once whatever the composition. The engine must outlive the server.
   template <class Engine>
-    requires(!std::derived_from<Engine, EngineRef>)
-  HttpServer(Engine& engine, const text::Gpt2Tokenizer& tok, HttpOptions opt = {})
+  requires(!std::derived_from<Engine, EngineRef>)
+      HttpServer(Engine& engine, const text::Gpt2Tokenizer& tok, HttpOptions opt = {})
       : own_(std::make_unique<EngineRefOf<Engine>>(engine)),
         core_(*own_, tok, std::move(opt)),
         tgi_(core_),
@@ -120,8 +120,9 @@ class HttpServer {
       res.set_content(dump_json(tgi_.info()), "application/json");
     });
     svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics_text(core_.engine(), core_.admitted(), core_.metrics(), core_.opt().device),
-                      "text/plain; version=0.0.4");
+      res.set_content(
+          metrics_text(core_.engine(), core_.admitted(), core_.metrics(), core_.opt().device),
+          "text/plain; version=0.0.4");
     });
     svr_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(dump_json(openai_.models()), "application/json");

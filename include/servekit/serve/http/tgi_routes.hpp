@@ -71,25 +71,25 @@ class TgiRoutes {
     const EngineRef& engine = core_.engine();
     const EngineIdentity& id = engine.identity();
     json j = {{"model_id", opt.model_id},
-            {"model_sha", nullptr},
-            {"model_dtype", dtype_name(id.weights)},
-            {"model_device_type", id.backend == "cuda" ? "cuda" : "cpu"},
-            {"model_pipeline_tag", "text-generation"},
-            {"max_concurrent_requests", opt.max_pending},
-            {"max_best_of", 1},
-            {"max_stop_sequences", opt.limits.max_stop},
-            {"max_input_length", id.max_positions},
-            {"max_total_tokens", id.max_positions},
-            {"max_batch_size", engine.options().max_batch},
-            {"max_batch_total_tokens", engine.options().max_batched_tokens},
-            {"validation_workers", 0},
-            {"version", opt.version},
-            {"sha", nullptr},
-            {"docker_label", nullptr},
-            {"router", "servekit"},
-            {"engine", id.engine},
-            {"lora", id.lora_enabled},
-            {"adapters", core_.adapter_ids()}};
+              {"model_sha", nullptr},
+              {"model_dtype", dtype_name(id.weights)},
+              {"model_device_type", id.backend == "cuda" ? "cuda" : "cpu"},
+              {"model_pipeline_tag", "text-generation"},
+              {"max_concurrent_requests", opt.max_pending},
+              {"max_best_of", 1},
+              {"max_stop_sequences", opt.limits.max_stop},
+              {"max_input_length", id.max_positions},
+              {"max_total_tokens", id.max_positions},
+              {"max_batch_size", engine.options().max_batch},
+              {"max_batch_total_tokens", engine.options().max_batched_tokens},
+              {"validation_workers", 0},
+              {"version", opt.version},
+              {"sha", nullptr},
+              {"docker_label", nullptr},
+              {"router", "servekit"},
+              {"engine", id.engine},
+              {"lora", id.lora_enabled},
+              {"adapters", core_.adapter_ids()}};
     j.update(identity_json(engine, opt.device));
     return j;
   }
@@ -116,8 +116,7 @@ class TgiRoutes {
       }
       if (!core_.engine().adapter_registered(*id)) {
         std::string known;
-        for (const auto& a : core_.engine().adapter_ids())
-          known += (known.empty() ? "" : ", ") + a;
+        for (const auto& a : core_.engine().adapter_ids()) known += (known.empty() ? "" : ", ") + a;
         throw ApiError(
             424, "generation",
             detail::cat("adapter '", id->substr(0, 200),
