@@ -114,10 +114,13 @@ def test_info_models_and_metrics_say_what_runs(server):
     done = threading.Event()
 
     def stream():
-        for _ in Client(server.url).generate_stream(PROMPT, adapter_id="r8", max_new_tokens=100,
-                                                    ignore_eos_token=True):
-            pass
-        done.set()
+        try:
+            for _ in Client(server.url).generate_stream(PROMPT, adapter_id="r8",
+                                                        max_new_tokens=100,
+                                                        ignore_eos_token=True):
+                pass
+        finally:
+            done.set()  # a failed stream ends the polling too
 
     t = threading.Thread(target=stream)
     t.start()
