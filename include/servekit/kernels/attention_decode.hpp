@@ -10,7 +10,8 @@
 // The prefill kernel sums in the same order, so either kernel gives a row the same bits.
 #include "servekit/kernels/attention_prefill.hpp"  // AttentionParams, attention_state.hpp
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 namespace flash_decode {
 constexpr int kWarps = 4, kThreads = kWarps * 32, BK = attn::BK;
@@ -162,4 +163,5 @@ void attention_decode(const AttentionParams<T, Rows>& p, int max_rows, float* wo
   });
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

@@ -14,7 +14,8 @@
 // tiles of 32 from first[r], a split's state merged into the total every kSplitRows rows.
 #include "servekit/kernels/attention_state.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 template <class T, class Rows>
 struct AttentionParams {
@@ -201,4 +202,5 @@ void attention_prefill(const AttentionParams<T, Rows>& p, simt::stream_handle st
   });
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

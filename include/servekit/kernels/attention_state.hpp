@@ -15,7 +15,9 @@
 // the same values.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI::attn {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
+namespace attn {
 
 constexpr int BK = 32;          // cache rows per tile: one per lane
 constexpr int kSplitRows = 64;  // cache rows per split: one warp of the decode kernel each
@@ -89,4 +91,6 @@ __device__ SERVEKIT_SIMT_INLINE void merge(State<kDpl>& t, const State<kDpl>& s)
   for (int c = 0; c < kDpl; ++c) t.acc[c] = merged(t.acc[c], s.acc[c], w);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI::attn
+}  // namespace attn
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

@@ -13,7 +13,8 @@
 #include "servekit/kv/view.hpp"
 #include "servekit/simt/simt.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 namespace simt = servekit::simt;
 
@@ -234,4 +235,5 @@ inline int check_heads(const char* who, int C, int n_head) {
   return C / n_head;
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

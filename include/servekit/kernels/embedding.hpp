@@ -5,7 +5,8 @@
 // warp reads 128 contiguous bytes of wte and wpe.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 struct EmbeddingParams {
   float* out;             // (N, C)
@@ -35,4 +36,5 @@ inline void embedding(const EmbeddingParams& p, simt::stream_handle stream = nul
   simt::launch(simt::kernel<embedding_kernel<kThreads>>, dim3(p.N), dim3(kThreads), 0, stream, p);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

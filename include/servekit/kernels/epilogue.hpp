@@ -2,7 +2,8 @@
 #pragma once
 #include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // The three ways a linear layer writes its output, shared by every backend's kernels.
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 enum class Epilogue {
   Store,     // out = x @ W + b
@@ -10,4 +11,5 @@ enum class Epilogue {
   Residual,  // out += x @ W + b   (the residual stream update)
 };
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

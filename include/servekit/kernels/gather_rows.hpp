@@ -6,7 +6,8 @@
 // One block per output row, threads along C.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 struct GatherRowsParams {
   float* out;           // (M, C)
@@ -31,4 +32,5 @@ inline void gather_rows(const GatherRowsParams& p, simt::stream_handle stream = 
   simt::launch(simt::kernel<gather_rows_kernel<kThreads>>, dim3(p.M), dim3(kThreads), 0, stream, p);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

@@ -5,7 +5,8 @@
 // cache's element type). One block per token; the cache layout is the Rows functor's business.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 template <class T, class Rows>
 struct KvAppendParams {
@@ -38,4 +39,5 @@ void kv_append(const KvAppendParams<T, Rows>& p, simt::stream_handle stream = nu
                stream, p);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

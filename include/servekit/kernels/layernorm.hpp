@@ -6,7 +6,8 @@
 // stream grows) and reduced with shuffles, so no shared memory and no block barrier.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 struct LayernormParams {
   float* out;       // (N, C)
@@ -44,4 +45,5 @@ inline void layernorm(const LayernormParams& p, simt::stream_handle stream = nul
                dim3(kWarps * 32), 0, stream, p);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

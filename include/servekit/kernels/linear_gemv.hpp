@@ -21,7 +21,8 @@
 
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 namespace gemv {
 constexpr int kMaxM = 8;                       // rows of x per launch
@@ -267,4 +268,5 @@ void linear_gemv(CoreParams<W> p, std::size_t w_bytes, simt::stream_handle strea
                dim3(gemv::kThreads * warps), 0, stream, p);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

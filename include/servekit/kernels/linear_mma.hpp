@@ -19,7 +19,8 @@
 // walk every part in one block. Either way a row gets the same bits, whatever M.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 struct LinearB16Params {
   float* out;              // (M, N)
@@ -201,4 +202,5 @@ void linear_mma(const LinearB16Params& p, simt::stream_handle stream = nullptr,
                  s);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

@@ -8,7 +8,8 @@
 #include "servekit/kernels/linear_gemv.hpp"
 #include "servekit/kernels/linear_tiled.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 struct LinearParams {
   float* out;      // (M, N)
@@ -41,4 +42,5 @@ void linear_simt(const LinearParams& p, simt::stream_handle stream = nullptr,
     linear_tiled<E>(c, w, stream);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

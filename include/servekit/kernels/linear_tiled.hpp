@@ -11,7 +11,8 @@
 // row gets the GEMV's bits.
 #include "servekit/kernels/linear_gemv.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 namespace tiled {
 constexpr int BM = 64, BN = 64, BK = 16, TM = 4, TN = 4;
@@ -119,4 +120,5 @@ void linear_tiled(const CoreParams<W>& p, std::size_t w_bytes, simt::stream_hand
                dim3(kThreads), 0, stream, p);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

@@ -20,7 +20,8 @@
 #include "servekit/kernels/linear_gemv.hpp"
 #include "servekit/kernels/linear_tiled.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 struct LinearU8Params {
   float* out;             // (M, N)
@@ -72,4 +73,5 @@ void linear_u8(const LinearU8Params& p, simt::stream_handle stream = nullptr,
     linear_tiled<E>(c, w, stream);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

@@ -6,7 +6,8 @@
 // row is read once per block for up to kRows rows of x, which sit in shared memory.
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 struct LmHeadParams {
   float* logits;     // (M, V)
@@ -83,4 +84,5 @@ inline void lm_head(const LmHeadParams& p, simt::stream_handle stream = nullptr)
                stream, p);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

@@ -17,7 +17,8 @@
 #include "servekit/kernels/common.hpp"
 #include "servekit/kernels/lora_args.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 __device__ SERVEKIT_SIMT_INLINE const LoraMats* lora_mats(const LoraParams& p, int32_t a) {
   if (a < 0 || a >= p.n_slots || (p.only >= 0 && a != p.only)) return nullptr;
@@ -166,4 +167,5 @@ inline void zero(float* x, int64_t n, simt::stream_handle stream = nullptr) {
                0, stream, x, n);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

@@ -6,7 +6,8 @@
 // delta over a batch of rows.
 #include <cstdint>
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 struct LoraMats {
   const float* a = nullptr;  // (rank, K); nullptr: the adapter leaves this linear alone
@@ -31,4 +32,5 @@ struct LoraParams {
   int n_seg = 0;
 };
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

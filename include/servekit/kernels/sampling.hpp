@@ -14,7 +14,8 @@
 #include "servekit/kernels/common.hpp"
 #include "servekit/kernels/sampling_args.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 struct ArgmaxParams {
   int32_t* ids;         // (M)
@@ -288,4 +289,5 @@ inline void sample(const SampleParams& p, simt::stream_handle stream = nullptr) 
                  stream, p);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

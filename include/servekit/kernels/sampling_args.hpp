@@ -5,9 +5,11 @@
 // below the kernels, the model and the engine, which all name it; here it gets the kernels' name.
 #include "servekit/core/row_sampling.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 using servekit::check_row;
 using servekit::RowSampling;
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

@@ -6,7 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 // Each block (column tile, part) writes its part's sums to `partial`, and the block that arrives
 // last at its tile's counter adds the parts in order and runs the epilogue (the CUDA
@@ -23,4 +24,5 @@ struct SplitK {
   }
 };
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

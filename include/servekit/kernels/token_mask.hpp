@@ -10,7 +10,8 @@
 
 #include "servekit/kernels/common.hpp"
 
-namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::kernels {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 struct MaskParams {
   float* logits;          // (M, V)
@@ -41,4 +42,5 @@ inline void mask_logits(const MaskParams& p, simt::stream_handle stream = nullpt
                p);
 }
 
-}  // namespace servekit::kernels::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::kernels

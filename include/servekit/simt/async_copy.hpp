@@ -29,7 +29,8 @@
 #include "servekit/simt/block_runner.hpp"
 #endif
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 __device__ SERVEKIT_SIMT_INLINE void cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
 #if defined(SERVEKIT_SIMT_DEVICE)
@@ -75,4 +76,5 @@ __device__ SERVEKIT_SIMT_INLINE void cp_async_wait() {
 #endif
 }
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

@@ -14,7 +14,9 @@
 #if defined(SERVEKIT_SIMT_HOST)
 #include <atomic>
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
+namespace detail {
 template <class T>
 SERVEKIT_SIMT_INLINE std::atomic_ref<T> atomic_at(T* p) {
   return std::atomic_ref<T>(*p);
@@ -41,7 +43,9 @@ SERVEKIT_SIMT_INLINE T cas(T* p, T compare, T val) {
   return compare;  // the old value either way
 }
 constexpr auto relaxed = std::memory_order_relaxed;
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail
+}  // namespace detail
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt
 
 #define SERVEKIT_SIMT_ATOMIC_ARITH(T)                                                          \
   SERVEKIT_SIMT_INLINE T atomicAdd(T* p, T v) {                                                \
@@ -97,7 +101,8 @@ SERVEKIT_SIMT_INLINE unsigned short atomicCAS(unsigned short* p, unsigned short 
 }
 #endif
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 // Float max/min by compare-and-swap on the bits; returns the old value. NaN inputs are ignored.
 __device__ SERVEKIT_SIMT_INLINE float atomic_max(float* p, float v) {
@@ -123,4 +128,5 @@ __device__ SERVEKIT_SIMT_INLINE float atomic_min(float* p, float v) {
   }
 }
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

@@ -15,7 +15,9 @@
 #include <source_location>
 #include "servekit/simt/block_runner.hpp"
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
+namespace detail {
 
 // Arrive with predicate `pred`; returns the number of threads that arrived with a nonzero one.
 SERVEKIT_SIMT_INLINE int block_barrier(int pred, const char* op, const std::source_location& loc) {
@@ -53,7 +55,9 @@ SERVEKIT_SIMT_INLINE int block_barrier(int pred, const char* op, const std::sour
   return w.barrier_result;
 }
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail
+}  // namespace detail
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt
 
 SERVEKIT_SIMT_INLINE void __syncthreads(
     const std::source_location loc = std::source_location::current()) {

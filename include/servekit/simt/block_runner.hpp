@@ -24,7 +24,9 @@
 #include "servekit/simt/fiber.hpp"
 #include "servekit/simt/schedule.hpp"
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
+namespace detail {
 
 enum class ThreadState : std::uint8_t { Ready, AtBarrier, AtWarpOp, Exited };
 
@@ -400,5 +402,7 @@ inline void run_block(Worker& w, std::string_view kernel, uint3 block_idx, dim3 
   throw DeadlockError(where.str() + ": deadlock, no thread can proceed: " + describe_waits(w));
 }
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail
+}  // namespace detail
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt
 #endif

@@ -22,7 +22,8 @@
 #include <utility>
 #include <vector>
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 struct Counts {
   long long launches = 0;
@@ -123,4 +124,5 @@ class LaunchLog {
   }
 };
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

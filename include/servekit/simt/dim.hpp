@@ -13,7 +13,8 @@ inline thread_local dim3 blockDim{1, 1, 1};
 inline thread_local dim3 gridDim{1, 1, 1};
 #endif
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 __host__ __device__ inline constexpr unsigned long long volume(dim3 d) {
   return static_cast<unsigned long long>(d.x) * d.y * d.z;
@@ -29,4 +30,5 @@ __host__ __device__ inline constexpr uint3 unlinear_index(unsigned long long l, 
                static_cast<unsigned>(l / (static_cast<unsigned long long>(d.x) * d.y))};
 }
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

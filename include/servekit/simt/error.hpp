@@ -5,7 +5,8 @@
 // barrier that not every thread of a block reaches (a hang on a GPU, an error here).
 #include "servekit/core/error.hpp"
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 // Grid/block/shared-memory configuration that CUDA would refuse (cudaErrorInvalidConfiguration,
 // cudaErrorInvalidValue), or a launch the runtime reported as failed.
@@ -20,4 +21,5 @@ class DeadlockError : public Error {
   using Error::Error;
 };
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

@@ -25,7 +25,9 @@
 #define SERVEKIT_SIMT_ASAN 1
 #endif
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
+namespace detail {
 
 using boost::context::detail::fcontext_t;
 using boost::context::detail::jump_fcontext;
@@ -131,5 +133,7 @@ class Fiber {
   std::size_t map_bytes_ = 0;
 };
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail
+}  // namespace detail
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt
 #endif

@@ -23,7 +23,8 @@
 #include "servekit/simt/error.hpp"
 #include "servekit/simt/stream.hpp"
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 class Graph {
  public:
@@ -126,4 +127,5 @@ Graph capture(stream_handle s, Fn&& fn) {
   return g;
 }
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

@@ -37,7 +37,8 @@
 #include "servekit/simt/block_runner.hpp"
 #endif
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 inline constexpr std::size_t kDefaultSmemBytes = 48 * 1024;    // without an opt-in
 inline constexpr std::size_t kMaxOptInSmemBytes = 227 * 1024;  // sm_80 / sm_90 opt-in ceiling
@@ -325,4 +326,5 @@ void launch(void (*fn)(P...), dim3 grid, dim3 block, std::size_t smem_bytes, str
   launch(Kernel<P...>{fn, name}, grid, block, smem_bytes, stream, std::forward<A>(args)...);
 }
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

@@ -22,7 +22,8 @@
 #include "servekit/simt/counters.hpp"
 #include "servekit/simt/stream.hpp"
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 // (n) elements of T in device memory, uninitialised; n == 0 gives nullptr.
 template <class T>
@@ -335,4 +336,5 @@ class PinnedBuffer {
   std::size_t n_ = 0;
 };
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

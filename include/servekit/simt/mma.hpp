@@ -19,7 +19,8 @@
 #include "servekit/simt/warp.hpp"
 #endif
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 // Where fragment element i of lane `lane` sits in its tile. groupID = lane / 4 picks the row (A,
 // C) or column (B); threadID_in_group = lane % 4 picks a pair of adjacent columns (A, C) or rows
@@ -223,4 +224,5 @@ __host__ __device__ SERVEKIT_SIMT_INLINE std::uint32_t pack_b16(std::uint16_t lo
   return static_cast<std::uint32_t>(lo) | static_cast<std::uint32_t>(hi) << 16;
 }
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

@@ -33,8 +33,10 @@
 constexpr int warpSize = 32;
 #endif
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 inline constexpr int kWarpSize = 32;
 inline constexpr int kMaxBlockThreads = 1024;
 inline constexpr unsigned kFullMask = 0xffffffffu;
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

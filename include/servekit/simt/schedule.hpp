@@ -19,7 +19,8 @@
 
 #include "servekit/core/error.hpp"
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 enum class Order : std::uint8_t { Fifo, Reverse, Random };
 
@@ -61,4 +62,5 @@ inline Schedule schedule() {
   return detail::schedule_setting();
 }
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

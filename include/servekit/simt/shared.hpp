@@ -24,7 +24,8 @@
 #include "servekit/simt/error.hpp"
 #endif
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 template <class T>
 __device__ SERVEKIT_SIMT_INLINE T* dynamic_smem() {
@@ -77,7 +78,8 @@ SERVEKIT_SIMT_INLINE T& static_smem(Tag) {
 #endif
 }  // namespace detail
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt
 
 #if defined(SERVEKIT_SIMT_DEVICE)
 #define SERVEKIT_SHARED(T, name) __shared__ __align__(16)::servekit::simt::detail::type_t<T> name

@@ -22,7 +22,8 @@
 
 #include "servekit/simt/memory.hpp"
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 class StagingBuffer {
  public:
@@ -70,4 +71,5 @@ class StagingBuffer {
   std::size_t used_ = 0;
 };
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

@@ -19,7 +19,8 @@
 #include "servekit/simt/counters.hpp"
 #include "servekit/simt/error.hpp"
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 
 #if defined(SERVEKIT_SIMT_DEVICE)
 using stream_handle = cudaStream_t;
@@ -234,4 +235,5 @@ class Event {
   bool recorded_ = false;
 };
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt

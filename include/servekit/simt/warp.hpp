@@ -19,7 +19,9 @@
 
 #include "servekit/simt/block_runner.hpp"
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
+namespace detail {
 
 // A shuffle's qualifiers in one word: width in the low byte, operand bytes in the next.
 constexpr unsigned shfl_qual(int width, std::size_t bytes) {
@@ -167,7 +169,9 @@ SERVEKIT_SIMT_INLINE unsigned vote(unsigned mask, int pred, const char* op) {
   return ballot;
 }
 
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI::detail
+}  // namespace detail
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt
 
 SERVEKIT_SIMT_INLINE void __syncwarp(unsigned mask = 0xffffffffu) {
   servekit::simt::detail::warp_exchange(
@@ -209,19 +213,23 @@ SERVEKIT_SIMT_INLINE int __all_sync(unsigned mask, int pred) {
   return vote(mask, pred, "__all_sync") == lanes;
 }
 
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 // The calling thread's lane in its warp.
 SERVEKIT_SIMT_INLINE unsigned lane_id() {
   return linear_index(threadIdx, blockDim) % 32u;
 }
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt
 
 #else
-namespace servekit::simt::inline SERVEKIT_DEVICE_ABI {
+namespace servekit::simt {
+inline namespace SERVEKIT_DEVICE_ABI {
 __device__ __forceinline__ unsigned lane_id() {
   unsigned r;
   asm volatile("mov.u32 %0, %%laneid;" : "=r"(r));
   return r;
 }
-}  // namespace servekit::simt::inline SERVEKIT_DEVICE_ABI
+}  // namespace SERVEKIT_DEVICE_ABI
+}  // namespace servekit::simt
 #endif
