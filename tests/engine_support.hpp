@@ -53,6 +53,38 @@ inline std::vector<serve::Request> make_requests(const Mix& m, int V, uint64_t s
   return rs;
 }
 
+// Requests that share prefixes, as chat and agent traffic does: `groups` system prompts of
+// `prefix` tokens, each request one of them and a suffix of its own; every `repeat`-th request
+// resends an earlier request's prompt whole (a retry: cached up to its last block).
+struct SharedMix {
+  int n = 24, groups = 3, prefix = 40, min_suffix = 1, max_suffix = 24, min_new = 1, max_new = 30;
+  int repeat = 5;
+  bool sample = false;
+};
+
+inline std::vector<serve::Request> make_shared_requests(const SharedMix& m, int V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<std::vector<int32_t>> system(m.groups, std::vector<int32_t>(m.prefix));
+  for (auto& s : system)
+    for (auto& t : s) t = uni(0, V - 1);
+  std::vector<serve::Request> rs(m.n);
+  for (int i = 0; i < m.n; i++) {
+    auto& r = rs[i];
+    if (m.repeat > 0 && i > 0 && i % m.repeat == 0) {
+      r.prompt_ids = rs[uni(0, i - 1)].prompt_ids;
+    } else {
+      r.prompt_ids = system[uni(0, m.groups - 1)];
+      for (int k = uni(m.min_suffix, m.max_suffix); k > 0; k--)
+        r.prompt_ids.push_back(uni(0, V - 1));
+    }
+    r.stop.max_new_tokens = uni(m.min_new, m.max_new);
+    r.stop.stop_at_eos = false;
+    if (m.sample) r.sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = rng()};
+  }
+  return rs;
+}
+
 // Every token must agree on the host and under emulation: their kernels sum in an order that
 // does not depend on the step's rows (kernels/host/matmul.hpp; kernels/common.hpp's K slices
 // and attention_state.hpp for the device kernels). A real GPU's tensor cores and compiler are
@@ -107,8 +139,8 @@ inline int check_same(const serve::Result& want, const serve::Result& got, std::
 
 template <class Model, class Sched>
 serve::EngineStats run_and_compare(Model& model, const std::vector<serve::Request>& rs,
-                                   const std::vector<serve::Result>& want,
-                                   serve::EngineOptions opt) {
+                                   const std::vector<serve::Result>& want, serve::EngineOptions opt,
+                                   std::vector<serve::Result>* results = nullptr) {
   serve::Engine<Model, Sched> engine(model, tokenizer(), opt);
   auto got = engine.run_all(rs);
   REQUIRE(got.size() == want.size());
@@ -123,7 +155,8 @@ serve::EngineStats run_and_compare(Model& model, const std::vector<serve::Reques
   auto s = engine.stats();
   CHECK(s.finished == static_cast<long>(rs.size()));
   CHECK(s.slots_free == s.slots);
-  CHECK(s.cache_blocks_free == s.cache_blocks);
+  CHECK(s.cache_blocks_free == s.cache_blocks);  // cached blocks nobody holds are free
+  if (results) *results = std::move(got);
   return s;
 }
 

@@ -169,3 +169,41 @@ TEST_CASE("a constrained request's errors are its own", "[constrain]") {
   CHECK(t.text.rfind("{", 0) == 0);
   CHECK(ok.get().tokens.size() == 8u);
 }
+
+// Constrained requests behind one long system prompt: the later ones map its cached blocks, and
+// each still gets the tokens (and logprobs, bit for bit) it gets alone without any cache reuse.
+TEST_CASE("constrained rows that reuse a cached prefix get their tokens alone",
+          "[constrain][prefix]") {
+  using Paged = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>>>;
+  auto model = Paged::random(13);
+  const json schemas = corpus();
+  const std::string system =
+      "You are a careful assistant. Answer every question with exactly one JSON document that "
+      "fits the schema you are given, and write nothing before or after it. ";
+  std::vector<serve::Request> rs;
+  for (int i = 0; i < 10; i++) {
+    auto r = constrained(constrain::compile_json_schema(schemas[i % 5]), 300 + i, 32,
+                         i % 3 == 0 ? 0.f : 0.9f);
+    r.prompt = system + r.prompt;
+    rs.push_back(r);
+  }
+  std::vector<serve::Result> want;
+  for (const auto& r : rs) {
+    serve::GenerateOptions o{.sampling = r.sampling, .stop = r.stop, .json_schema = r.json_schema};
+    want.push_back(serve::generate(model, tok(), tok().encode(r.prompt), o));
+  }
+  serve::Engine<Paged, serve::sched::Continuous> engine(model, tok(),
+                                                        {.max_batch = 4, .max_batched_tokens = 32});
+  std::vector<serve::Result> got;
+  for (const auto& r : rs) got.push_back(engine.generate(r));  // one by one: each finds the last
+  for (std::size_t i = 0; i < rs.size(); i++) {
+    INFO("request " << i << ": " << want[i].text << " vs " << got[i].text);
+    CHECK(got[i].ids() == want[i].ids());
+    CHECK(got[i].text == want[i].text);
+    REQUIRE(got[i].tokens.size() == want[i].tokens.size());
+    for (std::size_t t = 0; t < got[i].tokens.size(); t++)
+      CHECK(got[i].tokens[t].logprob == want[i].tokens[t].logprob);
+    if (i > 0) CHECK(got[i].metrics.cached_tokens >= 32);
+  }
+  CHECK(engine.stats().prefix_cache_hits > 0);
+}

@@ -86,6 +86,71 @@ TEMPLATE_TEST_CASE("seeded sampling draws the same tokens whatever shares the st
   CHECK(same < 4);
 }
 
+// Prefix caching changes the work done, never a bit of what a request gets: the same tokens and
+// logprobs whether its prefix was cached, partly cached, evicted and recomputed, or caching is
+// off, greedy or seeded, with chunked prefill and preemption.
+TEST_CASE("prefix caching: every request gets its tokens alone, hit or miss",
+          "[engine][invariance][prefix]") {
+  auto& m = model<Paged>();
+  for (bool sample : {false, true}) {
+    INFO((sample ? "seeded sampling" : "greedy"));
+    auto rs = make_shared_requests(
+        {.n = 30, .prefix = 100, .max_suffix = 40, .max_new = 40, .sample = sample}, D::vocab,
+        21 + sample);
+    const auto want = alone(m, rs);
+    serve::EngineOptions opt{.max_batch = 8, .max_batched_tokens = 64};
+    {
+      INFO("caching off");
+      auto off = opt;
+      off.prefix_caching = false;
+      auto s = run_and_compare<Paged, sched::Continuous>(m, rs, want, off);
+      CHECK_FALSE(s.prefix_caching);
+      CHECK(s.prefix_cache_hits == 0);
+      CHECK(s.cache_blocks_cached == 0);
+    }
+    {
+      INFO("a roomy pool: hits, nothing evicted");
+      std::vector<serve::Result> got;
+      auto s = run_and_compare<Paged, sched::Continuous>(m, rs, want, opt, &got);
+      CHECK(s.prefix_caching);
+      CHECK(s.preemptions == 0);
+      long cached = 0, whole_prefix = 0;
+      for (const auto& r : got) {
+        cached += r.metrics.cached_tokens;
+        whole_prefix += r.metrics.cached_tokens >= 96;  // 6 of the prefix's 100 / 16 blocks
+        CHECK(r.metrics.cached_tokens % 16 == 0);
+        CHECK(r.metrics.cached_tokens < r.metrics.prompt_tokens);
+      }
+      CHECK(cached == s.prefix_cache_hits);
+      CHECK(whole_prefix >= 20);
+      CHECK(s.cache_blocks_cached > 0);
+    }
+    {
+      INFO("a pool of one sequence: evictions and preemptions");
+      auto small = opt;
+      small.kv_blocks = 32;
+      auto s = run_and_compare<Paged, sched::Continuous>(m, rs, want, small);
+      CHECK(s.preemptions > 0);
+      CHECK(s.prefix_cache_hits > 0);
+    }
+    {
+      INFO("nothing kept once released: hits only between sequences running together");
+      auto none = opt;
+      none.prefix_cache_blocks = 0;
+      auto s = run_and_compare<Paged, sched::Continuous>(m, rs, want, none);
+      CHECK(s.cache_blocks_cached == 0);
+    }
+    {
+      INFO("one request at a time");
+      auto s = run_and_compare<Paged, sched::Sequential<>>(m, rs, want, opt);
+      CHECK(s.prefix_cache_hits > 0);
+    }
+    // A static batch pads its prompts to a common length: it reuses nothing.
+    if (!sample)
+      CHECK_FALSE(run_and_compare<Paged, sched::Static>(m, rs, want, opt).prefix_caching);
+  }
+}
+
 TEST_CASE("static batching runs each batch until its longest request ends",
           "[engine][invariance]") {
   // The course's workload: 32 requests in batches of 8, every 8th wants 100 tokens, the
@@ -154,7 +219,12 @@ TEST_CASE("8 threads submit 400 requests and cancel some: each ends once, no blo
   std::vector<std::thread> ts;
   for (int t = 0; t < 8; t++)
     ts.emplace_back([&, t] {
-      auto rs = make_requests({.n = 50, .max_prompt = 60, .max_new = 40}, D::vocab, 100 + t);
+      // Half the threads send prompts that share prefixes: their blocks are shared, cached,
+      // evicted and taken back while others come and go.
+      auto rs =
+          t % 2
+              ? make_shared_requests({.n = 50, .max_suffix = 20, .max_new = 40}, D::vocab, 100 + t)
+              : make_requests({.n = 50, .max_prompt = 60, .max_new = 40}, D::vocab, 100 + t);
       std::mt19937 rng(t);
       for (auto& r : rs) {
         auto h = engine.submit(std::move(r));
@@ -188,6 +258,7 @@ TEST_CASE("8 threads submit 400 requests and cancel some: each ends once, no blo
   CHECK(s.finished == 400);
   CHECK(s.cache_blocks_free == start.cache_blocks_free);
   CHECK(s.slots_free == start.slots_free);
+  CHECK(s.prefix_cache_hits > 0);
   CHECK(!engine.cancel(*ids.begin()));  // already ended
 }
 
@@ -244,6 +315,17 @@ TEST_CASE("bad requests get clear errors and do not disturb running ones", "[eng
   CHECK(th.get().finish_reason == "error");
   CHECK_THAT(th.get().error, Contains("client went away"));
   for (std::size_t i = 0; i < rs.size(); i++) check_same(want[i], hs[i].get(), i, true);
+}
+
+TEST_CASE("engine options out of range are refused, naming the option", "[engine]") {
+  auto& m = model<Paged>();
+  auto make = [&](serve::EngineOptions o) {
+    serve::Engine<Paged, sched::Continuous> e(m, tokenizer(), o);
+  };
+  REQUIRE_THROWS_WITH(make({.max_batch = 0}), Contains("max_batch must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(make({.kv_blocks = -3}), Contains("kv_blocks must be >= 0, got -3"));
+  REQUIRE_THROWS_WITH(make({.prefix_cache_blocks = -2}),
+                      Contains("prefix_cache_blocks must be >= 0 (-1: the pool's), got -2"));
 }
 
 TEST_CASE("an engine refuses a tokenizer with fewer tokens than the model", "[engine]") {

@@ -35,6 +35,23 @@ TEMPLATE_TEST_CASE("emulated: continuous and static batching == alone", "[engine
   }
 }
 
+// Prefix caching with the CUDA kernels: a cached prefix's rows are read by the attention kernels
+// through shared block-table entries, and nothing of a request's output changes.
+TEST_CASE("emulated: prefix caching changes no token or logprob", "[engine][emulated][prefix]") {
+  auto m = Paged::random(5);
+  for (bool sample : {false, true}) {
+    INFO((sample ? "seeded sampling" : "greedy"));
+    auto rs = make_shared_requests(
+        {.n = 12, .prefix = 40, .max_suffix = 20, .min_new = 10, .max_new = 30, .sample = sample},
+        D::vocab, 8 + sample);
+    auto want = alone(m, rs);
+    serve::EngineOptions opt{.max_batch = 4, .max_batched_tokens = 24, .kv_blocks = 16};
+    auto s = run_and_compare<Paged, sched::Continuous>(m, rs, want, opt);
+    CHECK(s.prefix_cache_hits > 0);
+    CHECK(s.preemptions > 0);
+  }
+}
+
 TEST_CASE("emulated: tokens are picked on the device, each row with its own parameters",
           "[engine][emulated][sampling]") {
   static_assert(Contig::kDeviceSampling && Paged::kDeviceSampling);

@@ -65,8 +65,8 @@ std::vector<std::string> add_adapters(Model& m, int n, uint64_t seed) {
 template <class Model>
 std::vector<sk::serve::Result> alone_with_adapters(Model& model,
                                                    std::vector<sk::serve::Request> rs) {
-  sk::serve::Engine<Model, sched::Sequential<sched::KvCache>> one(model, tokenizer(),
-                                                                  {.max_batch = 1});
+  sk::serve::Engine<Model, sched::Sequential<sched::KvCache>> one(
+      model, tokenizer(), {.max_batch = 1, .prefix_caching = false});
   for (auto& r : rs) r.top_logprobs = 2;
   return one.run_all(std::move(rs));
 }
@@ -192,6 +192,32 @@ TEMPLATE_TEST_CASE("the engine serves many adapters at once: each request gets i
     REQUIRE_THROWS_WITH(engine.submit(unknown),
                         Catch::Contains("adapter 'never-loaded' is not in the model"));
   }
+}
+
+// The same system prompts sent with different adapters: a cached block is reused only under its
+// own adapter (LoRA on c_attn changes K and V), so every request still gets its tokens alone.
+TEMPLATE_TEST_CASE("prefix caching with adapters: hits within an adapter, never across",
+                   "[lora][engine][prefix]", sk::lora::Gathered, sk::lora::Segmented) {
+  using Model = Lora<TestType>;
+  auto model = Model::load(fixture_dir<D>());
+  const auto names = add_adapters(model, 4, 5);
+  auto rs = make_shared_requests({.n = 32, .groups = 2, .prefix = 40, .max_new = 24}, D::vocab, 3);
+  std::mt19937 rng(11);
+  for (auto& r : rs)
+    if (rng() % 5) r.adapter = names[rng() % names.size()];
+  const auto want = alone_with_adapters(model, rs);
+  sk::serve::EngineOptions opt{.max_batch = 8, .max_batched_tokens = 64, .kv_blocks = 24};
+  sk::serve::Engine<Model, sched::Continuous> engine(model, tokenizer(), opt);
+  auto got = engine.run_all(rs);
+  for (std::size_t i = 0; i < rs.size(); i++) {
+    INFO("adapter " << rs[i].adapter.value_or("(none)"));
+    REQUIRE(got[i].error == "");
+    check_same(want[i], got[i], i, true);
+  }
+  engine.wait_idle();
+  const auto s = engine.stats();
+  CHECK(s.prefix_cache_hits > 0);
+  CHECK(s.cache_blocks_free == s.cache_blocks);
 }
 
 TEST_CASE("through the engine, each fixture adapter generates HF + PEFT's greedy tokens",

@@ -6,17 +6,24 @@
 // actually stored, not max_len per slot. Storage (core/storage.hpp) says where the blocks live;
 // the block table is kept on the host for allocation and, under device storage, mirrored to
 // the device whenever it changes, so view(l) hands the kernels device pointers only.
+//
+// With prefix caching on, a full block is named by its contents (kv/prefix_index.hpp) once its
+// rows are written: a new sequence maps the longest named run of its tokens' blocks, shared by
+// reference count, and a released block stays cached (free, but still named) until the pool
+// needs it, least recently released first.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "servekit/core/error.hpp"
 #include "servekit/core/storage.hpp"
 #include "servekit/kv/block_allocator.hpp"
 #include "servekit/kv/capacity.hpp"
+#include "servekit/kv/prefix_index.hpp"
 #include "servekit/kv/slots.hpp"
 #include "servekit/kv/view.hpp"
 
@@ -36,7 +43,9 @@ class PagedCache {
         slots_(slots),
         alloc_(check_blocks(n_blocks, max_len)),
         held_(slots, 0),
-        table_(static_cast<std::size_t>(slots) * stride_, -1) {
+        table_(static_cast<std::size_t>(slots) * stride_, -1),
+        prefix_(n_blocks, B),
+        chain_(slots) {
     data_.resize(2 * static_cast<std::size_t>(n_layer) * n_blocks * B * n_embd);
     mirror_table();
   }
@@ -70,7 +79,9 @@ class PagedCache {
       if (add > 0) {
         grew = true;
         got.clear();
-        alloc_.allocate(add, got);
+        evicted_.clear();
+        alloc_.allocate(add, got, &evicted_);
+        for (int32_t e : evicted_) prefix_.erase(e);
         for (int32_t b : got)
           table_[static_cast<std::size_t>(x.slot) * stride_ + held_[x.slot]++] = b;
       }
@@ -107,18 +118,100 @@ class PagedCache {
   std::size_t bytes_per_token() const { return 2ull * n_layer_ * n_embd_ * sizeof(T); }
 
   int acquire() { return slots_.acquire(); }
-  // Returns the slot and every block it holds.
+  // Returns the slot and every block it holds. The last blocks go first, so that a cached
+  // prefix's later blocks are evicted before its first ones.
   void release(int slot) {
     slots_.release(slot);
-    for (int i = 0; i < held_[slot]; i++) {
+    for (int i = held_[slot] - 1; i >= 0; i--) {
       int32_t& b = table_[static_cast<std::size_t>(slot) * stride_ + i];
       alloc_.free(b);
       b = -1;
     }
     if (held_[slot] > 0) mirror_table();
     held_[slot] = 0;
+    chain_[slot] = {};
+    while (max_cached_ >= 0 && alloc_.cached_free_blocks() > max_cached_)
+      prefix_.erase(alloc_.evict_oldest());
   }
   int free_slots() const { return slots_.free_slots(); }
+
+  // Prefix caching: off until enabled. max_cached: cached blocks that nobody holds kept at
+  // most (-1: as many as the pool has room for).
+  void enable_prefix_cache(int max_cached = -1) { prefix_on_ = true, max_cached_ = max_cached; }
+  bool prefix_cache() const { return prefix_on_; }
+  // The key of an adapter id in block names (0: the base model); find: -1 if never named.
+  int32_t adapter_key(std::string_view id) { return prefix_.adapter_key(id); }
+  int32_t find_adapter_key(std::string_view id) const { return prefix_.find_adapter_key(id); }
+
+  // The longest run of cached blocks that starts tokens (within its first max_tokens) under
+  // adapter key a (-1: none); nothing changes.
+  PrefixHit lookup(std::span<const int32_t> tokens, int32_t a, int max_tokens) const {
+    PrefixHit hit;
+    if (!prefix_on_ || a < 0) return hit;
+    PrefixLink link;
+    const int n = std::min<int>(max_tokens, static_cast<int>(tokens.size())) / B;
+    for (int j = 0; j < n; j++) {
+      const auto t = tokens.subspan(static_cast<std::size_t>(j) * B, B);
+      const int32_t b = prefix_.find(prefix_.hash(link, a, t), link, a, t);
+      if (b < 0) break;
+      hit.blocks++, hit.evictable += alloc_.refs(b) == 0;
+      link = prefix_.link(b);
+    }
+    hit.tokens = hit.blocks * B;
+    return hit;
+  }
+  // Maps lookup()'s run into an empty slot, each block shared rather than copied; returns the
+  // tokens the slot now holds.
+  int map_prefix(int slot, std::span<const int32_t> tokens, int32_t a, int max_tokens) {
+    slots_.check(slot, "map_prefix in");
+    if (held_[slot] != 0 || length(slot) != 0)
+      fail("kv cache: map_prefix into slot ", slot, ", which already holds ", length(slot),
+           " tokens");
+    const PrefixHit hit = lookup(tokens, a, max_tokens);
+    Chain& c = chain_[slot];
+    for (int j = 0; j < hit.blocks; j++) {
+      const auto t = tokens.subspan(static_cast<std::size_t>(j) * B, B);
+      const int32_t b = prefix_.find(prefix_.hash(c.link, a, t), c.link, a, t);
+      alloc_.share(b);
+      table_[static_cast<std::size_t>(slot) * stride_ + held_[slot]++] = b;
+      c.link = prefix_.link(b);
+    }
+    c.named = hit.blocks;
+    if (hit.blocks > 0) {
+      slots_.set_length(slot, hit.tokens);
+      mirror_table();
+    }
+    return hit.tokens;
+  }
+  // Names the slot's full blocks so later sequences may map them. written: the tokens whose
+  // rows the slot holds, in row order (from row 0: no left padding); a: its adapter key.
+  void publish(int slot, std::span<const int32_t> written, int32_t a) {
+    if (!prefix_on_) return;
+    Chain& c = chain_.at(slot);
+    const int full = static_cast<int>(written.size()) / B;
+    if (full > held_[slot] || static_cast<int>(written.size()) > length(slot))
+      fail("kv cache: publish of ", written.size(), " tokens in slot ", slot, ", which holds ",
+           length(slot));
+    for (; c.named >= 0 && c.named < full; c.named++) {
+      const int32_t b = table_[static_cast<std::size_t>(slot) * stride_ + c.named];
+      const auto t = written.subspan(static_cast<std::size_t>(c.named) * B, B);
+      const uint64_t h = prefix_.hash(c.link, a, t);
+      if (const int32_t same = prefix_.find(h, c.link, a, t); same >= 0) {
+        c.link = prefix_.link(same);  // computed twice at once: the first copy keeps the name
+      } else if (prefix_.insert(b, h, c.link, a, t)) {
+        alloc_.set_cached(b, true);
+        c.link = prefix_.link(b);
+      } else {
+        c.named = -1;  // a hash collision: this chain cannot be named further
+        break;
+      }
+    }
+  }
+  int cached_blocks() const { return alloc_.cached_blocks(); }
+  int cached_free_blocks() const { return alloc_.cached_free_blocks(); }
+  // Holders of a block (tests: leaks and sharing).
+  int block_refs(int32_t b) const { return alloc_.refs(b); }
+  PrefixIndex& prefix_index() { return prefix_; }
 
  private:
   static int check_blocks(int n_blocks, int max_len) {
@@ -154,6 +247,17 @@ class PagedCache {
   BlockAllocator alloc_;
   std::vector<int> held_;       // (slots) blocks held per slot
   std::vector<int32_t> table_;  // (slots, stride_)
+  // Prefix caching: the index of named blocks; per slot, how many of its blocks are named
+  // (-1: no more can be) and the chain's end; blocks reserve() took from the cache.
+  struct Chain {
+    int named = 0;
+    PrefixLink link;
+  };
+  bool prefix_on_ = false;
+  int max_cached_ = -1;
+  PrefixIndex prefix_;
+  std::vector<Chain> chain_;  // (slots)
+  std::vector<int32_t> evicted_;
   // Device copy of table_ under device storage; unused (empty) on the host.
   typename S::template Vec<int32_t> dtable_;
   typename S::template Vec<T> data_;  // (L, 2, n_blocks, B, C)

@@ -71,6 +71,11 @@ class Engine {
     // Every step of the engine fits its limits: size the model's step buffers once.
     model_.reserve(opt_.max_batched_tokens, std::min(opt_.max_batch, opt_.max_batched_tokens),
                    cache_.max_len());
+    if constexpr (Core<Cache>::paged)
+      if (opt_.prefix_caching && reuses_prefix<Sched, Cache>()) {
+        cache_.enable_prefix_cache(opt_.prefix_cache_blocks);
+        core_.use_prefix_cache(true);
+      }
     if (opt_.pad_id < 0) opt_.pad_id = std::max(0, tok.eos_id());
     if (opt_.pad_id >= V) opt_.pad_id = 0;
     if constexpr (kLora) {
@@ -357,6 +362,7 @@ class Engine {
                               ? std::span<const float>(logits_.data() + std::size_t(r) * V, V)
                               : std::span<const float>();
       s->n_cached += w.n_new;
+      core_.wrote(*s);
       if (s->ghost || s->uncached() > 0) continue;  // a pad row, or a prompt chunk
       const int before = s->st->generated();
       bool done;
@@ -442,9 +448,12 @@ class Engine {
     s.max_step_adapters = c.max_step_adapters;
     s.chunked_prefills = c.chunked_prefills, s.prompt_tokens = c.prompt_tokens;
     s.generated_tokens = c.generated_tokens, s.padded_tokens = c.padded_tokens;
+    s.prefix_caching = core_.prefix_caching();
+    s.prefix_cache_queries = c.prefix_queries, s.prefix_cache_hits = c.prefix_hits;
     if constexpr (Core<Cache>::paged) {
       s.cache_blocks = cache_.n_blocks();
       s.cache_blocks_free = cache_.free_blocks();
+      s.cache_blocks_cached = cache_.cached_blocks();
     }
     s.slots = cache_.slots(), s.slots_free = cache_.free_slots();
     s.busy_s = busy_s_;

@@ -34,12 +34,18 @@ struct EngineStats {
   long max_step_adapters = 0;  // the most distinct LoRA adapters one step has run
   long prompt_tokens = 0, generated_tokens = 0, padded_tokens = 0;
   int cache_blocks = 0, cache_blocks_free = 0;  // paged; 0 on a contiguous cache
+  int cache_blocks_cached = 0;  // paged: blocks named in the prefix cache (free ones included)
+  bool prefix_caching = false;
+  long prefix_cache_queries = 0, prefix_cache_hits = 0;  // prompt tokens looked up / found
   int slots = 0, slots_free = 0;
   double busy_s = 0;  // time spent in steps
   AdapterStats adapters;
   // LoRA: the adapters of the running and of the waiting requests, each named once
   std::vector<std::string> running_adapters, waiting_adapters;
   double tokens_per_s() const { return busy_s > 0 ? generated_tokens / busy_s : 0.0; }
+  double prefix_hit_rate() const {
+    return prefix_cache_queries > 0 ? double(prefix_cache_hits) / prefix_cache_queries : 0.0;
+  }
 };
 
 }  // namespace servekit::serve

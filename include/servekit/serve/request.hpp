@@ -73,7 +73,8 @@ struct Metrics {
   double e2e_ms = 0;            // submission -> finished
   std::vector<double> gaps_ms;  // each inter-token gap (generated_tokens - 1 of them)
   int prompt_tokens = 0, generated_tokens = 0;
-  int preemptions = 0;  // times its cache was taken back and its tokens recomputed
+  int preemptions = 0;    // times its cache was taken back and its tokens recomputed
+  int cached_tokens = 0;  // prompt tokens found in the prefix cache when first scheduled
 };
 
 struct Result {

@@ -20,6 +20,8 @@ inline EngineOptions check_options(EngineOptions o) {
   if (!(o.watermark >= 0 && o.watermark < 1))
     fail("engine: watermark must be in [0, 1), got ", o.watermark);
   if (o.kv_blocks < 0) fail("engine: kv_blocks must be >= 0, got ", o.kv_blocks);
+  if (o.prefix_cache_blocks < -1)
+    fail("engine: prefix_cache_blocks must be >= 0 (-1: the pool's), got ", o.prefix_cache_blocks);
   if (o.max_active_adapters < 0)
     fail("engine: max_active_adapters must be >= 0 (0: no bound), got ", o.max_active_adapters);
   if (o.adapter_slice_steps < 1)

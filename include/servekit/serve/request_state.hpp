@@ -89,6 +89,10 @@ class RequestState {
     if (!scheduled_) res_.metrics.queue_ms = ms_between(submitted_, t), scheduled_ = true;
   }
   void preempted() { res_.metrics.preemptions++; }
+  // Admission found its first n tokens cached (what the APIs report is the first admission's).
+  void prefix_cached(int n) {
+    if (res_.metrics.preemptions == 0) res_.metrics.cached_tokens = n;
+  }
 
   // The logits row after the last of tokens(): draws the next token with `sampler`, applies the
   // stop rules, streams. Returns true when the request has finished.

@@ -8,7 +8,8 @@
 //   2. waiting requests are admitted first come, first served while a slot, the token budget
 //      and the pool (less a watermark kept for the running sequences' growth) allow; a prompt
 //      longer than what is left of the budget is split (chunked prefill), so decodes are never
-//      stalled behind a long prompt.
+//      stalled behind a long prompt. With prefix caching, a request's cached prefix is mapped
+//      at admission and only the rest is computed.
 // Finished sequences leave at once, and their slot and blocks go to the next request.
 // With max_active_adapters, at most that many distinct LoRA adapters run at once (LoRAX): a
 // waiting request whose adapter would exceed the bound is passed over for the next one whose
@@ -27,6 +28,8 @@ struct Continuous {
   static constexpr std::string_view name = "continuous";
   template <class Cache>
   static constexpr bool keep_finished = false;
+  template <class Cache>
+  static constexpr bool reuses_prefix = true;
 
   template <class Cache>
   void plan(Core<Cache>& c, std::vector<Work>& out) {
@@ -59,10 +62,13 @@ struct Continuous {
       const std::size_t wi = next_admissible(c);
       if (wi == c.waiting().size()) break;
       Seq* w = c.waiting()[wi];
-      const int len = w->uncached();
+      // A cached prefix is mapped, not computed: it takes no budget, and its blocks no new
+      // ones (but those nobody holds leave the free pool).
+      const kv::PrefixHit hit = c.prefix_hit(*w);
+      const int len = w->uncached() - hit.tokens;
       if (!o.chunked_prefill && len > budget && !out.empty()) break;
       const int n = o.chunked_prefill ? std::min(len, budget) : len;
-      const int need = c.blocks_needed(*w, n);
+      const int need = c.blocks_needed(*w, hit.tokens + n) - hit.blocks + hit.evictable;
       const int keep = c.running().empty() ? 0 : c.watermark_blocks();
       if (need > c.free_blocks() - promised - keep) break;
       c.admit(wi);

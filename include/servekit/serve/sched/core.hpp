@@ -12,11 +12,13 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "servekit/kv/policy.hpp"
+#include "servekit/kv/prefix_index.hpp"
 #include "servekit/serve/completion.hpp"
 #include "servekit/serve/request_state.hpp"
 
@@ -39,18 +41,23 @@ struct EngineOptions {
   std::size_t adapter_host_bytes = std::size_t{2} << 30;    // loaded adapters kept in memory
   int adapter_max_rank = 256;                               // higher ranks are refused
   bool adapter_paths = true;  // a request may name an adapter by its folder (LoRAX "local")
+  // paged: a request maps the cached blocks of its prompt's longest known prefix instead of
+  // computing them (kv/prefix_index.hpp), with schedulers that allow it (reuses_prefix)
+  bool prefix_caching = true;
+  int prefix_cache_blocks = -1;  // cached blocks nobody holds kept at most; -1: the pool's
 };
 
 // A request the engine holds, waiting or running.
 struct Seq {
   std::unique_ptr<RequestState> st;
   std::shared_ptr<Completion> done = std::make_shared<Completion>();
-  int slot = -1;        // cache slot while running
-  int adapter = -1;     // the model's adapter slot, -1: the base model
-  int n_cached = 0;     // tokens of st->tokens() whose keys and values are in the slot
-  int row_offset = 0;   // left padding: cache rows before position 0 (static, contiguous)
-  bool ghost = false;   // finished, but its row still runs to the end of its static batch
-  bool cancel = false;  // asked to cancel; the engine ends it at the next step boundary
+  int slot = -1;           // cache slot while running
+  int adapter = -1;        // the model's adapter slot, -1: the base model
+  int n_cached = 0;        // tokens of st->tokens() whose keys and values are in the slot
+  int row_offset = 0;      // left padding: cache rows before position 0 (static, contiguous)
+  int32_t prefix_key = 0;  // its adapter's key in cached blocks' names (prefix caching)
+  bool ghost = false;      // finished, but its row still runs to the end of its static batch
+  bool cancel = false;     // asked to cancel; the engine ends it at the next step boundary
 
   int uncached() const { return static_cast<int>(st->tokens().size()) - n_cached; }
 };
@@ -67,6 +74,9 @@ struct Counters {
   long steps = 0, preemptions = 0, chunked_prefills = 0, finished = 0;
   long max_step_adapters = 0;  // the most distinct adapters one step has run
   long prompt_tokens = 0, generated_tokens = 0, padded_tokens = 0;
+  // prefix caching, in tokens: those looked up at admission, those found cached (vLLM's
+  // prefix_cache_queries / prefix_cache_hits)
+  long prefix_queries = 0, prefix_hits = 0;
 };
 
 template <class Cache>
@@ -114,6 +124,29 @@ class Core {
       return 0;
   }
 
+  // Prefix caching (a paged cache with it enabled; the engine decides): admit maps the longest
+  // cached run of the sequence's full blocks into its slot, so uncached() may be smaller after
+  // admission than before. prefix_hit says by how much, before admitting.
+  void use_prefix_cache(bool on) {
+    if constexpr (paged) prefix_ = on && cache_.prefix_cache();
+  }
+  bool prefix_caching() const { return prefix_; }
+  kv::PrefixHit prefix_hit(const Seq& s) const {
+    if constexpr (paged) {
+      if (!prefix_) return {};
+      const auto& t = s.st->tokens();
+      return cache_.lookup(t, cache_.find_adapter_key(adapter_id(s)), last_reusable(t.size()));
+    } else {
+      return {};
+    }
+  }
+  // The engine's side: s's rows up to n_cached are written; its full blocks get their names.
+  void wrote(const Seq& s) {
+    if constexpr (paged)
+      if (prefix_ && !s.ghost)
+        cache_.publish(s.slot, std::span(s.st->tokens()).first(s.n_cached), s.prefix_key);
+  }
+
   // Moves the front waiting sequence to running with a fresh slot.
   Seq* admit_front() { return admit(0); }
   // Moves waiting[i] to running with a fresh slot.
@@ -123,6 +156,15 @@ class Core {
     s->slot = cache_.acquire();
     s->n_cached = 0;
     s->row_offset = 0;
+    if constexpr (paged)
+      if (prefix_) {
+        const auto& t = s->st->tokens();
+        s->prefix_key = cache_.adapter_key(adapter_id(*s));
+        s->n_cached = cache_.map_prefix(s->slot, t, s->prefix_key, last_reusable(t.size()));
+        counters.prefix_queries += static_cast<long>(t.size());
+        counters.prefix_hits += s->n_cached;
+        s->st->prefix_cached(s->n_cached);
+      }
     s->st->scheduled();
     running_.push_back(s);
     return s;
@@ -158,6 +200,13 @@ class Core {
   }
 
  private:
+  static std::string_view adapter_id(const Seq& s) {
+    const auto& a = s.st->request().adapter;
+    return a ? std::string_view(*a) : std::string_view();
+  }
+  // A sequence computes at least its last token, whose logits it needs.
+  static int last_reusable(std::size_t n) { return static_cast<int>(n) - 1; }
+
   void release(Seq* s) {
     if (s->slot >= 0) cache_.release(s->slot);
     s->slot = -1;
@@ -170,6 +219,7 @@ class Core {
   Cache& cache_;
   const EngineOptions& opt_;
   int n_positions_;
+  bool prefix_ = false;
 };
 
 // A scheduler's contract with the engine, for a cache type Cache. Each step the engine calls
@@ -188,6 +238,17 @@ concept SchedulerFor = requires(S& s, Core<Cache>& core, std::vector<Work>& out)
   { S::name } -> std::convertible_to<std::string_view>;
   s.plan(core, out);
 };
+
+// reuses_prefix<Cache> (optional, default false): the scheduler sizes a sequence's work after
+// admitting it, or from Core::prefix_hit, so the engine may turn prefix caching on (admission
+// then maps cached blocks, and uncached() shrinks).
+template <class S, class Cache>
+constexpr bool reuses_prefix() {
+  if constexpr (requires { S::template reuses_prefix<Cache>; })
+    return S::template reuses_prefix<Cache>;
+  else
+    return false;
+}
 
 template <class S, class Cache>
 constexpr bool keeps_finished() {

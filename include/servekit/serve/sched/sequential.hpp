@@ -21,6 +21,8 @@ struct Sequential {
   static constexpr std::string_view name = Mode::use_cache ? "sequential" : "sequential-nocache";
   template <class Cache>
   static constexpr bool keep_finished = false;
+  template <class Cache>
+  static constexpr bool reuses_prefix = Mode::use_cache;  // without a cache, nothing to reuse
 
   template <class Cache>
   void plan(Core<Cache>& c, std::vector<Work>& out) {
