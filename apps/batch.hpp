@@ -92,6 +92,7 @@ inline json result_json(const serve::Result& r, int lineno) {
   }
   j["text"] = r.text;
   j["prompt_tokens"] = r.metrics.prompt_tokens;
+  j["cached_tokens"] = r.metrics.cached_tokens;
   j["generated_ids"] = r.ids();
   const auto& m = r.metrics;
   j["metrics"] = {{"queue_ms", m.queue_ms},
@@ -135,6 +136,8 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
   }
   const int n = static_cast<int>(reqs.size());
   serve::EngineOptions opt{.max_batch = a.max_batch, .max_batched_tokens = a.max_batched_tokens};
+  opt.prefix_caching = !a.no_prefix_caching;
+  opt.prefix_cache_blocks = a.prefix_cache_blocks;
   opt.max_active_adapters = choice.max_loras;
   opt.adapter_max_rank = choice.max_lora_rank;
   serve::Engine<Model, Sched> engine(model, tok, opt);
@@ -174,6 +177,12 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
                "batch: %ld steps, %ld prompt + %ld generated tokens, %.1f generated tok/s, "
                "%ld preemptions, %d errors\n",
                s.steps, s.prompt_tokens, s.generated_tokens, s.tokens_per_s(), s.preemptions, bad);
+  if (s.prefix_caching)
+    std::fprintf(stderr,
+                 "batch: prefix cache: %ld of %ld prompt tokens found cached (%.1f%%), %d blocks "
+                 "cached\n",
+                 s.prefix_cache_hits, s.prefix_cache_queries, 100 * s.prefix_hit_rate(),
+                 s.cache_blocks_cached);
   return bad ? 1 : 0;
 }
 

@@ -43,7 +43,8 @@ struct GenerateArgs {
 
 struct BatchArgs {
   std::string model, vocab, input, output;
-  int max_batch = 8, max_batched_tokens = 512;
+  int max_batch = 8, max_batched_tokens = 512, prefix_cache_blocks = -1;
+  bool no_prefix_caching = false;
   uint64_t seed = 0;                  // the random model's
   std::vector<std::string> adapters;  // PEFT folders; a line's "adapter" names one by folder name
 };
@@ -55,7 +56,8 @@ struct ServeArgs {
   double shutdown_grace_s = 10;
   uint64_t seed = 0;                  // the random model's, without --model
   std::vector<std::string> adapters;  // ID=DIR, an adapter folder, or a folder of adapters
-  bool no_adapter_paths = false, quiet = false;
+  bool no_adapter_paths = false, quiet = false, no_prefix_caching = false;
+  int prefix_cache_blocks = -1;
 };
 
 // One composition's figures in `servekit bench` (apps/bench.hpp fills it).

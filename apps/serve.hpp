@@ -68,6 +68,8 @@ int serve_as(const Job& job) {
                           .max_batched_tokens = a.max_batched_tokens,
                           .kv_blocks = a.kv_blocks};
   eo.adapter_paths = !a.no_adapter_paths;
+  eo.prefix_caching = !a.no_prefix_caching;
+  eo.prefix_cache_blocks = a.prefix_cache_blocks;
   eo.max_active_adapters = job.choice.max_loras;
   eo.adapter_max_rank = job.choice.max_lora_rank;
   auto owned =

@@ -118,6 +118,17 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1, 1024));
   };
 
+  // Prefix caching (paged caches, continuous and sequential schedulers), for batch and serve.
+  const auto add_prefix_flags = [](CLI::App* sub, bool& off, int& blocks) {
+    sub->add_flag("--no-prefix-caching,--no-enable-prefix-caching", off,
+                  "compute every prompt whole (default: a prompt maps the cached KV blocks of "
+                  "its longest known prefix)");
+    sub->add_option("--prefix-cache-blocks", blocks,
+                    "cached KV blocks nobody holds kept at most (default: as many as the pool "
+                    "has free)")
+        ->check(CLI::NonNegativeNumber);
+  };
+
   sk::cli::GenerateArgs g;
   sk::cli::CompositionFlags gen_flags;
   bool merge = false;
@@ -186,6 +197,7 @@ int main(int argc, char** argv) {
   batch->add_option("--adapter", b.adapters,
                     "PEFT LoRA adapter folder (repeatable); a line's \"adapter\" names one by its "
                     "folder name");
+  add_prefix_flags(batch, b.no_prefix_caching, b.prefix_cache_blocks);
   std::string batch_seed;
   batch->add_option("--seed", batch_seed, "seed of the random model (without --model)");
 
@@ -214,6 +226,7 @@ int main(int argc, char** argv) {
   srv->add_option("--kv-blocks", sv.kv_blocks,
                   "KV-cache blocks of a paged cache (0: max-batch full-length sequences)")
       ->check(CLI::NonNegativeNumber);
+  add_prefix_flags(srv, sv.no_prefix_caching, sv.prefix_cache_blocks);
   srv->add_option("--max-pending", sv.max_pending,
                   "requests admitted at once (waiting + running); more get 429")
       ->check(CLI::Range(1, 1 << 16));

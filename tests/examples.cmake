@@ -30,3 +30,6 @@ lesson_test(lesson_04_quantization
 lesson_test(lesson_08_structured_generation
   "$<TARGET_FILE:08_structured_generation>;${tiny};--tokens;40;--samples;3"
   "== 1. without a constraint;valid Person: [0-9] of 3 without the constraint, 3 of 3 with it;tokens allowed at each step")
+lesson_test(lesson_09_prefix_caching
+  "$<TARGET_FILE:09_prefix_caching>;${tiny};--tokens;6;--out;${lesson_out}/09"
+  "request 1 \\( *[0-9]+ tokens\\): . *0\\+ ;request 2 \\( *[0-9]+ tokens\\): . *0= ;same logits as a whole prefill without the cache: yes;TTFT off \\(ms\\)")

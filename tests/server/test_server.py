@@ -295,6 +295,43 @@ def test_metrics_count_what_was_sent(server):
     assert m["servekit:adapter_host_hits_total"] + m["servekit:adapter_host_misses_total"] >= 1
 
 
+def test_prefix_caching_reports_cached_tokens_and_changes_no_token():
+    long = " ".join([PROMPT] * 4)
+    args = tiny_args() + ["--kv", "paged16", "--lora", "gathered", "-q"]
+    body = {"max_tokens": 8, "temperature": 0, "logprobs": 1, "extra_body": {"ignore_eos": True}}
+    with Server(args) as s, Server(args + ["--no-prefix-caching"]) as off:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none")
+        before = metrics(s.url)
+        first = c.completions.create(model="tiny-a", prompt=long, **body)
+        again = c.completions.create(model="tiny-a", prompt=long, **body)
+        n = first.usage.prompt_tokens
+        assert first.usage.prompt_tokens_details.cached_tokens == 0
+        cached = again.usage.prompt_tokens_details.cached_tokens
+        assert 0 < cached < n and cached % 16 == 0
+        assert again.choices[0].text == first.choices[0].text
+        assert again.choices[0].logprobs.token_logprobs == first.choices[0].logprobs.token_logprobs
+        # Another adapter has K and V of its own: nothing is cached for it yet.
+        r8 = c.completions.create(model="r8", prompt=long, **body)
+        assert r8.usage.prompt_tokens_details.cached_tokens == 0
+        # TGI / LoRAX details carry it too; the clients take the extra field in stride.
+        raw = requests.post(s.url + "/generate", json={
+            "inputs": long, "parameters": {"max_new_tokens": 4, "details": True}}).json()
+        assert raw["details"]["cached_tokens"] == cached
+        assert Client(s.url).generate(long, max_new_tokens=4, details=True).details.prompt_tokens == n
+        m = metrics(s.url)
+        d = lambda k: m.get(k, 0) - before.get(k, 0)
+        assert d("servekit:prefix_cache_queries_total") == 5 * n
+        assert d("servekit:prefix_cache_hits_total") == 3 * cached
+        assert m["servekit:kv_cache_blocks_cached"] >= cached // 16 * 2
+        # Off: the same tokens and logprobs, nothing cached.
+        o = openai.OpenAI(base_url=off.url + "/v1", api_key="none")
+        for _ in range(2):
+            plain = o.completions.create(model="tiny-a", prompt=long, **body)
+            assert plain.usage.prompt_tokens_details.cached_tokens == 0
+            assert plain.choices[0].logprobs.token_logprobs == first.choices[0].logprobs.token_logprobs
+        assert metrics(off.url)["servekit:prefix_cache_hits_total"] == 0
+
+
 def test_a_full_queue_answers_429():
     # GPT-2 124M (random weights): the two admitted requests take seconds on a CPU, so they
     # are still running when the third arrives, however loaded the machine (on the tiny model

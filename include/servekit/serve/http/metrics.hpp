@@ -116,6 +116,14 @@ inline std::string metrics_text(const EngineRef& engine, int admitted, const Ser
           static_cast<double>(s.preemptions));
   counter("servekit:engine_steps_total", "Forward passes the engine has run.",
           static_cast<double>(s.steps));
+  // Prefix caching, in prompt tokens, under vLLM's names.
+  counter("servekit:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          static_cast<double>(s.prefix_cache_queries));
+  counter("servekit:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+          static_cast<double>(s.prefix_cache_hits));
+  gauge("servekit:kv_cache_blocks_cached",
+        "KV-cache blocks named in the prefix cache, held or free.",
+        static_cast<double>(s.cache_blocks_cached));
   // The composition as labels of a constant gauge, as vLLM's cache_config_info.
   const nlohmann::json id = identity_json(engine, device);
   auto label = [](const char* k, const nlohmann::json& v) {

@@ -125,7 +125,10 @@ inline json openai_logprobs(const Finished& f, std::size_t from, std::size_t to,
 
 inline json openai_usage(const Result& r) {
   const int p = r.metrics.prompt_tokens, g = static_cast<int>(r.tokens.size());
-  return {{"prompt_tokens", p}, {"completion_tokens", g}, {"total_tokens", p + g}};
+  return {{"prompt_tokens", p},
+          {"completion_tokens", g},
+          {"total_tokens", p + g},
+          {"prompt_tokens_details", {{"cached_tokens", r.metrics.cached_tokens}}}};
 }
 
 inline int64_t unix_now() {

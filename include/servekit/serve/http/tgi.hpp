@@ -171,6 +171,7 @@ inline json tgi_response(const GenerateCall& c, const Finished& f) {
   if (c.details)
     j["details"] = {{"finish_reason", tgi_finish(r.finish_reason)},
                     {"prompt_tokens", r.metrics.prompt_tokens},
+                    {"cached_tokens", r.metrics.cached_tokens},
                     {"generated_tokens", r.tokens.size()},
                     {"seed", tgi_seed(c)},
                     {"prefill", json::array()},
@@ -191,6 +192,7 @@ inline json tgi_stream_event(const GenerateCall& c, const GeneratedToken& t,
     if (c.details)
       j["details"] = {{"finish_reason", tgi_finish(last->finish_reason)},
                       {"prompt_tokens", last->metrics.prompt_tokens},
+                      {"cached_tokens", last->metrics.cached_tokens},
                       {"generated_tokens", last->tokens.size()},
                       {"seed", tgi_seed(c)}};
   }
