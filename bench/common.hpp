@@ -1,20 +1,45 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Benchmark helpers: the machine's measured read bandwidth and multiply-add rate (the roofline
-// every host figure is compared with) and a wall clock.
+// every host figure is compared with), a wall clock, percentiles, random prompts and plots.
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "servekit/kernels/host/simd.hpp"
 
 namespace servekit::bench {
+
+// The p-th percentile (0..100) of v, by the nearest rank; 0 for no values.
+inline double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p / 100 * v.size()))];
+}
+
+// len random token ids below 50000 (GPT-2's vocabulary): prompts that share nothing.
+inline std::vector<int32_t> random_tokens(std::mt19937_64& rng, int len) {
+  std::vector<int32_t> p(len);
+  for (auto& t : p) t = static_cast<int32_t>(rng() % 50000);
+  return p;
+}
+
+// Writes a gnuplot script and runs it; a missing or failing gnuplot only costs the PNG.
+inline void plot(const std::filesystem::path& gp, const std::string& script) {
+  std::ofstream(gp) << script;
+  if (std::system(("gnuplot '" + gp.string() + "' 2>/dev/null").c_str()) != 0)
+    std::fprintf(stderr, "(gnuplot failed or missing: no PNG for %s)\n", gp.c_str());
+}
 
 inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"
 
@@ -28,6 +29,9 @@ namespace fs = std::filesystem;
 namespace sk = servekit;
 namespace serve = servekit::serve;
 using D = sk::dims::Gpt2Small;
+using servekit::bench::percentile;
+using servekit::bench::plot;
+using servekit::bench::random_tokens;
 using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>>>;
 // The course's static batching pads on a contiguous cache and runs finished rows to the end of
 // their batch; the course part runs there.
@@ -39,24 +43,6 @@ struct Args {
   int poisson_requests = 24, max_sweep = 64;
   std::vector<double> rates = {0.5, 1, 2, 4};
 };
-
-double pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(p / 100 * v.size()))];
-}
-
-void plot(const fs::path& gp, const std::string& script) {
-  std::ofstream(gp) << script;
-  if (std::system(("gnuplot '" + gp.string() + "' 2>/dev/null").c_str()) != 0)
-    std::fprintf(stderr, "(gnuplot failed or missing: no PNG for %s)\n", gp.c_str());
-}
-
-std::vector<int32_t> random_prompt(std::mt19937_64& rng, int len) {
-  std::vector<int32_t> p(len);
-  for (auto& t : p) t = static_cast<int32_t>(rng() % 50000);
-  return p;
-}
 
 template <class Sched, class Model>
 std::pair<double, serve::EngineStats> timed(Model& m, const sk::text::Gpt2Tokenizer& tok,
@@ -81,7 +67,7 @@ void course(ContigModel& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
   std::vector<serve::Request> rs(32);
   long wanted = 0;
   for (int i = 0; i < 32; i++) {
-    rs[i].prompt_ids = random_prompt(rng, 8);
+    rs[i].prompt_ids = random_tokens(rng, 8);
     rs[i].stop = {.max_new_tokens = i % 8 == 0 ? 100 : 10, .stop_at_eos = false};
     wanted += rs[i].stop.max_new_tokens;
   }
@@ -132,7 +118,7 @@ void poisson(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
       std::vector<double> at;
       double t = 0;
       for (auto& r : rs) {
-        r.prompt_ids = random_prompt(rng, 16 + static_cast<int>(rng() % 241));
+        r.prompt_ids = random_tokens(rng, 16 + static_cast<int>(rng() % 241));
         r.stop = {.max_new_tokens = 16 + static_cast<int>(rng() % 49), .stop_at_eos = false};
         at.push_back(t);
         t += gap(rng);
@@ -162,10 +148,10 @@ void poisson(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
         std::fprintf(stderr, "\n");
         const auto st = e.stats();
         std::printf("%-22s %6.1f %9.0f %9.0f %9.1f %9.1f %10.1f %8ld\n", v.name, rate,
-                    pct(ttft, 50), pct(ttft, 99), pct(tpot, 50), pct(tpot, 99), toks / s,
-                    st.preemptions);
-        f << v.name << ',' << rate << ',' << pct(ttft, 50) << ',' << pct(ttft, 99) << ','
-          << pct(tpot, 50) << ',' << pct(tpot, 99) << ',' << toks / s << '\n';
+                    percentile(ttft, 50), percentile(ttft, 99), percentile(tpot, 50),
+                    percentile(tpot, 99), toks / s, st.preemptions);
+        f << v.name << ',' << rate << ',' << percentile(ttft, 50) << ',' << percentile(ttft, 99)
+          << ',' << percentile(tpot, 50) << ',' << percentile(tpot, 99) << ',' << toks / s << '\n';
         std::fflush(stdout);
       };
       if (v.kind == 0)
@@ -201,7 +187,7 @@ void sweep(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
     std::mt19937_64 rng(3);
     std::vector<serve::Request> rs(b);
     for (auto& r : rs) {
-      r.prompt_ids = random_prompt(rng, 16);
+      r.prompt_ids = random_tokens(rng, 16);
       r.stop = {.max_new_tokens = 16, .stop_at_eos = false};
     }
     std::vector<serve::Result> res;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"
 
@@ -29,6 +30,9 @@ namespace serve = servekit::serve;
 using D = sk::dims::Gpt2Small;
 using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>>>;
 using Clock = std::chrono::steady_clock;
+using servekit::bench::percentile;
+using servekit::bench::plot;
+using servekit::bench::random_tokens;
 
 struct Args {
   std::string vocab = sk::text::default_vocab_dir().string(), out = "out/bench_prefix_cache",
@@ -36,24 +40,6 @@ struct Args {
   int requests = 64, prompt = 544, new_tokens = 16, rounds = 2, max_batch = 64;
   std::vector<double> shares = {0, 0.5, 0.9, 512.0 / 544};
 };
-
-double pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(p / 100 * v.size()))];
-}
-
-void plot(const fs::path& gp, const std::string& script) {
-  std::ofstream(gp) << script;
-  if (std::system(("gnuplot '" + gp.string() + "' 2>/dev/null").c_str()) != 0)
-    std::fprintf(stderr, "(gnuplot failed or missing: no PNG for %s)\n", gp.c_str());
-}
-
-std::vector<int32_t> random_tokens(std::mt19937_64& rng, int len) {
-  std::vector<int32_t> p(len);
-  for (auto& t : p) t = static_cast<int32_t>(rng() % 50000);
-  return p;
-}
 
 struct Run {
   std::vector<serve::Result> results;
@@ -112,21 +98,22 @@ void system_prompt(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) 
         steps += r.stats.steps, busy += r.stats.busy_s;
       }
     for (int on : {0, 1}) {
-      const double s = pct(wall[on], 50);
+      const double s = percentile(wall[on], 50);
       const double toks = double(a.requests) * (a.prompt + a.new_tokens) / s;
       const double bound = 1 / (1 - hit[on]);
       std::printf("%6.0f%% %-4s %8.0f ms %8.0f ms %10.2f %9.1f %8.1f%% %10.2fx\n", 100 * share,
-                  on ? "on" : "off", pct(ttft[on], 50), pct(ttft[on], 99), s, toks, 100 * hit[on],
-                  bound);
+                  on ? "on" : "off", percentile(ttft[on], 50), percentile(ttft[on], 99), s, toks,
+                  100 * hit[on], bound);
     }
     auto tps = [&](int on) {
-      return double(a.requests) * (a.prompt + a.new_tokens) / pct(wall[on], 50);
+      return double(a.requests) * (a.prompt + a.new_tokens) / percentile(wall[on], 50);
     };
-    f << share << ',' << pct(ttft[0], 50) << ',' << pct(ttft[0], 99) << ',' << pct(ttft[1], 50)
-      << ',' << pct(ttft[1], 99) << ',' << tps(0) << ',' << tps(1) << ',' << hit[1] << ','
-      << 1 / (1 - hit[1]) << '\n';
+    f << share << ',' << percentile(ttft[0], 50) << ',' << percentile(ttft[0], 99) << ','
+      << percentile(ttft[1], 50) << ',' << percentile(ttft[1], 99) << ',' << tps(0) << ',' << tps(1)
+      << ',' << hit[1] << ',' << 1 / (1 - hit[1]) << '\n';
     std::printf("        on / off: TTFT p50 %.2fx lower, throughput %.2fx\n",
-                pct(ttft[0], 50) / pct(ttft[1], 50), pct(wall[0], 50) / pct(wall[1], 50));
+                percentile(ttft[0], 50) / percentile(ttft[1], 50),
+                percentile(wall[0], 50) / percentile(wall[1], 50));
     std::fflush(stdout);
   }
   g_step_ms = steps > 0 ? 1000 * busy / steps : 0;
@@ -191,7 +178,7 @@ void chat(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
     }
   for (int t = 0; t < kTurns; t++) {
     const int prompt = kSystem + (t + 1) * kUser + t * kReply;
-    const double off = pct(ttft[0][t], 50), on = pct(ttft[1][t], 50);
+    const double off = percentile(ttft[0][t], 50), on = percentile(ttft[1][t], 50);
     std::printf("%5d %8d %11.0f ms %11.0f ms %7.2fx\n", t + 1, prompt, off, on, off / on);
     f << t + 1 << ',' << prompt << ',' << off << ',' << on << '\n';
   }

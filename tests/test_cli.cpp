@@ -274,49 +274,6 @@ TEST_CASE("batch: a file of requests through each scheduler, a bad line reported
   CHECK_THAT(r.out, Contains("/nonexistent.jsonl"));
 }
 
-TEST_CASE("batch on a paged cache: prompts that share a prefix reuse it, the same tokens off") {
-  const fs::path in = fs::temp_directory_path() / "servekit_cli_prefix.jsonl";
-  {
-    std::ofstream f(in);
-    std::vector<int32_t> common(40);
-    for (int i = 0; i < 40; i++) common[i] = (i * 37 + 11) % 500;
-    for (int i = 0; i < 4; i++) {
-      auto p = common;
-      p.push_back(i + 1);
-      f << json{{"prompt_ids", p}, {"max_new_tokens", 4}, {"temperature", 0}}.dump() << "\n";
-    }
-  }
-  auto lines = [](const fs::path& p) {
-    std::ifstream f(p);
-    std::vector<json> got;
-    for (std::string line; std::getline(f, line);) got.push_back(json::parse(line));
-    return got;
-  };
-  const std::string base = "batch --model " + kTinyA + " --vocab " + kVocab + " --input " +
-                           in.string() + " --kv paged16 --lora gathered --max-batch 1";
-  const fs::path on_out = fs::temp_directory_path() / "servekit_cli_prefix_on.jsonl";
-  const fs::path off_out = fs::temp_directory_path() / "servekit_cli_prefix_off.jsonl";
-  auto on = run(base + " --output " + on_out.string());
-  INFO(on.out);
-  REQUIRE(on.code == 0);
-  // One request at a time: the first computes 2 full blocks, the next three find them.
-  CHECK_THAT(on.out, Contains("prefix cache: 96 of 164 prompt tokens found cached (58.5%)"));
-  auto off = run(base + " --no-prefix-caching --output " + off_out.string());
-  REQUIRE(off.code == 0);
-  CHECK_THAT(off.out, !Contains("prefix cache:"));
-  const auto a = lines(on_out), b = lines(off_out);
-  REQUIRE(a.size() == 4);
-  REQUIRE(b.size() == 4);
-  for (int i = 0; i < 4; i++) {
-    CHECK(a[i]["cached_tokens"] == (i == 0 ? 0 : 32));
-    CHECK(b[i]["cached_tokens"] == 0);
-    CHECK(a[i]["generated_ids"] == b[i]["generated_ids"]);
-  }
-  auto bad = run(base + " --prefix-cache-blocks -2");
-  CHECK(bad.code != 0);  // CLI11's code for a value its check refuses
-  CHECK_THAT(bad.out, Contains("--prefix-cache-blocks"));
-}
-
 TEST_CASE("the model folder's own tokenizer files win, and an incomplete pair is an error") {
   const fs::path dir = fs::temp_directory_path() / "servekit_cli_model_tok";
   fs::remove_all(dir);

@@ -22,6 +22,7 @@
 // Strings are UTF-8; escapes are JSON's; the number of digits is bounded (integers 18,
 // numbers 15 + 15 and a 2-digit exponent) so that every value has an end.
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -173,7 +174,10 @@ class Compiler {
       return static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX));
     if (v.is_number_float()) {
       const double d = v.get<double>();
-      if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+      // A double outside int64's range has no conversion (undefined behaviour): refuse it first.
+      if (!(d >= -0x1p63 && d < 0x1p63))
+        bad(at, std::string("'") + kw + "' is out of range, got " + json_brief(v));
+      if (d == std::trunc(d)) return static_cast<int64_t>(d);
     }
     bad(at, std::string("'") + kw + "' must be an integer, got " + json_brief(v));
   }
