@@ -135,7 +135,10 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
     line_no.push_back(lineno);
   }
   const int n = static_cast<int>(reqs.size());
-  serve::EngineOptions opt{.max_batch = a.max_batch, .max_batched_tokens = a.max_batched_tokens};
+  serve::EngineOptions opt{.max_batch = a.max_batch,
+                           .max_batched_tokens = a.max_batched_tokens,
+                           .kv_blocks = a.kv_blocks,
+                           .memory_limit = a.memory_limit};
   opt.prefix_caching = !a.no_prefix_caching;
   opt.prefix_cache_blocks = a.prefix_cache_blocks;
   opt.max_active_adapters = choice.max_loras;
@@ -147,6 +150,7 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
     if (line_error[i].empty()) runnable.push_back(std::move(reqs[i])), at.push_back(i);
   std::fprintf(stderr, "batch: %d requests (%zu malformed) through %s, max batch %d\n", n,
                n - runnable.size(), decltype(engine)::name().c_str(), a.max_batch);
+  std::fprintf(stderr, "batch: memory: %s\n", engine.memory().describe().c_str());
   auto results = engine.run_all(std::move(runnable), [&](int done, int total) {
     const int w = 40, fill = total ? done * w / total : w;
     std::fprintf(stderr, "\r[%s%s] %d/%d", std::string(fill, '#').c_str(),

@@ -66,7 +66,8 @@ int serve_as(const Job& job) {
   }
   serve::EngineOptions eo{.max_batch = a.max_batch,
                           .max_batched_tokens = a.max_batched_tokens,
-                          .kv_blocks = a.kv_blocks};
+                          .kv_blocks = a.kv_blocks,
+                          .memory_limit = a.memory_limit};
   eo.adapter_paths = !a.no_adapter_paths;
   eo.prefix_caching = !a.no_prefix_caching;
   eo.prefix_cache_blocks = a.prefix_cache_blocks;
@@ -75,6 +76,7 @@ int serve_as(const Job& job) {
   auto owned =
       std::make_unique<OwnedEngine<Model, typename C::Scheduler>>(std::move(tensors), tok, eo);
   auto& engine = owned->engine();
+  std::fprintf(stderr, "servekit serve: memory: %s\n", engine.memory().describe().c_str());
   if constexpr (lora::enabled<typename C::Lora>)
     if (!job.choice.merge)
       for (const auto& [id, dir] : adapters) {

@@ -129,6 +129,18 @@ int main(int argc, char** argv) {
         ->check(CLI::NonNegativeNumber);
   };
 
+  // The engine's memory (serve/memory_plan.hpp), for batch and serve.
+  const auto add_memory_flags = [](CLI::App* sub, int& blocks, std::size_t& limit) {
+    sub->add_option("--kv-blocks", blocks,
+                    "KV-cache blocks of a paged cache (0: as many as fit in --memory-limit, up "
+                    "to max-batch full-length sequences)")
+        ->check(CLI::NonNegativeNumber);
+    sub->add_option("--memory-limit,--kv-cache-memory", limit,
+                    "bytes the KV cache, step buffers and adapter tiers may take, e.g. 8GiB or "
+                    "500MB (default: 90% of the memory available at start; the GPU's on cuda)")
+        ->transform(CLI::AsSizeValue(true));
+  };
+
   sk::cli::GenerateArgs g;
   sk::cli::CompositionFlags gen_flags;
   bool merge = false;
@@ -198,6 +210,7 @@ int main(int argc, char** argv) {
                     "PEFT LoRA adapter folder (repeatable); a line's \"adapter\" names one by its "
                     "folder name");
   add_prefix_flags(batch, b.no_prefix_caching, b.prefix_cache_blocks);
+  add_memory_flags(batch, b.kv_blocks, b.memory_limit);
   std::string batch_seed;
   batch->add_option("--seed", batch_seed, "seed of the random model (without --model)");
 
@@ -223,9 +236,7 @@ int main(int argc, char** argv) {
   srv->add_option("--max-batched-tokens", sv.max_batched_tokens,
                   "new tokens per step (longer prompts are chunked)")
       ->check(CLI::Range(1, 1 << 20));
-  srv->add_option("--kv-blocks", sv.kv_blocks,
-                  "KV-cache blocks of a paged cache (0: max-batch full-length sequences)")
-      ->check(CLI::NonNegativeNumber);
+  add_memory_flags(srv, sv.kv_blocks, sv.memory_limit);
   add_prefix_flags(srv, sv.no_prefix_caching, sv.prefix_cache_blocks);
   srv->add_option("--max-pending", sv.max_pending,
                   "requests admitted at once (waiting + running); more get 429")

@@ -225,3 +225,31 @@ TEST_CASE("batch on a paged cache: prompts that share a prefix reuse it, the sam
   CHECK(bad.code != 0);  // CLI11's code for a value its check refuses
   CHECK_THAT(bad.out, Contains("--prefix-cache-blocks"));
 }
+
+TEST_CASE(
+    "batch sizes its memory first: a limit sets the pool; over it, an error naming the flag") {
+  const fs::path in = fs::temp_directory_path() / "servekit_cli_memory.jsonl";
+  {
+    std::ofstream f(in);
+    f << json{{"prompt_ids", {1, 2, 3}}, {"max_new_tokens", 2}, {"temperature", 0}}.dump() << "\n";
+  }
+  // The LoRA composition counts its adapter tiers (1 + 2 GiB by default) against the limit.
+  const std::string base = "batch --model " + kTinyA + " --vocab " + kVocab + " --input " +
+                           in.string() + " --kv paged16 --lora gathered --max-batch 2";
+  auto ok = run(base + " --memory-limit 4GiB");
+  INFO(ok.out);
+  REQUIRE(ok.code == 0);
+  CHECK_THAT(ok.out, Contains("batch: memory: KV cache") && Contains("adapter tiers 3.0 GiB") &&
+                         Contains("of 4.0 GiB (memory_limit, --memory-limit)"));
+  auto none = run(base + " --memory-limit 3GiB");
+  CHECK(none.code != 0);
+  CHECK_THAT(none.out, Contains("not even one") && Contains("--memory-limit") &&
+                           Contains("adapter tiers 3.0 GiB"));
+  auto blocks = run(base + " --memory-limit 4GiB --kv-blocks 2000000000");
+  CHECK(blocks.code != 0);
+  CHECK_THAT(blocks.out, Contains("2000000000 blocks (kv_blocks, --kv-blocks)") &&
+                             Contains("lower --kv-blocks to at most"));
+  auto typo = run(base + " --memory-limit 4lots");
+  CHECK(typo.code != 0);
+  CHECK_THAT(typo.out, Contains("--memory-limit"));
+}

@@ -328,6 +328,59 @@ TEST_CASE("engine options out of range are refused, naming the option", "[engine
                       Contains("prefix_cache_blocks must be >= 0 (-1: the pool's), got -2"));
 }
 
+TEST_CASE("memory is sized before it is taken: a pool fits the limit, asking for more names why",
+          "[engine][memory]") {
+  using PE = serve::Engine<Paged, sched::Continuous>;
+  using CE = serve::Engine<Contig, sched::Continuous>;
+  const double token = 2.0 * D::n_layer * D::n_embd * sizeof(float), block = 16 * token;
+  // Under the machine's memory, the default pool is max_batch full-length sequences.
+  PE full(model<Paged>(), tokenizer(), {.max_batch = 4});
+  const serve::MemoryPlan p = full.memory();
+  CHECK(p.kv_blocks == 4 * 512 / 16);
+  CHECK(full.stats().cache_blocks == p.kv_blocks);
+  CHECK(p.kv_tokens == 4 * 512);
+  CHECK(p.kv == p.kv_blocks * block);
+  CHECK(p.workspace > 0);
+  CHECK(p.total() <= p.limit);
+  CHECK_THAT(p.limit_source, Contains("available"));
+  // A limit with room for 40.5 blocks beside the step buffers: a pool of 40, and a request
+  // needing 32 of them runs.
+  const auto limit = [&](double blocks) {
+    return static_cast<std::size_t>(p.workspace + blocks * block);
+  };
+  {
+    PE e(model<Paged>(), tokenizer(), {.max_batch = 4, .memory_limit = limit(40.5)});
+    CHECK(e.memory().kv_blocks == 40);
+    CHECK(e.stats().cache_blocks == 40);
+    CHECK_THAT(e.memory().limit_source, Contains("--memory-limit"));
+    serve::Request r;
+    r.prompt_ids.assign(500, 3);
+    r.stop = {.max_new_tokens = 8, .stop_at_eos = false};
+    CHECK(e.generate(r).tokens.size() == 8u);
+  }
+  // Too little for one full-length sequence, or more blocks asked for than fit: refused, naming
+  // the sizes and the flag.
+  REQUIRE_THROWS_WITH(PE(model<Paged>(), tokenizer(), {.max_batch = 4, .memory_limit = limit(20)}),
+                      Contains("not even one 512-token sequence") && Contains("32 blocks") &&
+                          Contains("--memory-limit") && Contains("step buffers"));
+  REQUIRE_THROWS_WITH(PE(model<Paged>(), tokenizer(),
+                         {.max_batch = 4, .kv_blocks = 100, .memory_limit = limit(40.5)}),
+                      Contains("100 blocks (kv_blocks, --kv-blocks)") && Contains("at most 40"));
+  // Contiguous: max_batch full-length rows, or an error naming --max-batch and what fits.
+  CE three(model<Contig>(), tokenizer(), {.max_batch = 3});
+  const double seq = 512 * token;
+  REQUIRE_THROWS_WITH(
+      CE(model<Contig>(), tokenizer(),
+         {.max_batch = 3,
+          .memory_limit = static_cast<std::size_t>(three.memory().workspace + 2.5 * seq)}),
+      Contains("3 sequences (max_batch, --max-batch)") && Contains("at most 2") &&
+          Contains("1.5 MiB"));
+  // The default limit: a cache bigger than any machine is refused before it is allocated.
+  REQUIRE_THROWS_WITH(
+      CE(model<Contig>(), tokenizer(), {.max_batch = 1 << 30}),
+      Contains("1073741824 sequences") && Contains("% of the") && Contains("available"));
+}
+
 TEST_CASE("an engine refuses a tokenizer with fewer tokens than the model", "[engine]") {
   auto& m = model<Paged>();
   const auto dir = std::filesystem::temp_directory_path() /

@@ -21,6 +21,9 @@ struct DeviceStorage {
   using Resident = weights::DeviceMatrix<weights::format_of<Mat>>;
   using StepContext = DeviceStep;  // the stream, staging, results and graphs of the steps
 
+  // Bytes of device memory free now (under the emulator: the host's available memory).
+  static std::size_t available_bytes() { return simt::device_memory_available(); }
+
   template <class T>
   static Vec<T> to_vec(std::vector<T>&& v) {
     return Vec<T>(std::span<const T>(v));

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "servekit/core/memory_info.hpp"
+
 namespace servekit {
 
 struct HostStorage {
@@ -26,6 +28,9 @@ struct HostStorage {
     struct Scope {};
     Scope scope() const { return {}; }
   };
+
+  // Bytes this storage can still allocate: the host's available memory.
+  static std::size_t available_bytes() { return host_memory_available(); }
 
   // A host vector made resident: moved, never copied.
   template <class T>

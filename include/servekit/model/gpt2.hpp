@@ -184,6 +184,11 @@ class Gpt2 {
     run_.reserve(max_tokens, max_seqs, max_len);
   }
 
+  // Bytes reserve(max_tokens, max_seqs, max_len) takes, computed without allocating.
+  static std::size_t reserve_bytes(int max_tokens, int max_seqs, int max_len = P) {
+    return Runner::reserve_bytes(max_tokens, max_seqs, max_len);
+  }
+
   // Device storage: whether decode steps are captured as CUDA graphs and replayed (default:
   // on), and how many are held.
   void set_graphs(bool on) requires(!Storage::is_host) { run_.ctx.set_graphs(on); }

@@ -82,6 +82,25 @@ class StepRunner {
     }
   }
 
+  // What reserve(max_tokens, max_seqs, max_len) allocates, in bytes, before it does (the
+  // staging buffers of device storage, a few KB, left out).
+  static std::size_t reserve_bytes(int max_tokens, int max_seqs, int max_len) {
+    const std::size_t N = max_tokens, S = max_seqs;
+    std::size_t floats = N * 10 * C + S * V + Ops::attention_workspace(C, H, max_len, max_seqs);
+    std::size_t ints = 0;
+    if constexpr (backend::SplitsK<Ops, Mat>) {
+      std::size_t part = 0;
+      int counters = 0;
+      for (const auto& [K, Nout] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}}) {
+        const auto [f, c] = Ops::template split_k_size<Mat>(max_tokens, K, Nout);
+        part = std::max(part, f), counters = std::max(counters, c);
+      }
+      floats += part, ints += counters;
+    }
+    if constexpr (!Storage::is_host) ints += 2 * S;
+    return floats * sizeof(float) + ints * sizeof(int32_t);
+  }
+
   // Grows the scratch for the planned step (cache rows up to max_len; LoRA ranks up to
   // max_rank) and reserves its rows in the cache. May throw (out of blocks); then nothing was
   // allocated in the cache.

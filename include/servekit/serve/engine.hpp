@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -37,6 +38,7 @@
 #include "servekit/serve/adapter_parking.hpp"
 #include "servekit/serve/adapter_slots.hpp"
 #include "servekit/serve/engine_stats.hpp"
+#include "servekit/serve/memory_plan.hpp"
 #include "servekit/serve/request.hpp"
 #include "servekit/serve/request_checks.hpp"
 #include "servekit/serve/request_state.hpp"
@@ -65,12 +67,15 @@ class Engine {
       : model_(model),
         tok_(covering(tok)),  // first: before the cache is sized and allocated
         opt_(check_options(opt)),
-        cache_(make_cache(model, opt_)),
+        memory_(plan_memory<Model, Cache>(opt_)),  // throws before anything is allocated
+        cache_(make_cache(model, opt_, memory_)),
         core_(cache_, opt_, P),
         sched_(std::move(sched)) {
     // Every step of the engine fits its limits: size the model's step buffers once.
-    model_.reserve(opt_.max_batched_tokens, std::min(opt_.max_batch, opt_.max_batched_tokens),
-                   cache_.max_len());
+    allocating("the step buffers", memory_.workspace, [&] {
+      model_.reserve(opt_.max_batched_tokens, std::min(opt_.max_batch, opt_.max_batched_tokens),
+                     cache_.max_len());
+    });
     if constexpr (Core<Cache>::paged)
       if (opt_.prefix_caching && reuses_prefix<Sched, Cache>()) {
         cache_.enable_prefix_cache(opt_.prefix_cache_blocks);
@@ -181,6 +186,9 @@ class Engine {
     return out;
   }
 
+  // What the engine sized and took at start: each part's bytes, the limit, the tokens that fit.
+  const MemoryPlan& memory() const { return memory_; }
+
   EngineStats stats() const {
     std::lock_guard lk(stats_mu_);
     return stats_;
@@ -219,11 +227,23 @@ class Engine {
     return hs;
   }
 
-  static Cache make_cache(const Model& m, const EngineOptions& o) {
-    if constexpr (Core<Cache>::paged) {
-      if (o.kv_blocks > 0) return m.make_cache(o.max_batch, P, o.kv_blocks);
+  static Cache make_cache(const Model& m, const EngineOptions& o, const MemoryPlan& plan) {
+    return allocating("the KV cache", plan.kv, [&] {
+      if constexpr (Core<Cache>::paged)
+        return m.make_cache(o.max_batch, P, plan.kv_blocks);
+      else
+        return m.make_cache(o.max_batch, P);
+    });
+  }
+  // f(), naming what it was allocating when it fails.
+  template <class F>
+  static auto allocating(const char* what, double bytes, F&& f) {
+    try {
+      return f();
+    } catch (const std::bad_alloc&) {
+      fail("engine: allocating ", what, " (", bytes_text(bytes), ") failed: out of memory; ",
+           "lower --max-batch, --kv-blocks or --memory-limit");
     }
-    return m.make_cache(o.max_batch, P);
   }
 
   void validate(const Request& r, const std::vector<int32_t>& prompt) const {
@@ -484,6 +504,7 @@ class Engine {
   Model& model_;
   const text::Gpt2Tokenizer& tok_;
   EngineOptions opt_;
+  MemoryPlan memory_;
   Cache cache_;
   Core<Cache> core_;
   Sched sched_;

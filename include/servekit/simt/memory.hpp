@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "servekit/core/memory_info.hpp"
 #include "servekit/simt/counters.hpp"
 #include "servekit/simt/stream.hpp"
 
@@ -46,6 +47,19 @@ T* malloc_device(std::size_t n) {
   void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
   if (!p) fail("simt::malloc_device: allocation of ", bytes, " bytes failed");
   return static_cast<T*>(p);
+#endif
+}
+
+// Bytes of device memory free now (cudaMemGetInfo); under the emulator, the host's.
+inline std::size_t device_memory_available() {
+#if defined(SERVEKIT_SIMT_DEVICE)
+  std::size_t free = 0, total = 0;
+  const cudaError_t e = cudaMemGetInfo(&free, &total);
+  if (e != cudaSuccess)
+    fail("simt::device_memory_available: cudaMemGetInfo failed: ", cudaGetErrorString(e));
+  return free;
+#else
+  return host_memory_available();
 #endif
 }
 

@@ -28,9 +28,12 @@ struct EngineOptions {
   int max_batch = 8;             // running sequences at most (= cache slots)
   int max_batched_tokens = 512;  // continuous: new tokens per step at most
   bool chunked_prefill = true;   // continuous: split a prompt over steps to fit that budget
-  int kv_blocks = 0;             // paged: blocks in the pool; 0: max_batch full-length sequences
-  double watermark = 0.01;       // paged: share of blocks admission leaves free for decodes
-  int32_t pad_id = -1;           // static batches' left padding; -1: the tokenizer's EOS
+  int kv_blocks = 0;  // paged: blocks in the pool; 0: as many as fit, up to max_batch full-length
+  // bytes the KV cache, step buffers and adapter tiers may take (serve/memory_plan.hpp); 0:
+  // 90% of the memory available when the engine starts (the host's, or the device's on Cuda)
+  std::size_t memory_limit = 0;
+  double watermark = 0.01;  // paged: share of blocks admission leaves free for decodes
+  int32_t pad_id = -1;      // static batches' left padding; -1: the tokenizer's EOS
   // continuous: distinct LoRA adapters running at once (LoRAX's max_active_adapters); 0: any
   int max_active_adapters = 0;
   // continuous: steps an adapter keeps admitting new requests while requests for another
