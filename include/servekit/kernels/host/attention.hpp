@@ -108,10 +108,22 @@ void attention(float* out,        // (N, C)
   const int hd = C / n_head;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int nv = hd % kLanes == 0 ? hd / kLanes : 0;
+  // Task order: within a run of rows of one slot (a prompt's chunk), the rows of one head are
+  // neighbours, so a thread's next task reads the keys and values it has just read (one head of
+  // one sequence: a few hundred KB, in L2); a decode row is a run of one, whose heads are
+  // neighbours in each cache row. The order changes no row's arithmetic.
+  std::vector<int32_t> order(static_cast<std::size_t>(N) * n_head);  // r * n_head + h
+  for (int r0 = 0, i = 0; r0 < N;) {
+    int r1 = r0 + 1;
+    while (r1 < N && slot[r1] == slot[r0]) r1++;
+    for (int h = 0; h < n_head; h++)
+      for (int r = r0; r < r1; r++) order[i++] = r * n_head + h;
+    r0 = r1;
+  }
   parallel_for(
       N * n_head,
-      [&](int rh) {
-        const int r = rh / n_head, h = rh % n_head;
+      [&](int i) {
+        const int r = order[i] / n_head, h = order[i] % n_head;
         thread_local std::vector<float> scores;  // one row of scores per thread
         if (scores.size() < static_cast<std::size_t>(max_rows)) scores.resize(max_rows);
         float* att = scores.data();
