@@ -18,6 +18,7 @@
 #include "servekit/kernels/ref/embedding.hpp"
 #include "servekit/kernels/host/linear.hpp"
 #include "servekit/kernels/ref/layernorm.hpp"
+#include "servekit/kernels/host/lora.hpp"
 #include "servekit/kernels/ref/lora.hpp"
 #include "servekit/lora/policy.hpp"
 
@@ -62,9 +63,9 @@ struct Ops<Host> : HostStorage {
     if constexpr (std::is_same_v<Policy, servekit::lora::Loop>)
       kernels::ref::lora_loop(p.y, p.x, p.ad, tab, p.N, p.K, p.Nout);
     else if constexpr (std::is_same_v<Policy, servekit::lora::Gathered>)
-      kernels::ref::lora_gathered(p.y, p.x, p.ad, tab, p.N, p.K, p.Nout);
+      kernels::host::lora_gathered(p);
     else if constexpr (std::is_same_v<Policy, servekit::lora::Segmented>)
-      kernels::ref::lora_segmented(p.y, p.x, p.ad, tab, p.N, p.K, p.Nout);
+      kernels::host::lora_segmented(p);
     else
       static_assert(sizeof(Policy) == 0, "servekit: no host LoRA kernel for this policy");
   }

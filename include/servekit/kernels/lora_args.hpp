@@ -14,6 +14,9 @@ struct LoraMats {
   const float* b = nullptr;  // (Nout, rank)
   int rank = 0;
   float scale = 0;
+  // (rank, Nout): b transposed, the layout the host kernels stream (kernels/host/lora.hpp);
+  // host storage only
+  const float* bt = nullptr;
 };
 
 struct LoraParams {

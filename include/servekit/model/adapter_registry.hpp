@@ -4,7 +4,8 @@
 // tables its kernels read them through. A slot is what model::Batch::adapters names per
 // sequence; names are unique and a freed slot is reused. On device storage each adapter's A and
 // B matrices are uploaded once, when it is added. Which adapters to hold, and when to evict
-// them, is decided above (serve/adapter_slots.hpp); this is only the model's side of it.
+// them, is decided above (serve/adapter_slots.hpp); this is only the model's side of it. On host
+// storage each B is also kept transposed, (rank, out), the layout the host kernels stream.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -44,16 +45,22 @@ class AdapterRegistry {
         }
     std::size_t i = 0;
     while (i < adapters_.size() && adapters_[i]) i++;
-    if (i == adapters_.size()) adapters_.emplace_back(), dev_.emplace_back();
-    if constexpr (!Storage::is_host) {  // the device's own copy of every A and B
-      dev_[i].clear();
-      for (const auto& layer : a.layers)
-        for (const auto& q : layer)
-          if (q) {
-            dev_[i].push_back(Storage::to_vec(std::vector<float>(q->a)));
-            dev_[i].push_back(Storage::to_vec(std::vector<float>(q->b)));
-          }
-    }
+    if (i == adapters_.size()) adapters_.emplace_back(), own_.emplace_back();
+    own_[i].clear();
+    for (const auto& layer : a.layers)
+      for (const auto& q : layer)
+        if (!q) {
+          continue;
+        } else if constexpr (Storage::is_host) {  // B transposed
+          std::vector<float> bt(q->b.size());
+          for (int n = 0; n < q->out; n++)
+            for (int j = 0; j < q->rank; j++)
+              bt[std::size_t(j) * q->out + n] = q->b[std::size_t(n) * q->rank + j];
+          own_[i].push_back(std::move(bt));
+        } else {  // the device's own copy of every A and B
+          own_[i].push_back(Storage::to_vec(std::vector<float>(q->a)));
+          own_[i].push_back(Storage::to_vec(std::vector<float>(q->b)));
+        }
     adapters_[i] = std::move(p);
     dirty_ = true;
     return static_cast<int>(i);
@@ -62,7 +69,7 @@ class AdapterRegistry {
     if (slot < 0 || slot >= static_cast<int>(adapters_.size()) || !adapters_[slot])
       fail("remove_adapter: no adapter in slot ", slot);
     adapters_[slot].reset();
-    dev_[slot].clear();
+    own_[slot].clear();
     dirty_ = true;
   }
   // The slot of the adapter named `name`, or -1.
@@ -128,16 +135,18 @@ class AdapterRegistry {
     for (int i = 0; i < slots; i++) {
       if (!adapters_[i]) continue;
       const lora::Adapter& a = *adapters_[i];
-      std::size_t k = 0;  // position in dev_[i]: A and B of each pair, in order
+      std::size_t k = 0;  // position in own_[i]: Bt, or A and B, of each pair in order
       for (int l = 0; l < L; l++)
         for (int t = 0; t < lora::kTargets; t++)
           if (const auto* q = a.find(l, static_cast<lora::Target>(t))) {
-            const float *pa = q->a.data(), *pb = q->b.data();
-            if constexpr (!Storage::is_host) {
-              pa = dev_[i][k].data(), pb = dev_[i][k + 1].data();
+            const float *pa = q->a.data(), *pb = q->b.data(), *pbt = nullptr;
+            if constexpr (Storage::is_host) {
+              pbt = own_[i][k++].data();
+            } else {
+              pa = own_[i][k].data(), pb = own_[i][k + 1].data();
               k += 2;
             }
-            tab_host_[(l * lora::kTargets + t) * slots + i] = {pa, pb, q->rank, a.scale};
+            tab_host_[(l * lora::kTargets + t) * slots + i] = {pa, pb, q->rank, a.scale, pbt};
             max_rank_ = std::max(max_rank_, q->rank);
           }
     }
@@ -148,9 +157,9 @@ class AdapterRegistry {
     dirty_ = false;
   }
 
-  // By slot; on device storage, each one's A and B matrices uploaded.
+  // By slot; host storage: each B transposed; device storage: each A and B uploaded.
   std::vector<std::shared_ptr<const lora::Adapter>> adapters_;
-  std::vector<std::vector<Vec<float>>> dev_;
+  std::vector<std::vector<Vec<float>>> own_;
   // (L * 4, slots) each linear's matrices per slot (a host copy to decide which linears a
   // step adapts), rebuilt when adapters come and go; the widest rank among them.
   std::vector<kernels::LoraMats> tab_host_;
