@@ -26,10 +26,10 @@ def tiny_args():
 
 
 class Server:
-    def __init__(self, args, log=None):
+    def __init__(self, args, log=None, port=0):
         self.log_path = log
         self.log = open(log, "w") if log else subprocess.DEVNULL
-        self.proc = subprocess.Popen([servekit_bin(), "serve", "--port", "0", *args],
+        self.proc = subprocess.Popen([servekit_bin(), "serve", "--port", str(port), *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = []
         deadline = time.time() + 60

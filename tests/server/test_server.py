@@ -375,6 +375,42 @@ def test_sigterm_finishes_or_cancels_what_runs_and_exits_0(grace):
         assert len(got) < 41 and got[-1].get("error") == "the request was cancelled"
 
 
+def test_sigkill_mid_stream_closes_the_client_and_a_restart_serves_on_the_same_port():
+    # A server killed outright (SIGKILL: no handler runs) leaves its streaming client with a
+    # closed connection, an error at once, not a hang; a new server binds the same port at once
+    # (SO_REUSEADDR: the old connections' TIME_WAIT does not hold it) and serves.
+    s = Server(["--seed", "1", "-q"])
+    port, got, failed, first = s.port, [], [], threading.Event()
+
+    def stream():
+        try:
+            r = requests.post(s.url + "/generate_stream", stream=True, timeout=60,
+                              json={"inputs": PROMPT, "parameters": {"max_new_tokens": 200,
+                                                                     "ignore_eos_token": True}})
+            for line in r.iter_lines():
+                if line.startswith(b"data:"):
+                    got.append(json.loads(line[5:]))
+                    first.set()
+        except requests.exceptions.RequestException as e:
+            failed.append(e)
+
+    t = threading.Thread(target=stream)
+    t.start()
+    assert first.wait(60)
+    s.proc.kill()
+    s.proc.wait(timeout=10)
+    t.join(timeout=10)
+    assert not t.is_alive(), "the client hung on a killed server"
+    assert failed, "a stream cut mid-way must end in an error, not look complete"
+    assert 0 < len(got) < 200
+    with Server(tiny_args() + ["-q"], port=port) as again:
+        assert again.port == port
+        r = requests.post(again.url + "/generate",
+                          json={"inputs": "hello",
+                                "parameters": {"max_new_tokens": 2, "details": True}})
+        assert r.status_code == 200 and r.json()["details"]["generated_tokens"] == 2
+
+
 def test_concurrent_streams_lose_nothing_and_mix_nothing():
     # A short run of the load benchmark's clients: correctness only, no timing asserted.
     import load
