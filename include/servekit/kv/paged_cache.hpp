@@ -155,6 +155,7 @@ class PagedCache {
       const int32_t b = prefix_.find(prefix_.hash(link, a, t), link, a, t);
       if (b < 0) break;
       hit.blocks++, hit.evictable += alloc_.refs(b) == 0;
+      hit.ids.push_back(b);
       link = prefix_.link(b);
     }
     hit.tokens = hit.blocks * B;
@@ -169,9 +170,7 @@ class PagedCache {
            " tokens");
     const PrefixHit hit = lookup(tokens, a, max_tokens);
     Chain& c = chain_[slot];
-    for (int j = 0; j < hit.blocks; j++) {
-      const auto t = tokens.subspan(static_cast<std::size_t>(j) * B, B);
-      const int32_t b = prefix_.find(prefix_.hash(c.link, a, t), c.link, a, t);
+    for (const int32_t b : hit.ids) {
       alloc_.share(b);
       table_[static_cast<std::size_t>(slot) * stride_ + held_[slot]++] = b;
       c.link = prefix_.link(b);

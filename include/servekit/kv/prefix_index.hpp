@@ -34,6 +34,7 @@ struct PrefixLink {
 // holds (cached free blocks, which mapping takes out of the free pool).
 struct PrefixHit {
   int tokens = 0, blocks = 0, evictable = 0;
+  std::vector<int32_t> ids;  // (blocks) the run's blocks, in order
 };
 
 class PrefixIndex {
