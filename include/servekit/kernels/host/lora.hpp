@@ -34,9 +34,24 @@ inline bool adapts(const LoraParams& p, int32_t a) {
   return a >= 0 && a < p.n_slots && p.tab[a].a;
 }
 
-// v (rank) = scale * A x.
+// v (rank) = scale * A x. Four rows of A at a time, so that four FMA chains are in flight; each
+// v[j] is still host/attention.hpp's dot(x, A[j]), the same bits.
 inline void shrink(float* v, const float* x, const LoraMats& m, int K) {
-  for (int j = 0; j < m.rank; j++) v[j] = m.scale * dot(x, m.a + static_cast<int64_t>(j) * K, K);
+  int j = 0;
+  for (; j + 4 <= m.rank && K % kLanes == 0; j += 4) {
+    const float* a = m.a + static_cast<int64_t>(j) * K;
+    vec s0{}, s1{}, s2{}, s3{};
+    for (int d = 0; d < K; d += kLanes) {
+      const vec xd = load(x + d);
+      s0 = madd(xd, load(a + d), s0);
+      s1 = madd(xd, load(a + K + d), s1);
+      s2 = madd(xd, load(a + 2 * K + d), s2);
+      s3 = madd(xd, load(a + 3 * K + d), s3);
+    }
+    v[j] = m.scale * lane_sum(s0), v[j + 1] = m.scale * lane_sum(s1);
+    v[j + 2] = m.scale * lane_sum(s2), v[j + 3] = m.scale * lane_sum(s3);
+  }
+  for (; j < m.rank; j++) v[j] = m.scale * dot(x, m.a + static_cast<int64_t>(j) * K, K);
 }
 
 // y[n0 .. n1) += sum_j v[j] Bt[j][n0 .. n1), each column's sum an FMA chain over j from zero.
