@@ -87,16 +87,9 @@ class StepRunner {
   static std::size_t reserve_bytes(int max_tokens, int max_seqs, int max_len) {
     const std::size_t N = max_tokens, S = max_seqs;
     std::size_t floats = N * 10 * C + S * V + Ops::attention_workspace(C, H, max_len, max_seqs);
-    std::size_t ints = 0;
-    if constexpr (backend::SplitsK<Ops, Mat>) {
-      std::size_t part = 0;
-      int counters = 0;
-      for (const auto& [K, Nout] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}}) {
-        const auto [f, c] = Ops::template split_k_size<Mat>(max_tokens, K, Nout);
-        part = std::max(part, f), counters = std::max(counters, c);
-      }
-      floats += part, ints += counters;
-    }
+    const auto [part, counters] = split_k_need(max_tokens);
+    floats += part;
+    std::size_t ints = counters;
     if constexpr (!Storage::is_host) ints += 2 * S;
     return floats * sizeof(float) + ints * sizeof(int32_t);
   }
@@ -178,19 +171,23 @@ class StepRunner {
     x.resize(n * C), ln.resize(n * C), att.resize(n * C), qkv.resize(n * 3 * C);
     fc.resize(n * 4 * C);
   }
-  // The linears' split-K scratch, for steps of up to N rows: the largest any linear needs.
-  void reserve_split(int N) {
-    if constexpr (backend::SplitsK<Ops, Mat>) {
-      std::size_t floats = 0;
-      int counters = 0;
+  // The linears' split-K scratch for steps of up to N rows, the largest any linear needs:
+  // (floats of parts, arrival counters); none on backends that do not split.
+  static std::pair<std::size_t, int> split_k_need(int N) {
+    std::size_t floats = 0;
+    int counters = 0;
+    if constexpr (backend::SplitsK<Ops, Mat>)
       for (const auto& [K, Nout] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}}) {
         const auto [f, c] = Ops::template split_k_size<Mat>(N, K, Nout);
         floats = std::max(floats, f), counters = std::max(counters, c);
       }
-      if (split_part.size() < floats) split_part.resize(floats);
-      if (split_arrivals.size() < static_cast<std::size_t>(counters))
-        split_arrivals.resize(counters);  // zeros, as the kernels leave them
-    }
+    return {floats, counters};
+  }
+  void reserve_split(int N) {
+    const auto [floats, counters] = split_k_need(N);
+    if (split_part.size() < floats) split_part.resize(floats);
+    if (split_arrivals.size() < static_cast<std::size_t>(counters))
+      split_arrivals.resize(counters);  // zeros, as the kernels leave them
   }
 
   std::vector<kv::Reserve> reserve_;
