@@ -7,7 +7,10 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${SERVEKIT_BUILD_DIR:-$root/build}"
 # The CLI and lessons for the model shapes the tests run only (SERVEKIT_DIMS, CMakeLists.txt).
-bash "$root/scripts/build.sh" -DSERVEKIT_DIMS=tests
+# In CI the benchmarks only have to build: unoptimised, in half the time (bench/CMakeLists.txt).
+bench_build_only=OFF
+if [ "${CI:-}" = true ]; then bench_build_only=ON; fi
+bash "$root/scripts/build.sh" -DSERVEKIT_DIMS=tests -DSERVEKIT_BENCH_BUILD_ONLY=$bench_build_only
 # The server's tests drive it with the real Python clients: their venv (made once, from PyPI).
 bash "$root/tools/server_venv.sh" >/dev/null
 cd "$build"
