@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// Lesson 6's measurement: one decode step of GPT-2 small dims against the batch size, for each
-// LoRA dispatch policy beside the base model without LoRA and the floor, in the same run:
+// Lesson 6's measurement: one step of GPT-2 small dims against the batch size, for each LoRA
+// dispatch policy beside the base model without LoRA and the floor, in the same run:
 //   loop       one masked pass over the batch per distinct adapter (the course's loop)
 //   gathered   each row its own A and B (BGMV)
 //   segmented  rows grouped by adapter, shrink then expand per group (SGMV)
-//   floor      the base step plus the step's distinct adapters' bytes at the read bandwidth
-//              measured here (their FLOPs are a few percent of the base step's: bytes bound)
+//   merged     one adapter for every row only: its delta added into the base weights, the base
+//              model's speed (the reference with one adapter)
+//   floor      the base step plus, whichever is larger, the step's distinct adapters' bytes at
+//              the read bandwidth or their FLOPs (2 per A and B value per token) at the FMA
+//              peak, both measured here
+// --phases: decode (one new token per row, 32 cached) and prefill (a 128-token prompt per row).
 // --shares says how the rows share adapters: 0, every row its own (row i on adapter i); k, k
 // adapters shared by the rows in turn (row i on adapter i % k), e.g. 8 groups or 1 for all.
-// Random adapters of ranks 4..16 on all four linears. Writes lora_step.csv and lora_step.png
-// (each policy's step over the base step's, per sharing) into --out. Host backend, f32, random
-// weights.
+// --ranks: "mixed" (4..16 at random) or a fixed rank; every adapter on all four linears.
+// Writes lora_step.csv and lora_step.png (each policy's step over the base step, one panel per
+// phase and ranks) into --out. Host backend, f32, random weights.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -18,6 +22,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +32,7 @@
 #include "servekit/lora/adapter.hpp"
 #include "servekit/lora/random_adapter.hpp"
 #include "servekit/model/gpt2.hpp"
+#include "servekit/model/merge_lora.hpp"
 #include "servekit/model/random_gpt2.hpp"
 
 namespace fs = std::filesystem;
@@ -33,127 +40,249 @@ namespace sk = servekit;
 using D = sk::dims::Gpt2Small;
 template <class L>
 using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, L>>;
-constexpr int kContext = 32;  // tokens already in each row's cache when the step is timed
+using AdapterPtr = std::shared_ptr<const sk::lora::Adapter>;
+constexpr int kContext = 32;  // decode: tokens already in each row's cache
+constexpr int kPrompt = 128;  // prefill: tokens of each row's prompt
 
-sk::lora::Adapter random_adapter(int i, std::mt19937_64& rng) {
-  const int rank = 4 + static_cast<int>(rng() % 13);
-  return sk::lora::random_adapter<D>(
-      {.name = "random" + std::to_string(i), .rank = rank, .alpha = 2.f * rank}, rng);
+// The rank of adapter i under a --ranks value: "mixed" draws 4..16.
+int rank_of(const std::string& ranks, std::mt19937_64& rng) {
+  return ranks == "mixed" ? 4 + static_cast<int>(rng() % 13) : std::stoi(ranks);
 }
 
-// Median seconds of one decode step for B rows, row i on adapter i % k (k 0: i; adapters
-// false: none).
+// One policy's step for B rows, row i on adapter i % k (k 0: i; adapters false: none), ready
+// to be timed again and again. Decode: one token per row after kContext cached (each rep one
+// position further); prefill: kPrompt tokens per row from position 0.
 template <class M>
-double step_seconds(M& m, int B, bool adapters, int reps, int k = 0) {
-  auto cache = m.make_cache(B, kContext + reps + 1);
-  std::vector<int32_t> tokens, ad;
+struct Stepper {
+  M& m;
+  bool prefill;
+  typename M::Cache cache;
+  std::vector<int32_t> prompt, tokens, ad;
   std::vector<sk::model::SeqStep> seqs;
-  std::mt19937 rng(B);
-  for (int i = 0; i < B; i++) {
-    seqs.push_back({i, 0, kContext});
-    for (int t = 0; t < kContext; t++) tokens.push_back(static_cast<int32_t>(rng() % 50000));
-    ad.push_back(adapters ? (k > 0 ? i % k : i) : -1);
-  }
   std::vector<float> logits;
-  m.forward(cache, {tokens, seqs, sk::model::Logits::Last, ad}, logits);  // prefill, untimed
-  std::vector<double> t;
-  for (int r = 0; r < reps; r++) {
-    tokens.assign(B, 0);
-    for (int i = 0; i < B; i++) seqs[i] = {i, kContext + r, 1}, tokens[i] = 42 + i;
+
+  Stepper(M& model, bool pre, int B, bool adapters, int reps, int k)
+      : m(model), prefill(pre), cache(model.make_cache(B, kPrompt + kContext + reps + 1)) {
+    std::mt19937 rng(B);
+    const int n0 = prefill ? kPrompt : kContext;
+    for (int i = 0; i < B; i++) {
+      seqs.push_back({i, 0, n0});
+      for (int t = 0; t < n0; t++) prompt.push_back(static_cast<int32_t>(rng() % 50000));
+      ad.push_back(adapters ? (k > 0 ? i % k : i) : -1);
+    }
+    m.forward(cache, {prompt, seqs, sk::model::Logits::Last, ad}, logits);  // untimed
+  }
+  double seconds(int r) {
+    const int B = static_cast<int>(seqs.size());
+    if (prefill) {
+      for (int i = 0; i < B; i++) seqs[i] = {i, 0, kPrompt};
+      tokens = prompt;
+    } else {
+      tokens.assign(B, 0);
+      for (int i = 0; i < B; i++) seqs[i] = {i, kContext + r, 1}, tokens[i] = 42 + i;
+    }
     const double t0 = sk::bench::now_s();
     m.forward(cache, {tokens, seqs, sk::model::Logits::Last, ad}, logits);
-    t.push_back(sk::bench::now_s() - t0);
+    return sk::bench::now_s() - t0;
   }
+};
+
+double median(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
 
+struct Machine {
+  double bw_gbs, fma_gflops;
+};
+
+struct Row {
+  std::string phase, ranks;
+  int share, batch;
+  double none, loop, gathered, segmented, merged, floor;  // ms; < 0: not run
+};
+
+std::string ms(double v, int w) {
+  char b[32];
+  if (v < 0)
+    std::snprintf(b, sizeof b, "%*s", w, "-");
+  else
+    std::snprintf(b, sizeof b, "%*.2f", w, v);
+  return b;
+}
+
+std::string ratio(double v, double base) {
+  char b[32];
+  if (v < 0) return "-";
+  std::snprintf(b, sizeof b, "%.2fx", v / base);
+  return b;
+}
+
+// Every (share, batch) of one phase and ranks setting, printed as it goes.
+void measure(const std::string& phase, const std::string& ranks, const std::vector<int>& shares,
+             const std::vector<int>& batches, const std::vector<AdapterPtr>& adapters,
+             const sk::model::Gpt2Tensors& tensors, const Machine& mc, int reps, double loop_limit,
+             std::vector<Row>& out) {
+  const bool prefill = phase == "prefill";
+  Model<sk::lora::None> none(tensors);
+  Model<sk::lora::Loop> loop(tensors);
+  Model<sk::lora::Gathered> gathered(tensors);
+  Model<sk::lora::Segmented> segmented(tensors);
+  for (const auto& a : adapters)
+    loop.add_adapter(a), gathered.add_adapter(a), segmented.add_adapter(a);
+  std::unique_ptr<Model<sk::lora::None>> merged;  // adapter 0 merged, for one-adapter steps
+  if (std::find(shares.begin(), shares.end(), 1) != shares.end()) {
+    sk::model::Gpt2Tensors t = tensors;
+    sk::lora::merge(t, *adapters[0]);
+    merged = std::make_unique<Model<sk::lora::None>>(std::move(t));
+  }
+  const int tokens = prefill ? kPrompt : 1;
+  for (int k : shares) {
+    std::printf("\n== %s, ranks %s, ", phase.c_str(), ranks.c_str());
+    if (k == 0)
+      std::printf("every row its own adapter (row i on adapter i)\n");
+    else
+      std::printf("%d adapter%s shared by the rows (row i on adapter i %% %d)\n", k,
+                  k == 1 ? "" : "s", k);
+    std::printf("%6s %10s %10s %12s %13s %10s %10s   %s\n", "batch", "none ms", "loop ms",
+                "gathered ms", "segmented ms", "merged ms", "floor ms",
+                "vs none: loop / gathered / segmented / merged / floor");
+    for (int B : batches) {
+      std::fprintf(stderr, "  %s, ranks %s, share %d, batch %d...\r", phase.c_str(), ranks.c_str(),
+                   k, B);
+      const int distinct = k == 0 ? B : std::min(k, B);
+      double bytes = 0, flops = 0;
+      for (int i = 0; i < distinct; i++) bytes += adapters[i]->bytes();
+      for (int i = 0; i < B; i++)  // 2 FLOPs per A and B value per token of the row
+        flops += 2.0 * tokens * adapters[k > 0 ? i % k : i]->bytes() / sizeof(float);
+      Row r{phase, ranks, k, B, 0, -1, 0, 0, -1, 0};
+      // The policies take turns within each rep, so that the machine's drift over the run
+      // falls on all of them alike; the median of each is kept.
+      std::vector<double> tn, tl, tg, ts, tm;
+      Stepper sn(none, prefill, B, false, reps, k);
+      Stepper sg(gathered, prefill, B, true, reps, k);
+      Stepper ss(segmented, prefill, B, true, reps, k);
+      std::optional<Stepper<Model<sk::lora::None>>> sm;
+      if (k == 1 && merged) sm.emplace(*merged, prefill, B, false, reps, k);
+      for (int i = 0; i < reps; i++) {
+        tn.push_back(sn.seconds(i)), tg.push_back(sg.seconds(i)), ts.push_back(ss.seconds(i));
+        if (sm) tm.push_back(sm->seconds(i));
+      }
+      r.none = median(tn) * 1e3, r.gathered = median(tg) * 1e3, r.segmented = median(ts) * 1e3;
+      if (!tm.empty()) r.merged = median(tm) * 1e3;
+      // The loop runs the whole batch once per adapter; past --loop-limit seconds it is left out.
+      if (distinct * r.none / 1e3 * (reps + 1) <= loop_limit) {
+        Stepper sl(loop, prefill, B, true, reps, k);
+        for (int i = 0; i < reps; i++) tl.push_back(sl.seconds(i));
+        r.loop = median(tl) * 1e3;
+      }
+      r.floor = r.none + std::max(bytes / (mc.bw_gbs * 1e9), flops / (mc.fma_gflops * 1e9)) * 1e3;
+      std::printf("%6d %s %s %s %s %s %s   %s / %s / %s / %s / %s\n", B, ms(r.none, 10).c_str(),
+                  ms(r.loop, 10).c_str(), ms(r.gathered, 12).c_str(), ms(r.segmented, 13).c_str(),
+                  ms(r.merged, 10).c_str(), ms(r.floor, 10).c_str(), ratio(r.loop, r.none).c_str(),
+                  ratio(r.gathered, r.none).c_str(), ratio(r.segmented, r.none).c_str(),
+                  ratio(r.merged, r.none).c_str(), ratio(r.floor, r.none).c_str());
+      std::fflush(stdout);
+      out.push_back(r);
+    }
+  }
+}
+
+// One panel per (phase, ranks): gathered, segmented and the floor over the base step, a line
+// per sharing.
+void plot(const fs::path& dir, const std::vector<std::string>& phases,
+          const std::vector<std::string>& ranks, const std::vector<int>& shares) {
+  const std::string c = (dir / "lora_step.csv").string();
+  std::string script = "set terminal pngcairo size " + std::to_string(520 * ranks.size()) + "," +
+                       std::to_string(420 * phases.size()) + "\nset output '" +
+                       (dir / "lora_step.png").string() +
+                       "'\nset datafile separator ','\nset key top left font ',8'\n"
+                       "set logscale x 2\nset xlabel 'batch size'\nset ylabel 'step / no-LoRA "
+                       "step'\nset grid\nset multiplot layout " +
+                       std::to_string(phases.size()) + "," + std::to_string(ranks.size()) + "\n";
+  for (const auto& ph : phases)
+    for (const auto& rk : ranks) {
+      std::string lines;
+      int dash = 0;  // one dash pattern per sharing, one colour per policy
+      for (int k : shares) {
+        dash++;
+        const std::string who = k == 0 ? "own" : std::to_string(k) + " shared";
+        const std::string rows = "(strcol(1) eq '" + ph + "' && strcol(2) eq '" + rk +
+                                 "' && strcol(3) eq '" + std::to_string(k) + "' ? ";
+        for (auto [col, name] : {std::pair{7, "gathered"}, {8, "segmented"}, {10, "floor"}})
+          lines += std::string(lines.empty() ? "" : ", ") + "'" + c + "' using 4:" + rows + "$" +
+                   std::to_string(col) + "/$5 : 1/0) skip 1 with linespoints lw 2 lc " +
+                   std::to_string(col - 6) + " dt " + std::to_string(dash) + " title '" + name +
+                   ", " + who + "'";
+      }
+      script +=
+          "set title 'GPT-2 small, host f32, " + ph + ", ranks " + rk + "'\nplot " + lines + "\n";
+    }
+  sk::bench::plot(dir / "lora_step.gp", script + "unset multiplot\n");
+}
+
 int main(int argc, char** argv) {
-  CLI::App app{"bench_lora: decode step latency vs batch and adapter sharing, beside the floor"};
+  CLI::App app{"bench_lora: LoRA step latency vs batch, sharing and rank, beside the floor"};
   std::string out = "out/bench_lora";
   std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64}, shares = {0};
+  std::vector<std::string> phases = {"decode"}, ranks = {"mixed"};
   int reps = 3;
+  double loop_limit = 60;
   app.add_option("--out", out, "folder for lora_step.csv and lora_step.png");
-  app.add_option("--batches", batches, "batch sizes")->delimiter(',');
+  app.add_option("--batches", batches, "batch sizes")->delimiter(',')->check(CLI::Range(1, 4096));
   app.add_option("--shares", shares,
                  "adapters per step: 0 every row its own, k rows share k adapters in turn")
       ->delimiter(',')
       ->check(CLI::Range(0, 4096));
+  app.add_option("--phases", phases, "decode (1 token per row) and/or prefill (128 per row)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"decode", "prefill"}));
+  app.add_option("--ranks", ranks, "mixed (4..16 at random) and/or fixed ranks, e.g. 8,16")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"mixed"}) | CLI::Range(1, 256));
   app.add_option("--reps", reps, "timed steps per point (the median is kept)")
       ->check(CLI::Range(1, 1000));
+  app.add_option("--loop-limit", loop_limit,
+                 "seconds the loop policy may take per point; beyond it the point is left out")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   fs::create_directories(out);
   int n_ad = *std::max_element(batches.begin(), batches.end());
   n_ad = std::max(n_ad, *std::max_element(shares.begin(), shares.end()));
 
-  std::fprintf(stderr, "measuring read bandwidth ...\n");
-  const double bw = sk::bench::read_bandwidth_gbs();
-  std::fprintf(stderr, "building GPT-2 small (random weights) and %d random adapters...\n", n_ad);
-  auto tensors = sk::model::random_gpt2<D>(1);
-  std::mt19937_64 rng(7);
-  std::vector<sk::lora::Adapter> adapters;
-  for (int i = 0; i < n_ad; i++) adapters.push_back(random_adapter(i, rng));
-  Model<sk::lora::None> none(tensors);
-  Model<sk::lora::Loop> loop(tensors);
-  Model<sk::lora::Gathered> gathered(tensors);
-  Model<sk::lora::Segmented> segmented(std::move(tensors));
-  for (const auto& a : adapters) loop.add_adapter(a), gathered.add_adapter(a);
-  for (auto& a : adapters) segmented.add_adapter(std::move(a));
-
-  std::size_t ad_bytes = 0;
-  for (int i = 0; i < n_ad; i++) ad_bytes += gathered.adapter(i)->bytes();
-  std::printf("one decode step, %d cached tokens per row; read bandwidth %.1f GB/s (this run)\n",
-              kContext, bw);
-  std::printf("base weights %.0f MB; %d adapters %.0f MB (%.1f MB each on average)\n",
-              none.weight_bytes() / 1e6, n_ad, ad_bytes / 1e6, ad_bytes / 1e6 / n_ad);
-  std::ofstream csv(fs::path(out) / "lora_step.csv");
-  csv << "share,batch,none_ms,loop_ms,gathered_ms,segmented_ms,floor_ms\n";
-  for (int k : shares) {
-    if (k == 0)
-      std::printf("\n== every row its own adapter (row i on adapter i)\n");
-    else
-      std::printf("\n== %d adapter%s shared by the rows (row i on adapter i %% %d)\n", k,
-                  k == 1 ? "" : "s", k);
-    std::printf("%6s %10s %10s %12s %13s %10s   %s\n", "batch", "none ms", "loop ms", "gathered ms",
-                "segmented ms", "floor ms", "vs none: loop / gathered / segmented / floor");
-    for (int B : batches) {
-      std::fprintf(stderr, "  share %d, batch %d...\r", k, B);
-      // The floor: the base step, and each distinct adapter of the step read once.
-      const int distinct = k == 0 ? B : std::min(k, B);
-      std::size_t bytes = 0;
-      for (int i = 0; i < distinct; i++) bytes += gathered.adapter(i)->bytes();
-      const double tn = step_seconds(none, B, false, reps) * 1e3;
-      const double tl = step_seconds(loop, B, true, reps, k) * 1e3;
-      const double tg = step_seconds(gathered, B, true, reps, k) * 1e3;
-      const double ts = step_seconds(segmented, B, true, reps, k) * 1e3;
-      const double tf = tn + bytes / (bw * 1e9) * 1e3;
-      std::printf("%6d %10.2f %10.2f %12.2f %13.2f %10.2f   %.2fx / %.2fx / %.2fx / %.2fx\n", B, tn,
-                  tl, tg, ts, tf, tl / tn, tg / tn, ts / tn, tf / tn);
-      std::fflush(stdout);
-      csv << k << ',' << B << ',' << tn << ',' << tl << ',' << tg << ',' << ts << ',' << tf << '\n';
+  std::fprintf(stderr, "measuring read bandwidth and FMA peak...\n");
+  const Machine mc{sk::bench::read_bandwidth_gbs(), sk::bench::fma_gflops()};
+  std::fprintf(stderr, "building GPT-2 small (random weights)...\n");
+  const auto tensors = sk::model::random_gpt2<D>(1);
+  std::printf("read bandwidth %.1f GB/s, FMA peak %.0f GFLOP/s (this run); base weights %.0f MB\n",
+              mc.bw_gbs, mc.fma_gflops, Model<sk::lora::None>(tensors).weight_bytes() / 1e6);
+  std::printf("decode: 1 new token per row, %d cached; prefill: a %d-token prompt per row\n",
+              kContext, kPrompt);
+  std::vector<Row> rows;
+  for (const auto& rk : ranks) {
+    std::mt19937_64 rng(7);
+    std::vector<AdapterPtr> adapters;
+    double total = 0;
+    for (int i = 0; i < n_ad; i++) {
+      const int rank = rank_of(rk, rng);
+      adapters.push_back(std::make_shared<const sk::lora::Adapter>(sk::lora::random_adapter<D>(
+          {.name = "random" + std::to_string(i), .rank = rank, .alpha = 2.f * rank}, rng)));
+      total += adapters.back()->bytes();
     }
+    std::printf("\nranks %s: %d adapters, %.0f MB (%.1f MB each on average)\n", rk.c_str(), n_ad,
+                total / 1e6, total / 1e6 / n_ad);
+    for (const auto& ph : phases)
+      measure(ph, rk, shares, batches, adapters, tensors, mc, reps, loop_limit, rows);
   }
-  csv.close();
-  // One line per (policy, sharing): its step over the base step, against the batch.
-  const std::string c = (fs::path(out) / "lora_step.csv").string();
-  std::string lines;
-  int dash = 0;  // one dash pattern per sharing, one colour per policy
-  for (int k : shares) {
-    dash++;
-    const std::string who = k == 0 ? "own" : std::to_string(k) + " shared";
-    const std::string rows = "(strcol(1) eq '" + std::to_string(k) + "' ? ";
-    for (auto [col, name] : {std::pair{5, "gathered"}, {6, "segmented"}, {7, "floor"}})
-      lines += std::string(lines.empty() ? "" : ", ") + "'" + c + "' using 2:" + rows + "$" +
-               std::to_string(col) + "/$3 : 1/0) skip 1 with linespoints lw 2 lc " +
-               std::to_string(col - 4) + " dt " + std::to_string(dash) + " title '" + name + ", " +
-               who + "'";
-  }
-  sk::bench::plot(fs::path(out) / "lora_step.gp",
-                  "set terminal pngcairo size 900,520\nset output '" +
-                      (fs::path(out) / "lora_step.png").string() +
-                      "'\nset datafile separator ','\nset key top left\nset logscale x 2\n"
-                      "set xlabel 'batch size'\nset ylabel 'decode step / no-LoRA step'\nset grid\n"
-                      "set title 'GPT-2 small, host f32: LoRA dispatch and its floor'\nplot " +
-                      lines + "\n");
-  std::printf("wrote %s and lora_step.png\n", c.c_str());
+  const fs::path csv = fs::path(out) / "lora_step.csv";
+  std::ofstream f(csv);
+  f << "phase,ranks,share,batch,none_ms,loop_ms,gathered_ms,segmented_ms,merged_ms,floor_ms\n";
+  auto cell = [](double v) { return v < 0 ? std::string() : std::to_string(v); };
+  for (const auto& r : rows)
+    f << r.phase << ',' << r.ranks << ',' << r.share << ',' << r.batch << ',' << r.none << ','
+      << cell(r.loop) << ',' << r.gathered << ',' << r.segmented << ',' << cell(r.merged) << ','
+      << r.floor << '\n';
+  f.close();
+  plot(out, phases, ranks, shares);
+  std::printf("wrote %s and lora_step.png\n", csv.string().c_str());
 }

@@ -38,6 +38,67 @@ void add_fixtures(Model& model) {
   for (const char* f : kFixtures)
     model.add_adapter(sk::lora::load_adapter<D>(fixture_dir<D>() / "lora" / f));
 }
+// One linear's adapter table of ranks 1..16, slot 4's adapter leaving the linear alone; B also
+// transposed, as the adapter registry keeps it for the host kernels.
+struct Tables {
+  std::vector<std::vector<float>> store;
+  std::vector<LoraMats> tab;
+};
+Tables random_tables(int K, int Nout, std::mt19937& rng, std::normal_distribution<float>& g) {
+  const std::vector<int> ranks = {1, 3, 8, 16, 5, 9, 2};
+  Tables t;
+  t.store.reserve(3 * ranks.size());
+  for (std::size_t i = 0; i < ranks.size(); i++) {
+    if (i == 4) {  // slot 4's adapter leaves this linear alone
+      t.tab.push_back({});
+      continue;
+    }
+    std::vector<float> a(std::size_t(ranks[i]) * K), b(std::size_t(Nout) * ranks[i]);
+    for (auto& v : a) v = g(rng);
+    for (auto& v : b) v = g(rng);
+    std::vector<float> bt(b.size());  // (rank, Nout), as the host kernels read it
+    for (int n = 0; n < Nout; n++)
+      for (int j = 0; j < ranks[i]; j++)
+        bt[std::size_t(j) * Nout + n] = b[std::size_t(n) * ranks[i] + j];
+    t.store.push_back(std::move(a));
+    t.store.push_back(std::move(b));
+    t.store.push_back(std::move(bt));
+    const auto& st = t.store;
+    t.tab.push_back({st[st.size() - 3].data(), st[st.size() - 2].data(), ranks[i], 0.25f * (i + 1),
+                     st.back().data()});
+  }
+  return t;
+}
+
+// Rows' adapter slots in -1 .. slots - 1, and the plan Gpt2 makes of them: the adapted rows
+// grouped by slot, the groups and their slots.
+struct Plan {
+  std::vector<int32_t> ad, order, seg_start, seg_ad, distinct;
+};
+Plan random_plan(int N, int slots, std::mt19937& rng) {
+  Plan p;
+  p.ad.resize(N);
+  for (auto& a : p.ad) a = std::max(static_cast<int32_t>(rng() % (slots + 2)) - 2, -1);
+  for (int r = 0; r < N; r++)
+    if (p.ad[r] >= 0) p.order.push_back(r);
+  std::stable_sort(p.order.begin(), p.order.end(), [&](int a, int b) { return p.ad[a] < p.ad[b]; });
+  for (std::size_t i = 0; i < p.order.size(); i++)
+    if (i == 0 || p.ad[p.order[i]] != p.ad[p.order[i - 1]]) {
+      p.seg_start.push_back(static_cast<int32_t>(i));
+      p.seg_ad.push_back(p.ad[p.order[i]]);
+      p.distinct.push_back(p.ad[p.order[i]]);
+    }
+  p.seg_start.push_back(static_cast<int32_t>(p.order.size()));
+  return p;
+}
+
+LoraParams params(float* y, const float* x, const Tables& t, Plan& pl, float* v, int N, int K,
+                  int Nout) {
+  LoraParams p{y, x, pl.ad.data(), t.tab.data(), static_cast<int>(t.tab.size()), v, N, K, Nout, 16};
+  p.order = pl.order.data(), p.seg_start = pl.seg_start.data(), p.seg_ad = pl.seg_ad.data();
+  p.n_seg = static_cast<int>(pl.seg_ad.size());
+  return p;
+}
 }  // namespace
 
 TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][emulated]",
@@ -47,55 +108,22 @@ TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][
   // K past one pass of the segmented shrink (1024 values); ranks past one register chunk (8).
   for (auto [K, Nout] : {std::pair{64, 192}, std::pair{1100, 70}}) {
     INFO("K = " << K << ", Nout = " << Nout);
-    const std::vector<int> ranks = {1, 3, 8, 16, 5, 9, 2};
-    std::vector<std::vector<float>> store;
-    std::vector<LoraMats> tab;
-    for (std::size_t i = 0; i < ranks.size(); i++) {
-      if (i == 4) {  // slot 4's adapter leaves this linear alone
-        tab.push_back({});
-        continue;
-      }
-      std::vector<float> a(std::size_t(ranks[i]) * K), b(std::size_t(Nout) * ranks[i]);
-      for (auto& v : a) v = g(rng);
-      for (auto& v : b) v = g(rng);
-      std::vector<float> bt(b.size());  // (rank, Nout), as the host kernels read it
-      for (int n = 0; n < Nout; n++)
-        for (int j = 0; j < ranks[i]; j++)
-          bt[std::size_t(j) * Nout + n] = b[std::size_t(n) * ranks[i] + j];
-      store.push_back(std::move(a));
-      store.push_back(std::move(b));
-      store.push_back(std::move(bt));
-      tab.push_back({store[store.size() - 3].data(), store[store.size() - 2].data(), ranks[i],
-                     0.25f * (i + 1), store.back().data()});
-    }
+    const Tables t = random_tables(K, Nout, rng, g);
+    const auto& tab = t.tab;
     const int N = 37, slots = static_cast<int>(tab.size());
     std::vector<float> x(std::size_t(N) * K), y(std::size_t(N) * Nout);
     for (auto& v : x) v = g(rng);
     for (auto& v : y) v = g(rng);
-    std::vector<int32_t> ad(N);
-    for (auto& a : ad) a = static_cast<int32_t>(rng() % (slots + 2)) - 2;  // -2, -1: none
-    for (auto& a : ad) a = std::max(a, -1);
-    // The host plan, as Gpt2 makes it: adapted rows grouped by slot, groups and their slots.
-    std::vector<int32_t> order, seg_start, seg_ad, distinct;
-    for (int r = 0; r < N; r++)
-      if (ad[r] >= 0) order.push_back(r);
-    std::stable_sort(order.begin(), order.end(), [&](int p, int q) { return ad[p] < ad[q]; });
-    for (std::size_t i = 0; i < order.size(); i++)
-      if (i == 0 || ad[order[i]] != ad[order[i - 1]]) {
-        seg_start.push_back(static_cast<int32_t>(i));
-        seg_ad.push_back(ad[order[i]]);
-        distinct.push_back(ad[order[i]]);
-      }
-    seg_start.push_back(static_cast<int32_t>(order.size()));
+    Plan pl = random_plan(N, slots, rng);
+    const auto& ad = pl.ad;
+    const auto& distinct = pl.distinct;
     REQUIRE(distinct.size() >= 5);
 
     auto want = y;
     sk::kernels::ref::lora_gathered(want.data(), x.data(), ad.data(), tab, N, K, Nout);
     auto got = y;
     std::vector<float> v(std::size_t(N) * 16, -1e30f);  // garbage the kernels must overwrite
-    LoraParams p{got.data(), x.data(), ad.data(), tab.data(), slots, v.data(), N, K, Nout, 16};
-    p.order = order.data(), p.seg_start = seg_start.data(), p.seg_ad = seg_ad.data();
-    p.n_seg = static_cast<int>(seg_ad.size());
+    LoraParams p = params(got.data(), x.data(), t, pl, v.data(), N, K, Nout);
     sk::backend::Ops<Emu>::lora<TestType>(p, distinct);
     float worst = 0;
     for (std::size_t i = 0; i < y.size(); i++)
@@ -128,6 +156,63 @@ TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][
         for (int n = 0; n < Nout; n++)
           REQUIRE(gathered[std::size_t(r) * Nout + n] == y[std::size_t(r) * Nout + n]);
   }
+}
+
+TEMPLATE_TEST_CASE("host: the linear with its LoRA delta fused gives the delta matrix's bits",
+                   "[lora][host]", sk::lora::Gathered, sk::lora::Segmented) {
+  using Host = sk::backend::Ops<sk::backend::Host>;
+  using Mat = sk::weights::Matrix<sk::weights::F32>;
+  using E = sk::kernels::Epilogue;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.f, 0.5f);
+  // Widths past one tile panel (256) and off the vector width; one row (the unpacked matrix
+  // takes the banded gemv) and many.
+  for (auto [K, Nout] : {std::pair{64, 600}, std::pair{200, 70}}) {
+    const Tables t = random_tables(K, Nout, rng, g);
+    std::vector<float> wf(std::size_t(K) * Nout), b(Nout);
+    for (auto& v : wf) v = g(rng);
+    for (auto& v : b) v = g(rng);
+    const auto W = Mat::from_f32(wf, K, Nout);
+    const auto P = Host::resident(Mat::from_f32(wf, K, Nout));
+    for (int N : {1, 5, 37, 150}) {
+      INFO("K = " << K << ", Nout = " << Nout << ", N = " << N);
+      std::vector<float> x(std::size_t(N) * K), base(std::size_t(N) * Nout);
+      for (auto& v : x) v = g(rng);
+      for (auto& v : base) v = g(rng);
+      Plan pl = random_plan(N, static_cast<int>(t.tab.size()), rng);
+      std::vector<float> v(std::size_t(N) * 16, -1e30f);
+      // The separate path: the deltas into a zeroed matrix, which the linear adds.
+      std::vector<float> d(std::size_t(N) * Nout, 0.f);
+      const LoraParams p = params(d.data(), x.data(), t, pl, v.data(), N, K, Nout);
+      Host::lora<TestType>(p, pl.distinct);
+      auto check = [&]<E Ep>(const auto& mat) {
+        auto want = base, got = base;
+        Host::linear<Ep>(want.data(), x.data(), mat, b.data(), N, d.data());
+        std::fill(v.begin(), v.end(), -1e30f);
+        LoraParams q = p;
+        q.y = nullptr;  // the fused path writes no delta matrix
+        if constexpr (std::is_same_v<std::decay_t<decltype(mat)>, Mat>)
+          sk::kernels::host::linear_lora<Ep>(got.data(), x.data(), mat, b.data(), N, q,
+                                             std::is_same_v<TestType, sk::lora::Segmented>);
+        else
+          Host::linear_lora<Ep, TestType>(got.data(), x.data(), mat, b.data(), N, q);
+        REQUIRE(got == want);
+      };
+      check.template operator()<E::Store>(P);
+      check.template operator()<E::Gelu>(P);
+      check.template operator()<E::Residual>(P);
+      check.template operator()<E::Store>(W);
+      check.template operator()<E::Residual>(W);
+    }
+  }
+  // A table without the transposed B the host kernels read is refused, by name.
+  Tables t = random_tables(8, 16, rng, g);
+  t.tab[1].bt = nullptr;
+  Plan pl = random_plan(4, static_cast<int>(t.tab.size()), rng);
+  std::vector<float> x(4 * 8, 1.f), y(4 * 16), v(4 * 16);
+  const LoraParams p = params(y.data(), x.data(), t, pl, v.data(), 4, 8, 16);
+  CHECK_THROWS_WITH(Host::lora<TestType>(p, pl.distinct),
+                    Catch::Contains("slot 1") && Catch::Contains("LoraMats::bt"));
 }
 
 TEMPLATE_TEST_CASE("emulated: unmerged PEFT adapters give HF + PEFT's logits",

@@ -60,14 +60,28 @@ struct Ops<Host> : HostStorage {
   template <class Policy>
   static void lora(const kernels::LoraParams& p, std::span<const int32_t> /*distinct*/) {
     const std::span<const kernels::LoraMats> tab(p.tab, p.n_slots);
-    if constexpr (std::is_same_v<Policy, servekit::lora::Loop>)
+    if constexpr (std::is_same_v<Policy, servekit::lora::Loop>) {
       kernels::ref::lora_loop(p.y, p.x, p.ad, tab, p.N, p.K, p.Nout);
-    else if constexpr (std::is_same_v<Policy, servekit::lora::Gathered>)
-      kernels::host::lora_gathered(p);
-    else if constexpr (std::is_same_v<Policy, servekit::lora::Segmented>)
-      kernels::host::lora_segmented(p);
-    else
-      static_assert(sizeof(Policy) == 0, "servekit: no host LoRA kernel for this policy");
+    } else {
+      static_assert(kFusesLora<Policy>, "servekit: no host LoRA kernel for this policy");
+      kernels::host::check_lora_table(p);
+      if constexpr (std::is_same_v<Policy, servekit::lora::Gathered>)
+        kernels::host::lora_gathered(p);
+      else
+        kernels::host::lora_segmented(p);
+    }
+  }
+  // Gathered and segmented add each row's delta inside the linear's epilogue (no (N, Nout)
+  // delta matrix: kernels/host/lora.hpp); the loop keeps its whole-batch passes.
+  template <class Policy>
+  static constexpr bool kFusesLora = std::is_same_v<Policy, servekit::lora::Gathered> ||
+                                     std::is_same_v<Policy, servekit::lora::Segmented>;
+  template <Epilogue E, class Policy, class Mat>
+  static void linear_lora(float* out, const float* x, const Mat& W, const float* b, int M,
+                          const kernels::LoraParams& p) requires kFusesLora<Policy> {
+    kernels::host::check_lora_table(p);
+    kernels::host::linear_lora<E>(out, x, W, b, M, p,
+                                  std::is_same_v<Policy, servekit::lora::Segmented>);
   }
   static void zero(float* x, int64_t n) { std::fill(x, x + n, 0.f); }
   template <class KvView>

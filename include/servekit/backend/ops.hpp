@@ -25,4 +25,11 @@ concept SplitsK = requires {
   O::template split_k_size<Mat>(1, 1, 1);
 };
 
+// A backend whose linear adds the LoRA delta of dispatch Policy itself, as it stores its rows
+// (Ops::linear_lora), instead of taking a delta matrix its lora op filled.
+template <class O, class Policy>
+concept FusesLora = requires {
+  requires O::template kFusesLora<Policy>;
+};
+
 }  // namespace servekit::backend

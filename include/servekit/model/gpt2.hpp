@@ -285,7 +285,8 @@ class Gpt2 {
 
   // One linear of layer l over the step's N rows. With LoRA, the rows' adapter deltas are
   // computed first, into a zeroed (N, Nout) buffer, and the linear adds that buffer before its
-  // epilogue (so c_fc's delta reaches the GELU's input, as in PEFT).
+  // epilogue (so c_fc's delta reaches the GELU's input, as in PEFT); a backend that fuses the
+  // dispatch (backend::FusesLora) adds them as it stores each row instead, the same bits.
   template <typename Ops::Epilogue E>
   void linear(float* out, const float* in, const Mat& W, const float* bias, int l, lora::Target t) {
     const model::StepPlan& p = run_.plan;
@@ -294,8 +295,9 @@ class Gpt2 {
       const int lt = l * lora::kTargets + static_cast<int>(t);
       if (adapters_.adapts(lt, p.lora_distinct)) {
         const auto [K, Nout] = lora::target_shape(t, C);
-        float* d = run_.lora_d.data();  // (N, Nout)
-        Ops::zero(d, static_cast<int64_t>(N) * Nout);
+        constexpr bool fused = backend::FusesLora<Ops, Lora>;
+        float* d = fused ? nullptr : run_.lora_d.data();  // (N, Nout)
+        if (!fused) Ops::zero(d, static_cast<int64_t>(N) * Nout);
         const int32_t* ix = idx_;
         kernels::LoraParams q{d,
                               in,
@@ -309,8 +311,12 @@ class Gpt2 {
                               adapters_.max_rank()};
         q.order = ix + p.at.lora_order, q.seg_start = ix + p.at.lora_seg_start;
         q.seg_ad = ix + p.at.lora_seg_slot, q.n_seg = p.lora_n_seg;
-        Ops::template lora<Lora>(q, p.lora_distinct);
-        linear_op<E>(out, in, W, bias, N, d);
+        if constexpr (fused) {
+          Ops::template linear_lora<E, Lora>(out, in, W, bias, N, q);
+        } else {
+          Ops::template lora<Lora>(q, p.lora_distinct);
+          linear_op<E>(out, in, W, bias, N, d);
+        }
         return;
       }
     }

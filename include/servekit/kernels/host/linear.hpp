@@ -42,4 +42,11 @@ void linear(float* out,      // (M, N)
   matmul<E>(out, x, view(W), b, M, add);
 }
 
+// The same with a row addend computed as the tiles store (host/lora.hpp's fused expand).
+template <Epilogue E, class Mat>
+void linear(float* out, const float* x, const Mat& W, const float* b, int M,
+            const RowAddend auto& add) {
+  matmul<E>(out, x, view(W), b, M, add);
+}
+
 }  // namespace servekit::kernels::host

@@ -2,27 +2,34 @@
 #pragma once
 // The LoRA delta of one linear on the host, y[r] += scale_a (x[r] A_a^T) B_a^T, for the
 // Gathered and Segmented dispatches (Loop keeps kernels/ref's whole-batch loop: its waste is
-// lesson 6's point). Two passes over the step's adapted rows:
+// lesson 6's point). Two stages:
 //  - shrink, per row: v[j] = scale * (A[j] . x), a lane-wise FMA chain over K and a tree lane
 //    sum (host/attention.hpp's dot);
-//  - expand, per row and block of output columns: y[n..n+W) += sum_j v[j] Bt[j][n..n+W), an
-//    FMA chain over j in vectors of columns. B is kept transposed, (rank, Nout), by the adapter
+//  - expand, per row and block of output columns: sum_j v[j] Bt[j][n..n+W), an FMA chain over j
+//    from zero in vectors of columns. B is kept transposed, (rank, Nout), by the adapter
 //    registry: B's own layout, (Nout, rank), would make every output a rank-long dot product
 //    summed across lanes (kernels/ref's expand), which costs more than the bytes it reads.
-// Gathered takes the rows in batch order; Segmented takes them grouped by adapter, so the rows
-// of one adapter read its A and Bt while they are in cache, and its expand runs a block of
-// columns for every row of the group before the next block. The arithmetic of a row depends on
-// the row and its adapter only: both dispatches give the same bits, whatever shares the step
-// and however the threads split it.
+// linear_lora runs the expand inside the linear's epilogue (LoraAdd): each tile, as it stores
+// its rows, adds their deltas for its columns, computed into a buffer in L1. A delta matrix
+// written, zeroed and read back costs three passes over (N, Nout) floats, which at a 128-token
+// prefill weighed more than the adapters' FLOPs. lora_gathered / lora_segmented add into a
+// (N, Nout) matrix instead (the backend's lora op, for callers that want the delta alone).
+// Gathered takes the rows in batch order; Segmented shrinks them grouped by adapter, so the rows
+// of one adapter read its A while it is in cache. The arithmetic of a row depends on the row
+// and its adapter only: both dispatches, fused or not, give the same bits, whatever shares the
+// step and however the threads split it.
 #include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "servekit/core/thread_pool.hpp"
+#include "servekit/core/error.hpp"
 #include "servekit/kernels/host/attention.hpp"  // dot
+#include "servekit/kernels/host/linear.hpp"
 #include "servekit/kernels/host/simd.hpp"
 #include "servekit/kernels/lora_args.hpp"
+#include "servekit/kernels/ref/lora.hpp"  // adapts
 
 namespace servekit::kernels::host {
 
@@ -31,7 +38,7 @@ namespace lora_detail {
 constexpr int kColumns = 256;  // output columns per expand task
 
 inline bool adapts(const LoraParams& p, int32_t a) {
-  return a >= 0 && a < p.n_slots && p.tab[a].a;
+  return ref::detail::adapts({p.tab, static_cast<std::size_t>(p.n_slots)}, a);
 }
 
 // v (rank) = scale * A x. Four rows of A at a time, so that four FMA chains are in flight; each
@@ -54,7 +61,8 @@ inline void shrink(float* v, const float* x, const LoraMats& m, int K) {
   for (; j < m.rank; j++) v[j] = m.scale * dot(x, m.a + static_cast<int64_t>(j) * K, K);
 }
 
-// y[n0 .. n1) += sum_j v[j] Bt[j][n0 .. n1), each column's sum an FMA chain over j from zero.
+// y[0 .. n1 - n0) += sum_j v[j] Bt[j][n0 .. n1) (y: the row's output at column n0), each
+// column's sum an FMA chain over j from zero (the scalar tail's std::fma is the vector FMA).
 inline void expand(float* y, const float* v, const LoraMats& m, int Nout, int n0, int n1) {
   int n = n0;
   for (; n + 2 * kLanes <= n1; n += 2 * kLanes) {
@@ -65,56 +73,190 @@ inline void expand(float* y, const float* v, const LoraMats& m, int Nout, int n0
       s0 = madd(vj, load(b), s0);
       s1 = madd(vj, load(b + kLanes), s1);
     }
-    store(y + n, load(y + n) + s0);
-    store(y + n + kLanes, load(y + n + kLanes) + s1);
+    float* o = y + (n - n0);
+    store(o, load(o) + s0);
+    store(o + kLanes, load(o + kLanes) + s1);
   }
   for (; n < n1; n++) {
     float s = 0;
     for (int j = 0; j < m.rank; j++) s = madd(v[j], m.bt[static_cast<int64_t>(j) * Nout + n], s);
-    y[n] += s;
+    y[n - n0] += s;
   }
 }
 
-// The shrink of every adapted row (rows[0..n)) into p.v, then the expand by (row, column block).
-// Gathered passes the rows in batch order, Segmented grouped by adapter.
+// expand for KR rows of one adapter at once (y: KR rows ldy apart, v: KR rows ldv apart): each
+// load of Bt feeds KR rows' FMAs. Every column's sum is still the chain over j from zero.
+template <int KR>
+void expand_rows(float* y, int ldy, const float* v, int ldv, const LoraMats& m, int Nout, int n0,
+                 int n1) {
+  int n = n0;
+  for (; n + 2 * kLanes <= n1; n += 2 * kLanes) {
+    vec s[KR][2] = {};
+    for (int j = 0; j < m.rank; j++) {
+      const float* b = m.bt + static_cast<int64_t>(j) * Nout + n;
+      const vec b0 = load(b), b1 = load(b + kLanes);
+      for (int r = 0; r < KR; r++) {
+        const vec vj = vec{} + v[r * ldv + j];
+        s[r][0] = madd(vj, b0, s[r][0]);
+        s[r][1] = madd(vj, b1, s[r][1]);
+      }
+    }
+    for (int r = 0; r < KR; r++) {
+      float* o = y + r * ldy + (n - n0);
+      store(o, load(o) + s[r][0]);
+      store(o + kLanes, load(o + kLanes) + s[r][1]);
+    }
+  }
+  for (int r = 0; r < KR; r++) expand(y + r * ldy + (n - n0), v + r * ldv, m, Nout, n, n1);
+}
+
+// shrink for two rows of one adapter at once (v0, x0 and v1, x1): each load of A feeds both
+// rows. Every v[j] is still dot(x, A[j]), the same bits.
+inline void shrink2(float* v0, float* v1, const float* x0, const float* x1, const LoraMats& m,
+                    int K) {
+  if (K % kLanes != 0) {
+    shrink(v0, x0, m, K), shrink(v1, x1, m, K);
+    return;
+  }
+  int j = 0;
+  for (; j + 4 <= m.rank; j += 4) {
+    const float* a = m.a + static_cast<int64_t>(j) * K;
+    vec s[2][4] = {};
+    for (int d = 0; d < K; d += kLanes) {
+      const vec a0 = load(a + d), a1 = load(a + K + d), a2 = load(a + 2 * K + d),
+                a3 = load(a + 3 * K + d);
+      const vec xa = load(x0 + d), xb = load(x1 + d);
+      s[0][0] = madd(xa, a0, s[0][0]), s[0][1] = madd(xa, a1, s[0][1]);
+      s[0][2] = madd(xa, a2, s[0][2]), s[0][3] = madd(xa, a3, s[0][3]);
+      s[1][0] = madd(xb, a0, s[1][0]), s[1][1] = madd(xb, a1, s[1][1]);
+      s[1][2] = madd(xb, a2, s[1][2]), s[1][3] = madd(xb, a3, s[1][3]);
+    }
+    for (int i = 0; i < 4; i++)
+      v0[j + i] = m.scale * lane_sum(s[0][i]), v1[j + i] = m.scale * lane_sum(s[1][i]);
+  }
+  for (; j < m.rank; j++) {
+    v0[j] = m.scale * dot(x0, m.a + static_cast<int64_t>(j) * K, K);
+    v1[j] = m.scale * dot(x1, m.a + static_cast<int64_t>(j) * K, K);
+  }
+}
+
+// The shrink of the adapted rows rows[0..n) into p.v, two at a time where they share an adapter.
+inline void shrink_rows(const LoraParams& p, const int32_t* rows, int n) {
+  const int R = std::max(p.max_rank, 1);
+  auto v = [&](int r) { return p.v + static_cast<int64_t>(r) * R; };
+  auto x = [&](int r) { return p.x + static_cast<int64_t>(r) * p.K; };
+  parallel_for((n + 1) / 2, [&](int i) {
+    const int r = rows[2 * i];
+    const LoraMats& m = p.tab[p.ad[r]];
+    if (2 * i + 1 == n) return shrink(v(r), x(r), m, p.K);
+    const int q = rows[2 * i + 1];
+    if (p.ad[q] == p.ad[r]) return shrink2(v(r), v(q), x(r), x(q), m, p.K);
+    shrink(v(r), x(r), m, p.K), shrink(v(q), x(q), p.tab[p.ad[q]], p.K);
+  });
+}
+
+// The adapted rows: in batch order (gathered) or grouped by adapter (segmented, p.order, which
+// the plan built: a stable sort by slot).
+inline const std::vector<int32_t>& adapted_rows(const LoraParams& p, bool segmented) {
+  thread_local std::vector<int32_t> rows;
+  rows.clear();
+  if (segmented) {
+    for (int s = 0; s < p.n_seg; s++)
+      if (adapts(p, p.seg_ad[s]))
+        rows.insert(rows.end(), p.order + p.seg_start[s], p.order + p.seg_start[s + 1]);
+  } else {
+    for (int r = 0; r < p.N; r++)
+      if (adapts(p, p.ad[r])) rows.push_back(r);
+  }
+  return rows;
+}
+
+// The shrink of every adapted row, then the expand by (row, column block) into p.y.
 inline void run(const LoraParams& p, const int32_t* rows, int n) {
   const int R = std::max(p.max_rank, 1);
-  parallel_for(n, [&](int i) {
-    const int r = rows[i];
-    shrink(p.v + static_cast<int64_t>(r) * R, p.x + static_cast<int64_t>(r) * p.K, p.tab[p.ad[r]],
-           p.K);
-  });
+  shrink_rows(p, rows, n);
   const int blocks = (p.Nout + kColumns - 1) / kColumns;
   // Column block outer, rows inner: the rows of one adapter that follow each other reuse the
   // block of Bt they have just read.
   parallel_for(blocks * n, [&](int t) {
     const int b = t / n, r = rows[t % n];
     const int n0 = b * kColumns, n1 = std::min(p.Nout, n0 + kColumns);
-    expand(p.y + static_cast<int64_t>(r) * p.Nout, p.v + static_cast<int64_t>(r) * R,
+    expand(p.y + static_cast<int64_t>(r) * p.Nout + n0, p.v + static_cast<int64_t>(r) * R,
            p.tab[p.ad[r]], p.Nout, n0, n1);
   });
 }
 
 }  // namespace lora_detail
 
+// The host kernels stream B transposed; a table the adapter registry did not build may lack it.
+inline void check_lora_table(const LoraParams& p) {
+  for (int s = 0; s < p.n_slots; s++)
+    if (p.tab[s].a && !p.tab[s].bt)
+      fail("host LoRA: adapter slot ", s,
+           " has no transposed B (LoraMats::bt), which the host "
+           "kernels read; build the table with the adapter registry");
+}
+
 // Gathered (BGMV): the adapted rows in batch order, each with its own adapter.
 inline void lora_gathered(const LoraParams& p) {
-  thread_local std::vector<int32_t> rows;
-  rows.clear();
-  for (int r = 0; r < p.N; r++)
-    if (lora_detail::adapts(p, p.ad[r])) rows.push_back(r);
+  const auto& rows = lora_detail::adapted_rows(p, false);
   lora_detail::run(p, rows.data(), static_cast<int>(rows.size()));
 }
 
-// Segmented (SGMV): the adapted rows grouped by adapter (p.order, which the plan built: a stable
-// sort by slot).
+// Segmented (SGMV): the adapted rows grouped by adapter.
 inline void lora_segmented(const LoraParams& p) {
-  thread_local std::vector<int32_t> rows;
-  rows.clear();
-  for (int s = 0; s < p.n_seg; s++)
-    if (lora_detail::adapts(p, p.seg_ad[s]))
-      rows.insert(rows.end(), p.order + p.seg_start[s], p.order + p.seg_start[s + 1]);
+  const auto& rows = lora_detail::adapted_rows(p, true);
   lora_detail::run(p, rows.data(), static_cast<int>(rows.size()));
+}
+
+// The expand as a linear's row addend: rows r0 .. r0 + n's deltas for columns n0.. into the
+// tile's scratch, consecutive rows of one adapter together. p.v holds the rows' shrinks.
+struct LoraAdd {
+  const LoraParams* p;
+  void rows(int r0, int n, int n0, int cols, float* scratch, const float** out) const {
+    const int R = std::max(p->max_rank, 1);
+    for (int i = 0; i < n;) {
+      const int32_t a = p->ad[r0 + i];
+      if (!lora_detail::adapts(*p, a)) {
+        out[i++] = nullptr;
+        continue;
+      }
+      int k = 1;
+      while (i + k < n && p->ad[r0 + i + k] == a) k++;
+      float* y = scratch + static_cast<int64_t>(i) * cols;
+      std::fill(y, y + static_cast<int64_t>(k) * cols, 0.f);  // 0 + delta: a zeroed matrix's bits
+      const float* v = p->v + static_cast<int64_t>(r0 + i) * R;
+      const LoraMats& m = p->tab[a];
+      switch (k) {
+        case 1:
+          lora_detail::expand_rows<1>(y, cols, v, R, m, p->Nout, n0, n0 + cols);
+          break;
+        case 2:
+          lora_detail::expand_rows<2>(y, cols, v, R, m, p->Nout, n0, n0 + cols);
+          break;
+        case 3:
+          lora_detail::expand_rows<3>(y, cols, v, R, m, p->Nout, n0, n0 + cols);
+          break;
+        default:
+          lora_detail::expand_rows<4>(y, cols, v, R, m, p->Nout, n0, n0 + cols);
+          break;
+      }
+      for (int t = 0; t < k; t++) out[i + t] = y + static_cast<int64_t>(t) * cols;
+      i += k;
+    }
+  }
+};
+static_assert(kAddRows == 4, "LoraAdd::rows expands up to four rows at once");
+
+// out = x W + b (+ each adapted row's delta) through epilogue E, the delta added where a
+// separate delta matrix would have been: the same bits as lora_gathered into a zeroed matrix
+// passed to linear as its addend. p.y is not used.
+template <Epilogue E, class Mat>
+void linear_lora(float* out, const float* x, const Mat& W, const float* b, int M,
+                 const LoraParams& p, bool segmented) {
+  const auto& rows = lora_detail::adapted_rows(p, segmented);
+  lora_detail::shrink_rows(p, rows.data(), static_cast<int>(rows.size()));
+  linear<E>(out, x, W, b, M, LoraAdd{&p});
 }
 
 }  // namespace servekit::kernels::host

@@ -17,6 +17,7 @@
 // shares the call (the engine's batch invariance; tests/test_host_matmul.cpp checks it bitwise).
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -49,18 +50,42 @@ struct WeightView {
 };
 
 // add: an addend applied before the epilogue (a LoRA delta), or nullptr.
+// One loop per case: GCC turns a test of add inside the loop into masked loads through the
+// stack (the matmul 12-15% slower at 128 rows).
 template <Epilogue E>
 inline void store_row(float* o, const float* acc, const float* b, const float* add, int cols) {
-  for (int c = 0; c < cols; c++) {
-    float v = acc[c] + (b ? b[c] : 0.f);
-    if (add) v += add[c];
+  auto put = [&](int c, float v) {
     if constexpr (E == Epilogue::Residual)
       o[c] += v;
     else
       o[c] = v;
-  }
+  };
+  if (add)
+    for (int c = 0; c < cols; c++) put(c, acc[c] + (b ? b[c] : 0.f) + add[c]);
+  else
+    for (int c = 0; c < cols; c++) put(c, acc[c] + (b ? b[c] : 0.f));
   if constexpr (E == Epilogue::Gelu) gelu_row(o, o, cols);
 }
+
+// What a matmul adds to its rows before the epilogue, kAddRows rows at a time:
+// rows(r0, n, n0, cols, scratch, out) sets out[i] (i < n <= kAddRows) to row r0 + i's values
+// for columns n0 .. n0 + cols, or nullptr for nothing; scratch holds kAddRows x cols floats the
+// addend may fill. A dense (M, N) matrix (a LoRA delta computed beforehand) is one; the fused
+// LoRA expand of host/lora.hpp, which makes the rows' deltas as the tile stores them, is another
+// (rows of one adapter share its loads of B, hence several rows at a call).
+inline constexpr int kAddRows = 4;
+template <class A>
+concept RowAddend = requires(const A& a, float* s, const float** out) {
+  a.rows(0, 1, 0, 0, s, out);
+};
+
+struct DenseAdd {
+  const float* p = nullptr;  // (M, N) or nullptr
+  int N = 0;
+  void rows(int r0, int n, int n0, int /*cols*/, float* /*scratch*/, const float** out) const {
+    for (int i = 0; i < n; i++) out[i] = p ? p + static_cast<int64_t>(r0 + i) * N + n0 : nullptr;
+  }
+};
 
 // Per-thread scratch that outlives a call: a decode step runs ~50 linears, whose partial sums
 // should not be heap-allocated each time. Tag keeps the users of one thread apart (a caller's
@@ -244,8 +269,8 @@ inline void tile_packed(int rows, float* acc, int ld, const float* x, int ldx, c
 
 // One row: bandwidth-bound on W. Each thread owns a band of output columns [n0, n1) and streams
 // W's rows through it in order; runs of >= 64 columns keep the prefetcher streaming.
-template <Epilogue E, class T>
-void gemv(float* out, const float* x, const WeightView<T>& W, const float* b, const float* add) {
+template <Epilogue E, class T, RowAddend A>
+void gemv(float* out, const float* x, const WeightView<T>& W, const float* b, const A& add) {
   const int K = W.K, N = W.N;
   const float* xs = group_sums(x, W, 1);
   constexpr int kMinCols = 64;
@@ -304,15 +329,16 @@ void gemv(float* out, const float* x, const WeightView<T>& W, const float* b, co
                       xs[k0 / W.group_rows], cols, pc);
           }
         }
-        store_row<E>(out + n0, acc, b ? b + n0 : nullptr, add ? add + n0 : nullptr, cols);
+        const float* extra = nullptr;
+        add.rows(0, 1, n0, cols, thread_scratch<2>(cols), &extra);
+        store_row<E>(out + n0, acc, b ? b + n0 : nullptr, extra, cols);
       },
       1);
 }
 
 // Many rows: tasks of (up to MB rows) x (NB columns), each walking K in (kb, NB) blocks of W.
-template <Epilogue E, class T>
-void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, int M,
-          const float* add) {
+template <Epilogue E, class T, RowAddend A>
+void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, int M, const A& add) {
   // 128 x 256 outputs per task (measured against 64 rows: prefill +10% on AVX-512, level on
   // AVX2; docs/host_kernels.md). Packed W is walked over all of K (a group) at once, so that a
   // strip is one contiguous run of K x kNR weights, which the prefetchers follow, and a row
@@ -406,10 +432,15 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
                         W.zero + s0 + (pc ? n0 : 0), xs[(m0 + r) * G + g], cols, pc);
           }
         }
-        for (int r = 0; r < rows; r++)
-          store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc + r * NB,
-                       b ? b + n0 : nullptr,
-                       add ? add + static_cast<int64_t>(m0 + r) * N + n0 : nullptr, cols);
+        float* scratch = thread_scratch<2>(kAddRows * kMaxNB);
+        for (int r0 = 0; r0 < rows; r0 += kAddRows) {
+          const int n = std::min(kAddRows, rows - r0);
+          const float* extra[kAddRows];
+          add.rows(m0 + r0, n, n0, cols, scratch, extra);
+          for (int r = r0; r < r0 + n; r++)
+            store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc + r * NB,
+                         b ? b + n0 : nullptr, extra[r - r0], cols);
+        }
       },
       1);
 }
@@ -420,11 +451,17 @@ void matmul(float* out,              // (M, N)
             const WeightView<T>& W,  // (K, N)
             const float* b,          // (N) or nullptr
             int M,
-            const float* add = nullptr) {  // (M, N) added before the epilogue, or nullptr
+            const RowAddend auto& add) {  // added to the rows before the epilogue
   if (M == 1 && !W.packed)
     gemv<E>(out, x, W, b, add);
   else
     gemm<E>(out, x, W, b, M, add);
+}
+
+template <Epilogue E, class T>
+void matmul(float* out, const float* x, const WeightView<T>& W, const float* b, int M,
+            const float* add = nullptr) {  // (M, N) added before the epilogue, or nullptr
+  matmul<E>(out, x, W, b, M, DenseAdd{add, W.N});
 }
 
 }  // namespace servekit::kernels::host
