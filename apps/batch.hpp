@@ -143,6 +143,8 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
   opt.prefix_cache_blocks = a.prefix_cache_blocks;
   opt.max_active_adapters = choice.max_loras;
   opt.adapter_max_rank = choice.max_lora_rank;
+  if (a.adapter_host_bytes > 0) opt.adapter_host_bytes = a.adapter_host_bytes;
+  if (a.adapter_device_bytes > 0) opt.adapter_device_bytes = a.adapter_device_bytes;
   serve::Engine<Model, Sched> engine(model, tok, opt);
   std::vector<serve::Request> runnable;
   std::vector<int> at;  // runnable index -> request index

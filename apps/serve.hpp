@@ -73,6 +73,8 @@ int serve_as(const Job& job) {
   eo.prefix_cache_blocks = a.prefix_cache_blocks;
   eo.max_active_adapters = job.choice.max_loras;
   eo.adapter_max_rank = job.choice.max_lora_rank;
+  if (a.adapter_host_bytes > 0) eo.adapter_host_bytes = a.adapter_host_bytes;
+  if (a.adapter_device_bytes > 0) eo.adapter_device_bytes = a.adapter_device_bytes;
   auto owned =
       std::make_unique<OwnedEngine<Model, typename C::Scheduler>>(std::move(tensors), tok, eo);
   auto& engine = owned->engine();

@@ -130,7 +130,8 @@ int main(int argc, char** argv) {
   };
 
   // The engine's memory (serve/memory_plan.hpp), for batch and serve.
-  const auto add_memory_flags = [](CLI::App* sub, int& blocks, std::size_t& limit) {
+  const auto add_memory_flags = [](CLI::App* sub, int& blocks, std::size_t& limit,
+                                   std::size_t& adapter_host, std::size_t& adapter_device) {
     sub->add_option("--kv-blocks", blocks,
                     "KV-cache blocks of a paged cache (0: as many as fit in --memory-limit, up "
                     "to max-batch full-length sequences)")
@@ -138,6 +139,14 @@ int main(int argc, char** argv) {
     sub->add_option("--memory-limit,--kv-cache-memory", limit,
                     "bytes the KV cache, step buffers and adapter tiers may take, e.g. 8GiB or "
                     "500MB (default: 90% of the memory available at start; the GPU's on cuda)")
+        ->transform(CLI::AsSizeValue(true));
+    sub->add_option("--adapter-host-memory", adapter_host,
+                    "bytes of loaded LoRA adapters kept in memory, e.g. 512MiB (0: 2 GiB); counted "
+                    "against --memory-limit")
+        ->transform(CLI::AsSizeValue(true));
+    sub->add_option("--adapter-device-memory", adapter_device,
+                    "bytes of the model's adapter slots, the adapters a step can run (0: 1 GiB; "
+                    "GPU memory on cuda); counted against --memory-limit")
         ->transform(CLI::AsSizeValue(true));
   };
 
@@ -210,7 +219,8 @@ int main(int argc, char** argv) {
                     "PEFT LoRA adapter folder (repeatable); a line's \"adapter\" names one by its "
                     "folder name");
   add_prefix_flags(batch, b.no_prefix_caching, b.prefix_cache_blocks);
-  add_memory_flags(batch, b.kv_blocks, b.memory_limit);
+  add_memory_flags(batch, b.kv_blocks, b.memory_limit, b.adapter_host_bytes,
+                   b.adapter_device_bytes);
   std::string batch_seed;
   batch->add_option("--seed", batch_seed, "seed of the random model (without --model)");
 
@@ -236,7 +246,8 @@ int main(int argc, char** argv) {
   srv->add_option("--max-batched-tokens", sv.max_batched_tokens,
                   "new tokens per step (longer prompts are chunked)")
       ->check(CLI::Range(1, 1 << 20));
-  add_memory_flags(srv, sv.kv_blocks, sv.memory_limit);
+  add_memory_flags(srv, sv.kv_blocks, sv.memory_limit, sv.adapter_host_bytes,
+                   sv.adapter_device_bytes);
   add_prefix_flags(srv, sv.no_prefix_caching, sv.prefix_cache_blocks);
   srv->add_option("--max-pending", sv.max_pending,
                   "requests admitted at once (waiting + running); more get 429")

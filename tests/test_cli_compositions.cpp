@@ -245,6 +245,13 @@ TEST_CASE(
   CHECK(none.code != 0);
   CHECK_THAT(none.out, Contains("not even one") && Contains("--memory-limit") &&
                            Contains("adapter tiers 3.0 GiB"));
+  CHECK_THAT(none.out, Contains("--adapter-host-memory"));
+  // Smaller adapter tiers leave the KV cache room under the same limit.
+  auto tiers = run(
+      base + " --memory-limit 3GiB --adapter-host-memory 512MiB --adapter-device-memory 256MiB");
+  INFO(tiers.out);
+  REQUIRE(tiers.code == 0);
+  CHECK_THAT(tiers.out, Contains("adapter tiers 768.0 MiB"));
   auto blocks = run(base + " --memory-limit 4GiB --kv-blocks 2000000000");
   CHECK(blocks.code != 0);
   CHECK_THAT(blocks.out, Contains("2000000000 blocks (kv_blocks, --kv-blocks)") &&

@@ -58,7 +58,8 @@ class StepRunner {
   Vec<int32_t> pick_ids;
   Vec<float> pick_lp;
   Vec<int32_t> picks;
-  Vec<float> lora_v, lora_d;  // LoRA: the shrink's scratch (N, max_rank), the deltas (N, 4C)
+  // LoRA: the shrink's scratch (N, max_rank), the deltas (N, 4C; not on backend::FusesLora)
+  Vec<float> lora_v, lora_d;
   typename Storage::StepContext ctx;  // device storage: stream, staging, results, graphs
 
   // Sizes every buffer for steps of up to max_tokens new tokens over max_seqs sequences and
@@ -107,7 +108,8 @@ class StepRunner {
       const std::size_t N = plan.N;
       const std::size_t v = N * std::max(max_rank, 1), d = N * 4 * C;  // c_fc is the widest
       if (lora_v.size() < v) lora_v.resize(v);
-      if (lora_d.size() < d) lora_d.resize(d);
+      // A backend that adds the deltas in its linears' epilogue needs no delta matrix.
+      if (!backend::FusesLora<Ops, typename Cfg::Lora> && lora_d.size() < d) lora_d.resize(d);
     }
   }
 

@@ -67,11 +67,13 @@ MemoryPlan plan_memory(const EngineOptions& o) {
   const double room = m.limit - m.workspace - m.adapters;  // what the KV cache may take
   const std::string over =
       " over the memory limit of " + bytes_text(m.limit) + " (" + m.limit_source + "): ";
-  const std::string others = "step buffers " + bytes_text(m.workspace) + " (max_batched_tokens " +
-                             std::to_string(o.max_batched_tokens) + ", --max-batched-tokens)" +
-                             (m.adapters > 0 ? ", adapter tiers " + bytes_text(m.adapters) +
-                                                   " (adapter_host_bytes + adapter_device_bytes)"
-                                             : std::string());
+  const std::string others =
+      "step buffers " + bytes_text(m.workspace) + " (max_batched_tokens " +
+      std::to_string(o.max_batched_tokens) + ", --max-batched-tokens)" +
+      (m.adapters > 0 ? ", adapter tiers " + bytes_text(m.adapters) +
+                            " (adapter_host_bytes + adapter_device_bytes, --adapter-host-memory + "
+                            "--adapter-device-memory)"
+                      : std::string());
   if constexpr (Core<Cache>::paged) {
     constexpr int B = Cache::B;
     const double block = m.kv_token * B;
