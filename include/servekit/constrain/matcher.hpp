@@ -19,79 +19,11 @@
 #include <string_view>
 #include <vector>
 
+#include "servekit/constrain/finish_length.hpp"
 #include "servekit/constrain/grammar.hpp"
+#include "servekit/constrain/match_state.hpp"
 
 namespace servekit::constrain {
-
-inline constexpr int kMaxDepth = 24;  // open values; deeper ones are not started
-
-// 24 bytes, no padding: a state's bytes are its identity.
-struct Frame {
-  int32_t node;
-  uint8_t phase;
-  uint8_t a, b, c;  // string: continuation bytes due and the next one's range; integer: sign
-  int32_t count;    // string: characters (capped); array: items; key/literal: bytes matched;
-                    // number/integer: digits of the current part
-  int32_t which;    // object: the property being written (-1: another key); literal: the text
-  uint64_t bits;    // object: properties seen; string: pattern positions; integer: magnitude
-};
-static_assert(sizeof(Frame) == 24);
-
-struct Thread {
-  int32_t n = 0, pad_ = 0;
-  Frame f[kMaxDepth];
-  Frame& top() { return f[n - 1]; }
-  const Frame& top() const { return f[n - 1]; }
-  void copy_from(const Thread& o) {
-    n = o.n;
-    std::memcpy(f, o.f, sizeof(Frame) * o.n);
-  }
-  bool same(const Thread& o) const {
-    return n == o.n && std::memcmp(f, o.f, sizeof(Frame) * n) == 0;
-  }
-};
-
-// A set of threads; slots are kept between uses so that feeding allocates nothing once warm.
-struct State {
-  std::vector<Thread> t;
-  int size = 0;
-  void clear() { size = 0; }
-  bool dead() const { return size == 0; }
-  Thread& add() {
-    if (size == static_cast<int>(t.size())) t.emplace_back();
-    return t[size++];
-  }
-  void copy_from(const State& o) {
-    clear();
-    for (int i = 0; i < o.size; i++) add().copy_from(o.t[i]);
-  }
-  // The bytes that identify it (threads in order).
-  void key(std::string& out) const {
-    out.clear();
-    for (int i = 0; i < size; i++) {
-      out.append(reinterpret_cast<const char*>(&t[i].n), sizeof(int32_t));
-      out.append(reinterpret_cast<const char*>(t[i].f), sizeof(Frame) * t[i].n);
-    }
-  }
-};
-
-namespace phase {
-// Root
-constexpr uint8_t R_START = 0, R_IN = 1, R_DONE = 2;
-// Object: after '{'; writing listed key `which`; a child string is another key; ':' next;
-// after ':'; after ': '; a child is the value; after a value; after ','; after ', '
-constexpr uint8_t O_OPEN = 0, O_KEY = 1, O_KEYSTR = 2, O_COLON = 3, O_AFTER_COLON = 4,
-                  O_COLON_SP = 5, O_IN = 6, O_AFTER_VALUE = 7, O_COMMA = 8, O_COMMA_SP = 9;
-// Array
-constexpr uint8_t A_OPEN = 0, A_IN = 1, A_AFTER_VALUE = 2, A_COMMA = 3, A_COMMA_SP = 4;
-// String: characters; after '\'; \u and `a` hex digits; a UTF-8 character's continuation
-constexpr uint8_t S_BODY = 0, S_ESC = 1, S_HEX = 2, S_CONT = 3;
-// Integer: after '-'; a lone 0; digits
-constexpr uint8_t I_MINUS = 0, I_ZERO = 1, I_DIGITS = 2;
-// Number
-constexpr uint8_t N_MINUS = 0, N_ZERO = 1, N_INT = 2, N_DOT = 3, N_FRAC = 4, N_E = 5, N_ESIGN = 6,
-                  N_EXP = 7;
-}  // namespace phase
 
 class Matcher {
  public:
@@ -195,7 +127,7 @@ class Matcher {
         } else if (b >= '0' && b <= '9') {
           f.phase = b == '0' ? phase::I_ZERO : phase::I_DIGITS, f.count = 1;
           if (nd.bounded()) f.bits = b - '0';
-          if (!int_feasible(nd, f)) return;
+          if (!finish::int_feasible(nd, f)) return;
         } else {
           return;
         }
@@ -255,9 +187,7 @@ class Matcher {
     if (nd.additional >= 0) return true;
     return f.bits != (nd.props.size() == 64 ? ~uint64_t(0) : (uint64_t(1) << nd.props.size()) - 1);
   }
-  int value_of(const Frame& f) const {
-    return f.which >= 0 ? node(f).props[f.which].value : node(f).additional;
-  }
+  int value_of(const Frame& f) const { return finish::value_of(g_, f); }
 
   // t (a private copy) after byte b, into out.
   void step(Thread& t, uint8_t b, State& out) const {
@@ -413,37 +343,11 @@ class Matcher {
     }
   }
 
-  // Integers: with a range, the magnitude so far must still be able to grow into it.
-  static __int128 pow10(int k) {
-    __int128 p = 1;
-    while (k-- > 0) p *= 10;
-    return p;
-  }
-  // The fewest more digits that give a value in range (kInf: none).
-  static int int_more_digits(const Node& nd, const Frame& f) {
-    if (!nd.bounded()) return 0;
-    const bool neg = f.a != 0;
-    const __int128 m = static_cast<__int128>(f.bits);
-    const int kmax = f.phase == phase::I_ZERO ? 0 : 18 - f.count;
-    for (int k = 0; k <= kmax; k++) {
-      const __int128 p = pow10(k), lo_m = m * p, hi_m = m * p + p - 1;
-      const __int128 lo = neg ? -hi_m : lo_m, hi = neg ? -lo_m : hi_m;
-      if (hi >= nd.lo && lo <= nd.hi) return k;
-    }
-    return kInf;
-  }
-  static bool int_feasible(const Node& nd, const Frame& f) { return int_more_digits(nd, f) < kInf; }
-  static bool int_in_range(const Node& nd, const Frame& f) {
-    if (!nd.bounded()) return true;
-    const __int128 v = f.a ? -static_cast<__int128>(f.bits) : static_cast<__int128>(f.bits);
-    return v >= nd.lo && v <= nd.hi;
-  }
-
   bool ends_here(const Frame& f) const {
     const Node& nd = node(f);
     using namespace phase;
     if (nd.kind == Kind::Integer)
-      return (f.phase == I_ZERO || f.phase == I_DIGITS) && int_in_range(nd, f);
+      return (f.phase == I_ZERO || f.phase == I_DIGITS) && finish::int_in_range(nd, f);
     if (nd.kind == Kind::Number)
       return f.phase == N_ZERO || f.phase == N_INT || f.phase == N_FRAC || f.phase == N_EXP;
     return false;
@@ -467,7 +371,7 @@ class Matcher {
       else
         g.count++;
       if (nd.bounded()) g.bits = f.bits * 10 + (b - '0');
-      if (int_feasible(nd, g)) {
+      if (finish::int_feasible(nd, g)) {
         Thread& u = tmp(t);
         u.top() = g;
         emit(u, out);
@@ -529,127 +433,7 @@ class Matcher {
     }
   }
 
-  // The object's required keys not yet written (but `skip`): their bytes (key, ':', shortest
-  // value) and how many.
-  std::pair<long, long> required_left(const Frame& f, int skip = -1) const {
-    const Node& nd = node(f);
-    long sum = 0, k = 0;
-    for (int i = 0; i < static_cast<int>(nd.props.size()); i++)
-      if ((nd.required >> i & 1) && !(f.bits >> i & 1) && i != skip)
-        sum += nd.props[i].key.size() + 1 + len(nd.props[i].value), k++;
-    return {sum, k};
-  }
-
-  // Bytes to close frame f. A frame below the top is in a phase whose child value is open:
-  // the child's frame counts that value, this one what follows it.
-  long rest(const Frame& f) const {
-    const Node& nd = node(f);
-    using namespace phase;
-    switch (nd.kind) {
-      case Kind::Root:
-        return f.phase == R_START ? len(nd.items) : 0;
-      case Kind::Object: {
-        auto [sum, k] = required_left(f);
-        const long close = sum + k + 1;  // ", key:value" for each, then '}'
-        switch (f.phase) {
-          case O_OPEN:
-            return k == 0 ? 1 : sum + (k - 1) + 1;
-          case O_KEY: {
-            auto [s2, k2] = required_left(f, f.which);
-            const Property& p = nd.props[f.which];
-            return long(p.key.size()) - f.count + 1 + len(p.value) + s2 + k2 + 1;
-          }
-          case O_KEYSTR:
-            return 1 + len(nd.additional) + close;
-          case O_COLON:
-            return 1 + len(value_of(f)) + close;
-          case O_AFTER_COLON:
-          case O_COLON_SP:
-            return len(value_of(f)) + close;
-          case O_IN:
-          case O_AFTER_VALUE:
-            return close;
-          case O_COMMA:
-          case O_COMMA_SP: {
-            if (k > 0) return sum + (k - 1) + 1;
-            long one = kInf;
-            for (int i = 0; i < static_cast<int>(nd.props.size()); i++)
-              if (!(f.bits >> i & 1))
-                one = std::min<long>(one, nd.props[i].key.size() + 1 + len(nd.props[i].value));
-            if (nd.additional >= 0) one = std::min<long>(one, 3 + len(nd.additional));
-            return one + 1;
-          }
-          default:
-            return kInf;
-        }
-      }
-      case Kind::Array: {
-        const long L = len(nd.items);
-        auto items = [&](long n) { return n * L + std::max(0L, n - 1); };
-        switch (f.phase) {
-          case A_OPEN:
-            return nd.min_items == 0 ? 1 : items(nd.min_items) + 1;
-          case A_IN:
-            return std::max(0L, long(nd.min_items) - f.count - 1) * (L + 1) + 1;
-          case A_AFTER_VALUE:
-            return std::max(0L, long(nd.min_items) - f.count) * (L + 1) + 1;
-          case A_COMMA:
-          case A_COMMA_SP:
-            return items(std::max(1L, long(nd.min_items) - f.count)) + 1;
-          default:
-            return kInf;
-        }
-      }
-      case Kind::String: {
-        long need = std::max(0, nd.min_len - f.count);
-        if (nd.pattern >= 0)
-          need = std::max<long>(need, g_.patterns[nd.pattern].chars_needed(f.bits));
-        switch (f.phase) {
-          case S_BODY:
-            return need + 1;
-          case S_ESC:
-            return 1 + need + 1;
-          case S_HEX:
-            return (4 - f.a) + need + 1;
-          case S_CONT:
-            return f.a + need + 1;
-          default:
-            return kInf;
-        }
-      }
-      case Kind::Integer:
-        if (f.phase == I_MINUS) {
-          long best = kInf;
-          for (int d = 0; d <= 9; d++) {
-            Frame g = f;
-            g.phase = d == 0 ? I_ZERO : I_DIGITS, g.count = 1, g.bits = nd.bounded() ? d : 0;
-            best = std::min<long>(best, 1 + int_more_digits(nd, g));
-          }
-          return best;
-        }
-        return int_more_digits(nd, f);
-      case Kind::Number:
-        switch (f.phase) {
-          case N_MINUS:
-          case N_DOT:
-          case N_E:
-          case N_ESIGN:
-            return 1;
-          default:
-            return 0;
-        }
-      case Kind::Literal:
-        return long(nd.texts[f.which].size()) - f.count;
-      default:
-        return kInf;
-    }
-  }
-
-  int min_finish(const Thread& t) const {
-    long sum = 0;
-    for (int i = 0; i < t.n; i++) sum += rest(t.f[i]);
-    return static_cast<int>(std::min<long>(sum, kInf));
-  }
+  int min_finish(const Thread& t) const { return finish::min_finish(g_, t); }
 
   const Grammar& g_;
   // Scratch (so a Matcher serves one thread of work at a time).

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// How far a matcher thread is from a complete JSON text: the fewest bytes that close each of
+// its open frames (Matcher::min_finish), and the integer-range arithmetic that tells whether a
+// number being written can still land in its range.
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "servekit/constrain/grammar_graph.hpp"
+#include "servekit/constrain/match_state.hpp"
+
+namespace servekit::constrain::finish {
+
+inline int len(const Grammar& g, int n) {
+  return g.min_len[n];
+}
+
+// Integers: with a range, the magnitude so far must still be able to grow into it.
+inline __int128 pow10(int k) {
+  __int128 p = 1;
+  while (k-- > 0) p *= 10;
+  return p;
+}
+// The fewest more digits that give a value in range (kInf: none).
+inline int int_more_digits(const Node& nd, const Frame& f) {
+  if (!nd.bounded()) return 0;
+  const bool neg = f.a != 0;
+  const __int128 m = static_cast<__int128>(f.bits);
+  const int kmax = f.phase == phase::I_ZERO ? 0 : 18 - f.count;
+  for (int k = 0; k <= kmax; k++) {
+    const __int128 p = pow10(k), lo_m = m * p, hi_m = m * p + p - 1;
+    const __int128 lo = neg ? -hi_m : lo_m, hi = neg ? -lo_m : hi_m;
+    if (hi >= nd.lo && lo <= nd.hi) return k;
+  }
+  return kInf;
+}
+inline bool int_feasible(const Node& nd, const Frame& f) {
+  return int_more_digits(nd, f) < kInf;
+}
+inline bool int_in_range(const Node& nd, const Frame& f) {
+  if (!nd.bounded()) return true;
+  const __int128 v = f.a ? -static_cast<__int128>(f.bits) : static_cast<__int128>(f.bits);
+  return v >= nd.lo && v <= nd.hi;
+}
+
+inline int value_of(const Grammar& g, const Frame& f) {
+  return f.which >= 0 ? g.nodes[f.node].props[f.which].value : g.nodes[f.node].additional;
+}
+
+// The object's required keys not yet written (but `skip`): their bytes (key, ':', shortest
+// value) and how many.
+inline std::pair<long, long> required_left(const Grammar& g, const Frame& f, int skip = -1) {
+  const Node& nd = g.nodes[f.node];
+  long sum = 0, k = 0;
+  for (int i = 0; i < static_cast<int>(nd.props.size()); i++)
+    if ((nd.required >> i & 1) && !(f.bits >> i & 1) && i != skip)
+      sum += nd.props[i].key.size() + 1 + len(g, nd.props[i].value), k++;
+  return {sum, k};
+}
+
+// Bytes to close frame f. A frame below the top is in a phase whose child value is open:
+// the child's frame counts that value, this one what follows it.
+inline long rest(const Grammar& g, const Frame& f) {
+  const Node& nd = g.nodes[f.node];
+  using namespace phase;
+  switch (nd.kind) {
+    case Kind::Root:
+      return f.phase == R_START ? len(g, nd.items) : 0;
+    case Kind::Object: {
+      auto [sum, k] = required_left(g, f);
+      const long close = sum + k + 1;  // ", key:value" for each, then '}'
+      switch (f.phase) {
+        case O_OPEN:
+          return k == 0 ? 1 : sum + (k - 1) + 1;
+        case O_KEY: {
+          auto [s2, k2] = required_left(g, f, f.which);
+          const Property& p = nd.props[f.which];
+          return long(p.key.size()) - f.count + 1 + len(g, p.value) + s2 + k2 + 1;
+        }
+        case O_KEYSTR:
+          return 1 + len(g, nd.additional) + close;
+        case O_COLON:
+          return 1 + len(g, value_of(g, f)) + close;
+        case O_AFTER_COLON:
+        case O_COLON_SP:
+          return len(g, value_of(g, f)) + close;
+        case O_IN:
+        case O_AFTER_VALUE:
+          return close;
+        case O_COMMA:
+        case O_COMMA_SP: {
+          if (k > 0) return sum + (k - 1) + 1;
+          long one = kInf;
+          for (int i = 0; i < static_cast<int>(nd.props.size()); i++)
+            if (!(f.bits >> i & 1))
+              one = std::min<long>(one, nd.props[i].key.size() + 1 + len(g, nd.props[i].value));
+          if (nd.additional >= 0) one = std::min<long>(one, 3 + len(g, nd.additional));
+          return one + 1;
+        }
+        default:
+          return kInf;
+      }
+    }
+    case Kind::Array: {
+      const long L = len(g, nd.items);
+      auto items = [&](long n) { return n * L + std::max(0L, n - 1); };
+      switch (f.phase) {
+        case A_OPEN:
+          return nd.min_items == 0 ? 1 : items(nd.min_items) + 1;
+        case A_IN:
+          return std::max(0L, long(nd.min_items) - f.count - 1) * (L + 1) + 1;
+        case A_AFTER_VALUE:
+          return std::max(0L, long(nd.min_items) - f.count) * (L + 1) + 1;
+        case A_COMMA:
+        case A_COMMA_SP:
+          return items(std::max(1L, long(nd.min_items) - f.count)) + 1;
+        default:
+          return kInf;
+      }
+    }
+    case Kind::String: {
+      long need = std::max(0, nd.min_len - f.count);
+      if (nd.pattern >= 0)
+        need = std::max<long>(need, g.patterns[nd.pattern].chars_needed(f.bits));
+      switch (f.phase) {
+        case S_BODY:
+          return need + 1;
+        case S_ESC:
+          return 1 + need + 1;
+        case S_HEX:
+          return (4 - f.a) + need + 1;
+        case S_CONT:
+          return f.a + need + 1;
+        default:
+          return kInf;
+      }
+    }
+    case Kind::Integer:
+      if (f.phase == I_MINUS) {
+        long best = kInf;
+        for (int d = 0; d <= 9; d++) {
+          Frame g = f;
+          g.phase = d == 0 ? I_ZERO : I_DIGITS, g.count = 1, g.bits = nd.bounded() ? d : 0;
+          best = std::min<long>(best, 1 + int_more_digits(nd, g));
+        }
+        return best;
+      }
+      return int_more_digits(nd, f);
+    case Kind::Number:
+      switch (f.phase) {
+        case N_MINUS:
+        case N_DOT:
+        case N_E:
+        case N_ESIGN:
+          return 1;
+        default:
+          return 0;
+      }
+    case Kind::Literal:
+      return long(nd.texts[f.which].size()) - f.count;
+    default:
+      return kInf;
+  }
+}
+
+inline int min_finish(const Grammar& g, const Thread& t) {
+  long sum = 0;
+  for (int i = 0; i < t.n; i++) sum += rest(g, t.f[i]);
+  return static_cast<int>(std::min<long>(sum, kInf));
+}
+
+}  // namespace servekit::constrain::finish

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The shortest JSON text of each node of a grammar (Grammar::min_len), which the matcher
+// compares with the tokens a request has left, so that every value it starts can end in time.
+#include <algorithm>
+#include <cstdint>
+
+#include "servekit/constrain/grammar_graph.hpp"
+
+namespace servekit::constrain::detail {
+
+inline int digits(uint64_t x) {
+  int d = 1;
+  while (x >= 10) x /= 10, d++;
+  return d;
+}
+inline int integer_min_len(const Node& n) {
+  if (n.lo <= 0 && n.hi >= 0) return 1;
+  if (n.lo > 0) return digits(static_cast<uint64_t>(n.lo));
+  return 1 + digits(static_cast<uint64_t>(-n.hi));
+}
+
+// Shortest text of each node, by iterating to a fixed point (references may loop).
+inline void min_lengths(Grammar& g) {
+  auto& m = g.min_len;
+  m.assign(g.nodes.size(), kInf);
+  auto sat = [](long v) { return static_cast<int>(std::min<long>(v, kInf)); };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t i = 0; i < g.nodes.size(); i++) {
+      const Node& n = g.nodes[i];
+      long v = kInf;
+      switch (n.kind) {
+        case Kind::Root:
+          v = n.items >= 0 ? m[n.items] : kInf;
+          break;
+        case Kind::Object: {
+          long sum = 2, k = 0;
+          for (std::size_t p = 0; p < n.props.size(); p++)
+            if (n.required >> p & 1) sum += n.props[p].key.size() + 1 + m[n.props[p].value], k++;
+          v = sum + std::max(0L, k - 1);
+          break;
+        }
+        case Kind::Array:
+          v = n.min_items == 0 ? 2 : 2 + long(n.min_items) * m[n.items] + n.min_items - 1;
+          break;
+        case Kind::String:
+          v = 2 + std::max(n.min_len, n.pattern >= 0 ? g.patterns[n.pattern].chars_needed(
+                                                           g.patterns[n.pattern].start())
+                                                     : 0);
+          break;
+        case Kind::Integer:
+          v = integer_min_len(n);
+          break;
+        case Kind::Number:
+          v = 1;
+          break;
+        case Kind::Literal:
+          for (const auto& t : n.texts) v = std::min<long>(v, t.size());
+          break;
+        case Kind::AnyOf:
+          for (int a : n.alts) v = std::min<long>(v, m[a]);
+          break;
+      }
+      if (sat(v) < m[i]) m[i] = sat(v), changed = true;
+    }
+  }
+}
+
+}  // namespace servekit::constrain::detail
