@@ -224,7 +224,7 @@ void plot(const fs::path& dir, const std::vector<std::string>& phases,
 int main(int argc, char** argv) {
   CLI::App app{"bench_lora: LoRA step latency vs batch, sharing and rank, beside the floor"};
   std::string out = "out/bench_lora";
-  std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64}, shares = {0};
+  std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64}, prefill_batches, shares = {0};
   std::vector<std::string> phases = {"decode"}, ranks = {"mixed"};
   int reps = 3;
   double loop_limit = 60;
@@ -234,6 +234,10 @@ int main(int argc, char** argv) {
                  "adapters per step: 0 every row its own, k rows share k adapters in turn")
       ->delimiter(',')
       ->check(CLI::Range(0, 4096));
+  app.add_option("--prefill-batches", prefill_batches,
+                 "batch sizes for prefill (default: --batches); 64 rows of 128 tokens take seconds")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
   app.add_option("--phases", phases, "decode (1 token per row) and/or prefill (128 per row)")
       ->delimiter(',')
       ->check(CLI::IsMember({"decode", "prefill"}));
@@ -246,8 +250,10 @@ int main(int argc, char** argv) {
                  "seconds the loop policy may take per point; beyond it the point is left out")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
+  if (prefill_batches.empty()) prefill_batches = batches;
   fs::create_directories(out);
-  int n_ad = *std::max_element(batches.begin(), batches.end());
+  int n_ad = std::max(*std::max_element(batches.begin(), batches.end()),
+                      *std::max_element(prefill_batches.begin(), prefill_batches.end()));
   n_ad = std::max(n_ad, *std::max_element(shares.begin(), shares.end()));
 
   std::fprintf(stderr, "measuring read bandwidth and FMA peak...\n");
@@ -272,7 +278,8 @@ int main(int argc, char** argv) {
     std::printf("\nranks %s: %d adapters, %.0f MB (%.1f MB each on average)\n", rk.c_str(), n_ad,
                 total / 1e6, total / 1e6 / n_ad);
     for (const auto& ph : phases)
-      measure(ph, rk, shares, batches, adapters, tensors, mc, reps, loop_limit, rows);
+      measure(ph, rk, shares, ph == "prefill" ? prefill_batches : batches, adapters, tensors, mc,
+              reps, loop_limit, rows);
   }
   const fs::path csv = fs::path(out) / "lora_step.csv";
   std::ofstream f(csv);
