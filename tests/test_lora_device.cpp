@@ -75,10 +75,10 @@ Tables random_tables(int K, int Nout, std::mt19937& rng, std::normal_distributio
 struct Plan {
   std::vector<int32_t> ad, order, seg_start, seg_ad, distinct;
 };
-Plan random_plan(int N, int slots, std::mt19937& rng) {
+Plan plan_of(std::vector<int32_t> ad) {
   Plan p;
-  p.ad.resize(N);
-  for (auto& a : p.ad) a = std::max(static_cast<int32_t>(rng() % (slots + 2)) - 2, -1);
+  p.ad = std::move(ad);
+  const int N = static_cast<int>(p.ad.size());
   for (int r = 0; r < N; r++)
     if (p.ad[r] >= 0) p.order.push_back(r);
   std::stable_sort(p.order.begin(), p.order.end(), [&](int a, int b) { return p.ad[a] < p.ad[b]; });
@@ -90,6 +90,11 @@ Plan random_plan(int N, int slots, std::mt19937& rng) {
     }
   p.seg_start.push_back(static_cast<int32_t>(p.order.size()));
   return p;
+}
+Plan random_plan(int N, int slots, std::mt19937& rng) {
+  std::vector<int32_t> ad(N);
+  for (auto& a : ad) a = std::max(static_cast<int32_t>(rng() % (slots + 2)) - 2, -1);
+  return plan_of(std::move(ad));
 }
 
 LoraParams params(float* y, const float* x, const Tables& t, Plan& pl, float* v, int N, int K,
@@ -205,14 +210,21 @@ TEMPLATE_TEST_CASE("host: the linear with its LoRA delta fused gives the delta m
       check.template operator()<E::Residual>(W);
     }
   }
-  // A table without the transposed B the host kernels read is refused, by name.
+  // A table without the transposed B the host kernels read is refused, by name, when a row of
+  // the step uses that slot (fused or not); rows on other slots run.
   Tables t = random_tables(8, 16, rng, g);
   t.tab[1].bt = nullptr;
-  Plan pl = random_plan(4, static_cast<int>(t.tab.size()), rng);
   std::vector<float> x(4 * 8, 1.f), y(4 * 16), v(4 * 16);
+  Plan pl = plan_of({0, 1, -1, 2});
   const LoraParams p = params(y.data(), x.data(), t, pl, v.data(), 4, 8, 16);
   CHECK_THROWS_WITH(Host::lora<TestType>(p, pl.distinct),
                     Catch::Contains("slot 1") && Catch::Contains("LoraMats::bt"));
+  const auto W = Host::resident(Mat::from_f32(std::vector<float>(8 * 16, 0.5f), 8, 16));
+  CHECK_THROWS_WITH((Host::linear_lora<E::Store, TestType>(y.data(), x.data(), W, nullptr, 4, p)),
+                    Catch::Contains("slot 1") && Catch::Contains("LoraMats::bt"));
+  Plan other = plan_of({0, 2, -1, 3});
+  const LoraParams q = params(y.data(), x.data(), t, other, v.data(), 4, 8, 16);
+  CHECK_NOTHROW(Host::lora<TestType>(q, other.distinct));
 }
 
 TEMPLATE_TEST_CASE("emulated: unmerged PEFT adapters give HF + PEFT's logits",

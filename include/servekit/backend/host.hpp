@@ -64,7 +64,6 @@ struct Ops<Host> : HostStorage {
       kernels::ref::lora_loop(p.y, p.x, p.ad, tab, p.N, p.K, p.Nout);
     } else {
       static_assert(kFusesLora<Policy>, "servekit: no host LoRA kernel for this policy");
-      kernels::host::check_lora_table(p);
       if constexpr (std::is_same_v<Policy, servekit::lora::Gathered>)
         kernels::host::lora_gathered(p);
       else
@@ -79,7 +78,6 @@ struct Ops<Host> : HostStorage {
   template <Epilogue E, class Policy, class Mat>
   static void linear_lora(float* out, const float* x, const Mat& W, const float* b, int M,
                           const kernels::LoraParams& p) requires kFusesLora<Policy> {
-    kernels::host::check_lora_table(p);
     kernels::host::linear_lora<E>(out, x, W, b, M, p,
                                   std::is_same_v<Policy, servekit::lora::Segmented>);
   }

@@ -121,8 +121,7 @@ inline long rest(const Grammar& g, const Frame& f) {
     }
     case Kind::String: {
       long need = std::max(0, nd.min_len - f.count);
-      if (nd.pattern >= 0)
-        need = std::max<long>(need, g.patterns[nd.pattern].chars_needed(f.bits));
+      if (nd.pattern >= 0) need = std::max<long>(need, g.patterns[nd.pattern].chars_needed(f.bits));
       switch (f.phase) {
         case S_BODY:
           return need + 1;

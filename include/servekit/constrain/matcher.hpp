@@ -67,13 +67,12 @@ class Matcher {
   // Fewest bytes that complete a valid text (kInf if none: a dead state).
   int min_finish(const State& s) const {
     int best = kInf;
-    for (int i = 0; i < s.size; i++) best = std::min(best, min_finish(s.t[i]));
+    for (int i = 0; i < s.size; i++) best = std::min(best, finish::min_finish(g_, s.t[i]));
     return best;
   }
 
  private:
   const Node& node(const Frame& f) const { return g_.nodes[f.node]; }
-  int len(int n) const { return g_.min_len[n]; }
 
   // Completes the top frame: pops it and moves its parent past the value.
   void pop_done(Thread& t) const {
@@ -187,7 +186,6 @@ class Matcher {
     if (nd.additional >= 0) return true;
     return f.bits != (nd.props.size() == 64 ? ~uint64_t(0) : (uint64_t(1) << nd.props.size()) - 1);
   }
-  int value_of(const Frame& f) const { return finish::value_of(g_, f); }
 
   // t (a private copy) after byte b, into out.
   void step(Thread& t, uint8_t b, State& out) const {
@@ -221,7 +219,7 @@ class Matcher {
             [[fallthrough]];
           case O_COLON_SP:
             f.phase = O_IN;
-            return begin(t, value_of(f), b, out);
+            return begin(t, finish::value_of(g_, f), b, out);
           case O_AFTER_VALUE:
             if (b == ',' && more_keys(f)) return f.phase = O_COMMA, emit(t, out);
             if (b == '}' && (f.bits & nd.required) == nd.required) return pop_done(t), emit(t, out);
@@ -432,8 +430,6 @@ class Matcher {
       }
     }
   }
-
-  int min_finish(const Thread& t) const { return finish::min_finish(g_, t); }
 
   const Grammar& g_;
   // Scratch (so a Matcher serves one thread of work at a time).

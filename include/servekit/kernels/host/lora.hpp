@@ -160,13 +160,23 @@ inline void shrink_rows(const LoraParams& p, const int32_t* rows, int n) {
 inline const std::vector<int32_t>& adapted_rows(const LoraParams& p, bool segmented) {
   thread_local std::vector<int32_t> rows;
   rows.clear();
+  // The host kernels stream B transposed; a table the adapter registry did not build may lack
+  // it. Checked for the slots this step reads, as they are found.
+  auto use = [&](int32_t a) {
+    if (!adapts(p, a)) return false;
+    if (!p.tab[a].bt)
+      fail("host LoRA: adapter slot ", a,
+           " has no transposed B (LoraMats::bt), which the host "
+           "kernels read; build the table with the adapter registry");
+    return true;
+  };
   if (segmented) {
     for (int s = 0; s < p.n_seg; s++)
-      if (adapts(p, p.seg_ad[s]))
+      if (use(p.seg_ad[s]))
         rows.insert(rows.end(), p.order + p.seg_start[s], p.order + p.seg_start[s + 1]);
   } else {
     for (int r = 0; r < p.N; r++)
-      if (adapts(p, p.ad[r])) rows.push_back(r);
+      if (use(p.ad[r])) rows.push_back(r);
   }
   return rows;
 }
@@ -187,15 +197,6 @@ inline void run(const LoraParams& p, const int32_t* rows, int n) {
 }
 
 }  // namespace lora_detail
-
-// The host kernels stream B transposed; a table the adapter registry did not build may lack it.
-inline void check_lora_table(const LoraParams& p) {
-  for (int s = 0; s < p.n_slots; s++)
-    if (p.tab[s].a && !p.tab[s].bt)
-      fail("host LoRA: adapter slot ", s,
-           " has no transposed B (LoraMats::bt), which the host "
-           "kernels read; build the table with the adapter registry");
-}
 
 // Gathered (BGMV): the adapted rows in batch order, each with its own adapter.
 inline void lora_gathered(const LoraParams& p) {
