@@ -17,6 +17,7 @@
 
 #include "servekit/lora/adapter_store.hpp"
 #include "servekit/serve/adapter_slots.hpp"
+#include "servekit/serve/engine_stats.hpp"
 #include "servekit/serve/sched/core.hpp"
 
 namespace servekit::serve {
@@ -43,6 +44,24 @@ class AdapterParking {
   bool empty() const { return parked_.empty(); }
   std::size_t size() const { return parked_.size(); }
   const std::vector<Seq*>& parked() const { return parked_; }
+
+  // The tiers' counters, and the adapters of the running, waiting and parked requests (each
+  // named once, in the order first seen).
+  template <class Running, class Waiting>
+  void add_stats(EngineStats& s, const Running& running, const Waiting& waiting) const {
+    s.adapters.host = store.counters();
+    s.adapters.device = slots.counters();
+    s.adapters.parked = static_cast<long>(parked_.size());
+    auto names = [](const auto& seqs, std::vector<std::string>& out) {
+      for (const auto& q : seqs)
+        if (const auto& id = q->st->request().adapter;
+            id && std::find(out.begin(), out.end(), *id) == out.end())
+          out.push_back(*id);
+    };
+    names(running, s.running_adapters);
+    names(waiting, s.waiting_adapters);
+    names(parked_, s.waiting_adapters);
+  }
 
   // s leaves the engine: out of the parking, and its adapter slot given back. True when that
   // may make room for a parked request.

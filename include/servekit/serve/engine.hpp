@@ -14,19 +14,15 @@
 //   auto h = engine.submit({.prompt = "Hello", .stop = {.max_new_tokens = 32}});
 //   serve::Result r = h.get();
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <string>
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -37,6 +33,7 @@
 #include "servekit/model/batch.hpp"
 #include "servekit/serve/adapter_parking.hpp"
 #include "servekit/serve/adapter_slots.hpp"
+#include "servekit/serve/engine_mailbox.hpp"
 #include "servekit/serve/engine_stats.hpp"
 #include "servekit/serve/memory_plan.hpp"
 #include "servekit/serve/request.hpp"
@@ -68,7 +65,7 @@ class Engine {
         tok_(covering(tok)),  // first: before the cache is sized and allocated
         opt_(check_options(opt)),
         memory_(plan_memory<Model, Cache>(opt_)),  // throws before anything is allocated
-        cache_(make_cache(model, opt_, memory_)),
+        cache_(make_engine_cache(model, opt_, memory_)),
         core_(cache_, opt_, P),
         sched_(std::move(sched)) {
     // Every step of the engine fits its limits: size the model's step buffers once.
@@ -85,13 +82,7 @@ class Engine {
     if (opt_.pad_id >= V) opt_.pad_id = 0;
     if constexpr (kLora) {
       parking_ = std::make_unique<Parking>(model, opt_);
-      parking_->store.listen([this](lora::Loaded l) {
-        {
-          std::lock_guard lk(mu_);
-          loaded_.push_back(std::move(l));
-        }
-        cv_.notify_all();
-      });
+      parking_->store.listen([this](lora::Loaded l) { mail_.loaded(std::move(l)); });
     }
     publish_stats();
     thread_ = std::thread([this] { loop(); });
@@ -100,11 +91,7 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
   // Stops the loop; requests still waiting or running end as "cancelled".
   ~Engine() {
-    {
-      std::lock_guard lk(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
+    mail_.stop();
     thread_.join();
     if constexpr (kLora) parking_->slots.clear();  // the model keeps only its pinned adapters
   }
@@ -122,20 +109,12 @@ class Engine {
   RequestHandle submit(Request r) {
     std::vector<std::unique_ptr<Seq>> one;
     one.push_back(prepare(std::move(r)));
-    return enqueue(one).front();
+    return mail_.post(one).front();
   }
 
   // Cancels a waiting or running request; its result says "cancelled" and keeps the tokens
   // generated so far. False if the id is unknown or already finished.
-  bool cancel(uint64_t id) {
-    {
-      std::lock_guard lk(mu_);
-      if (!pending_.contains(id)) return false;
-      cancels_.push_back(id);
-    }
-    cv_.notify_all();
-    return true;
-  }
+  bool cancel(uint64_t id) { return mail_.cancel(id); }
 
   // Blocking: one request through the engine.
   Result generate(Request r) { return submit(std::move(r)).get(); }
@@ -161,22 +140,11 @@ class Engine {
       }
     }
     std::vector<RequestHandle> hs(n);
-    auto queued = enqueue(seqs);
+    auto queued = mail_.post(seqs);
     for (std::size_t k = 0; k < index.size(); k++) hs[index[k]] = queued[k];
-    // Woken by each request that ends (ended_cv_), never by a timer.
-    auto ended = [&] {
-      int k = 0;
-      for (const auto& h : hs) k += !h.done || !pending_.contains(h.id);
-      return k;
-    };
     int shown = -1;
     while (true) {
-      int done;
-      {
-        std::unique_lock lk(mu_);
-        ended_cv_.wait(lk, [&] { return ended() != shown; });
-        done = ended();
-      }
+      const int done = mail_.wait_ended(hs, shown);
       if (progress) progress(done, n);
       shown = done;
       if (done == n) break;
@@ -195,10 +163,7 @@ class Engine {
   }
 
   // Blocks until nothing is waiting or running (all submitted requests have ended).
-  void wait_idle() {
-    std::unique_lock lk(mu_);
-    ended_cv_.wait(lk, [&] { return pending_.empty(); });
-  }
+  void wait_idle() { mail_.wait_idle(); }
 
  private:
   // Checks and tokenizes r (caller's thread).
@@ -206,44 +171,9 @@ class Engine {
     auto seq = std::make_unique<Seq>();
     std::vector<int32_t> prompt = r.prompt_ids.empty() ? tok_.encode(r.prompt) : r.prompt_ids;
     validate(r, prompt);
-    const uint64_t id = next_id_.fetch_add(1) + 1;
+    const uint64_t id = mail_.next_id();
     seq->st = std::make_unique<RequestState>(id, std::move(r), std::move(prompt), tok_, P, V);
     return seq;
-  }
-
-  // Hands prepared requests to the engine thread in one go.
-  std::vector<RequestHandle> enqueue(std::vector<std::unique_ptr<Seq>>& seqs) {
-    std::vector<RequestHandle> hs;
-    for (const auto& s : seqs) hs.push_back({s->st->id(), s->done});
-    {
-      std::lock_guard lk(mu_);
-      if (stop_) fail("engine: submit after shutdown");
-      for (auto& s : seqs) {
-        pending_.insert(s->st->id());
-        inbox_.push_back(std::move(s));
-      }
-    }
-    cv_.notify_all();
-    return hs;
-  }
-
-  static Cache make_cache(const Model& m, const EngineOptions& o, const MemoryPlan& plan) {
-    return allocating("the KV cache", plan.kv, [&] {
-      if constexpr (Core<Cache>::paged)
-        return m.make_cache(o.max_batch, P, plan.kv_blocks);
-      else
-        return m.make_cache(o.max_batch, P);
-    });
-  }
-  // f(), naming what it was allocating when it fails.
-  template <class F>
-  static auto allocating(const char* what, double bytes, F&& f) {
-    try {
-      return f();
-    } catch (const std::bad_alloc&) {
-      fail("engine: allocating ", what, " (", bytes_text(bytes), ") failed: out of memory; ",
-           "lower --max-batch, --kv-blocks or --memory-limit");
-    }
   }
 
   void validate(const Request& r, const std::vector<int32_t>& prompt) const {
@@ -261,21 +191,11 @@ class Engine {
 
   void loop() {
     while (true) {
-      std::vector<std::unique_ptr<Seq>> arrived;
-      std::vector<uint64_t> cancels;
-      std::vector<lora::Loaded> loaded;
-      {
-        std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] {
-          return stop_ || !inbox_.empty() || !cancels_.empty() || !loaded_.empty() || replace_ ||
-                 !core_.waiting().empty() || !core_.running().empty();
-        });
-        if (stop_) break;
-        arrived.swap(inbox_);
-        cancels.swap(cancels_);
-        loaded.swap(loaded_);
-      }
-      for (auto& s : arrived) {
+      Mailbox::Mail m;
+      const bool open = mail_.take(
+          m, [&] { return replace_ || !core_.waiting().empty() || !core_.running().empty(); });
+      if (!open) break;
+      for (auto& s : m.arrived) {
         Seq* p = s.get();
         live_.emplace(p->st->id(), std::move(s));
         if (p->st->finished())  // max_new_tokens = 0: nothing to run
@@ -285,8 +205,8 @@ class Engine {
         else
           core_.enqueue(p);
       }
-      for (uint64_t id : cancels) cancel_now(id);
-      if constexpr (kLora) place_parked(loaded);
+      for (uint64_t id : m.cancels) cancel_now(id);
+      if constexpr (kLora) place_parked(m.loaded);
       step();
       publish_stats();
     }
@@ -295,7 +215,7 @@ class Engine {
     left.insert(left.end(), core_.waiting().begin(), core_.waiting().end());
     if constexpr (kLora)
       left.insert(left.end(), parking_->parked().begin(), parking_->parked().end());
-    for (auto& s : inbox_) {
+    for (auto& s : mail_.unclaimed()) {
       Seq* p = s.get();
       live_.emplace(p->st->id(), std::move(s));
       left.push_back(p);
@@ -424,11 +344,7 @@ class Engine {
     done->set(std::move(r));
     done.reset();
     if (on_end) on_end();
-    {
-      std::lock_guard lk(mu_);
-      pending_.erase(id);
-    }
-    ended_cv_.notify_all();
+    mail_.ended(id);
   }
 
   void park(Seq* s) {
@@ -460,38 +376,8 @@ class Engine {
   }
 
   void publish_stats() {
-    EngineStats s;
-    s.waiting = static_cast<long>(core_.waiting().size());
-    s.running = static_cast<long>(core_.running().size());
-    const Counters& c = core_.counters;
-    s.steps = c.steps, s.finished = c.finished, s.preemptions = c.preemptions;
-    s.max_step_adapters = c.max_step_adapters;
-    s.chunked_prefills = c.chunked_prefills, s.prompt_tokens = c.prompt_tokens;
-    s.generated_tokens = c.generated_tokens, s.padded_tokens = c.padded_tokens;
-    s.prefix_caching = core_.prefix_caching();
-    s.prefix_cache_queries = c.prefix_queries, s.prefix_cache_hits = c.prefix_hits;
-    if constexpr (Core<Cache>::paged) {
-      s.cache_blocks = cache_.n_blocks();
-      s.cache_blocks_free = cache_.free_blocks();
-      s.cache_blocks_cached = cache_.cached_blocks();
-    }
-    s.slots = cache_.slots(), s.slots_free = cache_.free_slots();
-    s.busy_s = busy_s_;
-    if constexpr (kLora) {
-      s.adapters.host = parking_->store.counters();
-      s.adapters.device = parking_->slots.counters();
-      s.adapters.parked = static_cast<long>(parking_->size());
-      // Each adapter named once, in the order first seen.
-      auto names = [](const auto& seqs, std::vector<std::string>& out) {
-        for (const auto& q : seqs)
-          if (const auto& id = q->st->request().adapter;
-              id && std::find(out.begin(), out.end(), *id) == out.end())
-            out.push_back(*id);
-      };
-      names(core_.running(), s.running_adapters);
-      names(core_.waiting(), s.waiting_adapters);
-      names(parking_->parked(), s.waiting_adapters);
-    }
+    EngineStats s = snapshot(core_, cache_, busy_s_);
+    if constexpr (kLora) parking_->add_stats(s, core_.running(), core_.waiting());
     std::lock_guard lk(stats_mu_);
     stats_ = s;
   }
@@ -519,20 +405,12 @@ class Engine {
   std::vector<Work> plan_;
   std::vector<float> logits_;
   double busy_s_ = 0;
-  // Shared with submitting threads, under mu_.
-  std::mutex mu_;
-  std::condition_variable cv_, ended_cv_;  // work arrived; a request ended
-  std::vector<std::unique_ptr<Seq>> inbox_;
-  std::vector<uint64_t> cancels_;
-  std::unordered_set<uint64_t> pending_;  // submitted and not yet ended
-  bool stop_ = false;
-  std::atomic<uint64_t> next_id_{0};
-  std::vector<lora::Loaded> loaded_;  // adapter loads that ended (from the store's thread)
+  Mailbox mail_;  // shared with submitting threads and the adapter store's loader
   mutable std::mutex stats_mu_;
   EngineStats stats_;
   // LoRA: the adapter tiers and the requests parked until their adapter is on the device.
-  // Declared after what the store's loader thread touches (mu_, cv_, loaded_), so the store
-  // (and its thread) is gone first.
+  // Declared after what the store's loader thread touches (mail_), so the store (and its
+  // thread) is gone first.
   using Parking = AdapterParking<Model>;
   std::conditional_t<kLora, std::unique_ptr<Parking>, std::monostate> parking_;
   bool replace_ = false;  // engine thread: an adapter was let go while requests are parked

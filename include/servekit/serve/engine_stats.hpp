@@ -9,6 +9,7 @@
 #include "servekit/lora/adapter_store.hpp"
 #include "servekit/serve/adapter_slots.hpp"
 #include "servekit/serve/completion.hpp"
+#include "servekit/serve/sched/core.hpp"
 
 namespace servekit::serve {
 
@@ -47,5 +48,29 @@ struct EngineStats {
     return prefix_cache_queries > 0 ? double(prefix_cache_hits) / prefix_cache_queries : 0.0;
   }
 };
+
+// The scheduler's queues and counters and the cache's pool, as a snapshot (the adapter tiers'
+// part: AdapterParking::add_stats).
+template <class Cache>
+EngineStats snapshot(const Core<Cache>& core, const Cache& cache, double busy_s) {
+  EngineStats s;
+  s.waiting = static_cast<long>(core.waiting().size());
+  s.running = static_cast<long>(core.running().size());
+  const Counters& c = core.counters;
+  s.steps = c.steps, s.finished = c.finished, s.preemptions = c.preemptions;
+  s.max_step_adapters = c.max_step_adapters;
+  s.chunked_prefills = c.chunked_prefills, s.prompt_tokens = c.prompt_tokens;
+  s.generated_tokens = c.generated_tokens, s.padded_tokens = c.padded_tokens;
+  s.prefix_caching = core.prefix_caching();
+  s.prefix_cache_queries = c.prefix_queries, s.prefix_cache_hits = c.prefix_hits;
+  if constexpr (Core<Cache>::paged) {
+    s.cache_blocks = cache.n_blocks();
+    s.cache_blocks_free = cache.free_blocks();
+    s.cache_blocks_cached = cache.cached_blocks();
+  }
+  s.slots = cache.slots(), s.slots_free = cache.free_slots();
+  s.busy_s = busy_s;
+  return s;
+}
 
 }  // namespace servekit::serve

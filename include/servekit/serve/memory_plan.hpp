@@ -9,6 +9,7 @@
 // full-length sequences, as vLLM sizes its pool from --gpu-memory-utilization.
 #include <algorithm>
 #include <cstddef>
+#include <new>
 #include <string>
 
 #include "servekit/core/error.hpp"
@@ -113,6 +114,29 @@ MemoryPlan plan_memory(const EngineOptions& o) {
     }
   }
   return m;
+}
+
+// f(), naming what it was allocating when it fails.
+template <class F>
+auto allocating(const char* what, double bytes, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    fail("engine: allocating ", what, " (", bytes_text(bytes), ") failed: out of memory; ",
+         "lower --max-batch, --kv-blocks or --memory-limit");
+  }
+}
+
+// The engine's KV cache, as plan sized it.
+template <class Model>
+typename Model::Cache make_engine_cache(const Model& m, const EngineOptions& o,
+                                        const MemoryPlan& plan) {
+  return allocating("the KV cache", plan.kv, [&] {
+    if constexpr (Core<typename Model::Cache>::paged)
+      return m.make_cache(o.max_batch, Model::P, plan.kv_blocks);
+    else
+      return m.make_cache(o.max_batch, Model::P);
+  });
 }
 
 }  // namespace servekit::serve
