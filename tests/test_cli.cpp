@@ -102,8 +102,8 @@ TEST_CASE("batch --adapter: lines on different adapters share the engine") {
   const std::string r4 = kTinyA + "/lora/r4", r16 = kTinyA + "/lora/r16";
   auto base = servekit::test::load_reference(kTinyA);
   auto ref4 = servekit::test::load_reference(r4), ref16 = servekit::test::load_reference(r16);
-  const fs::path in = fs::temp_directory_path() / "servekit_cli_batch_lora.jsonl";
-  const fs::path out = fs::temp_directory_path() / "servekit_cli_batch_lora_out.jsonl";
+  const fs::path in = servekit::test::temp_file("servekit_cli_batch_lora.jsonl");
+  const fs::path out = servekit::test::temp_file("servekit_cli_batch_lora_out.jsonl");
   auto line = [](const servekit::test::RefCase& c, const char* adapter) {
     json j{{"prompt_ids", c.prompt_ids},
            {"max_new_tokens", c.greedy_ids.size()},
@@ -138,7 +138,7 @@ TEST_CASE("generate: clear errors for bad models and prompts") {
     CHECK_THAT(r.out, Contains("/nonexistent/gpt2/config.json"));
   }
   SECTION("an unsupported shape lists the supported ones") {
-    const fs::path dir = fs::temp_directory_path() / "servekit_cli_odd_model";
+    const fs::path dir = servekit::test::temp_file("servekit_cli_odd_model");
     fs::create_directories(dir);
     std::ofstream(dir / "config.json")
         << R"({"model_type": "gpt2", "n_layer": 5, "n_head": 2, "n_embd": 32,
@@ -219,8 +219,8 @@ TEST_CASE("generate exits 0 every time it succeeds") {
 
 TEST_CASE("batch: a file of requests through each scheduler, a bad line reported by number") {
   auto ref = servekit::test::load_reference(kTinyA);
-  const fs::path in = fs::temp_directory_path() / "servekit_cli_batch.jsonl";
-  const fs::path out = fs::temp_directory_path() / "servekit_cli_batch_out.jsonl";
+  const fs::path in = servekit::test::temp_file("servekit_cli_batch.jsonl");
+  const fs::path out = servekit::test::temp_file("servekit_cli_batch_out.jsonl");
   {
     std::ofstream f(in);
     for (std::size_t i = 0; i < 4; i++) {
@@ -275,7 +275,7 @@ TEST_CASE("batch: a file of requests through each scheduler, a bad line reported
 }
 
 TEST_CASE("the model folder's own tokenizer files win, and an incomplete pair is an error") {
-  const fs::path dir = fs::temp_directory_path() / "servekit_cli_model_tok";
+  const fs::path dir = servekit::test::temp_file("servekit_cli_model_tok");
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const char* f : {"config.json", "model.safetensors"})
@@ -391,7 +391,7 @@ TEST_CASE(
     "generate --json-schema and batch's json_schema give JSON that fits; bad schemas are "
     "clear errors") {
   const std::string kTinyVocab = std::string(SERVEKIT_FIXTURES) + "/tiny-vocab";
-  const fs::path dir = fs::temp_directory_path() / "servekit_cli_schema";
+  const fs::path dir = servekit::test::temp_file("servekit_cli_schema");
   fs::create_directories(dir);
   const fs::path person = dir / "person.json", bad = dir / "bad.json";
   std::ofstream(person) << R"({"type": "object", "properties": {

@@ -90,8 +90,8 @@ void check_composition() {
     }
 
     // batch: the engine with C's scheduler, three requests at once.
-    const fs::path in = fs::temp_directory_path() / "servekit_cli_compositions.jsonl";
-    const fs::path out = fs::temp_directory_path() / "servekit_cli_compositions_out.jsonl";
+    const fs::path in = servekit::test::temp_file("servekit_cli_compositions.jsonl");
+    const fs::path out = servekit::test::temp_file("servekit_cli_compositions_out.jsonl");
     std::vector<sk::serve::Request> reqs;
     {
       std::ofstream f(in);
@@ -184,7 +184,7 @@ TEST_CASE("servekit --version lists the compiled compositions") {
 
 // Prefix caching from the command line (on by default on a paged cache).
 TEST_CASE("batch on a paged cache: prompts that share a prefix reuse it, the same tokens off") {
-  const fs::path in = fs::temp_directory_path() / "servekit_cli_prefix.jsonl";
+  const fs::path in = servekit::test::temp_file("servekit_cli_prefix.jsonl");
   {
     std::ofstream f(in);
     std::vector<int32_t> common(40);
@@ -203,8 +203,8 @@ TEST_CASE("batch on a paged cache: prompts that share a prefix reuse it, the sam
   };
   const std::string base = "batch --model " + kTinyA + " --vocab " + kVocab + " --input " +
                            in.string() + " --kv paged16 --lora gathered --max-batch 1";
-  const fs::path on_out = fs::temp_directory_path() / "servekit_cli_prefix_on.jsonl";
-  const fs::path off_out = fs::temp_directory_path() / "servekit_cli_prefix_off.jsonl";
+  const fs::path on_out = servekit::test::temp_file("servekit_cli_prefix_on.jsonl");
+  const fs::path off_out = servekit::test::temp_file("servekit_cli_prefix_off.jsonl");
   auto on = run(base + " --output " + on_out.string());
   INFO(on.out);
   REQUIRE(on.code == 0);
@@ -228,7 +228,7 @@ TEST_CASE("batch on a paged cache: prompts that share a prefix reuse it, the sam
 
 TEST_CASE(
     "batch sizes its memory first: a limit sets the pool; over it, an error naming the flag") {
-  const fs::path in = fs::temp_directory_path() / "servekit_cli_memory.jsonl";
+  const fs::path in = servekit::test::temp_file("servekit_cli_memory.jsonl");
   {
     std::ofstream f(in);
     f << json{{"prompt_ids", {1, 2, 3}}, {"max_new_tokens", 2}, {"temperature", 0}}.dump() << "\n";

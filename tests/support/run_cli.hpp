@@ -3,6 +3,7 @@
 // Runs the `servekit` command (SERVEKIT_CLI) as a script would: stdout and stderr together, and
 // the exit code.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -19,11 +20,18 @@ struct Run {
   std::string out;  // stdout and stderr together
 };
 
+// name in the temp folder, made unique to this process (stem_PID.ext): test_cli and
+// test_cli_asan run the same cases, and ctest -j runs them at once.
+inline std::filesystem::path temp_file(const std::string& name) {
+  const std::filesystem::path n(name);
+  return std::filesystem::temp_directory_path() /
+         (n.stem().string() + "_" + std::to_string(::getpid()) + n.extension().string());
+}
+
 // env: "NAME=value" set for the program only (empty: the test's environment as it is).
 inline Run run_env(const std::string& env, const std::string& args,
                    const std::string& stdin_text = "") {
-  const std::filesystem::path in =
-      std::filesystem::temp_directory_path() / "servekit_cli_stdin.txt";
+  const std::filesystem::path in = temp_file("servekit_cli_stdin.txt");
   std::ofstream(in) << stdin_text;
   const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(SERVEKIT_CLI) +
                           " " + args + " < " + in.string() + " 2>&1";
