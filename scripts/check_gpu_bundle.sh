@@ -48,8 +48,9 @@ listing() {
   fi
   sed -n 's|^\(.*\)\t@.*/\([^/:]*\):[0-9]*$|\1\t\2|p' "$WORK/listing" | sort
 }
-twin() {  # device test, emulated twin
-  local dev=$1 emu=$BUILD/tests/$2
+twin() {  # device test, its emulated twins (the programs that run the same sources)
+  local dev=$1
+  shift
   listing "$BUNDLE/bin/$dev" >"$WORK/$dev.dev"
   local n
   n=$(grep -c . "$WORK/$dev.dev" || true)
@@ -59,17 +60,18 @@ twin() {  # device test, emulated twin
     return
   fi
   cut -f2 "$WORK/$dev.dev" | sort -u >"$WORK/$dev.files"
-  listing "$emu" "~[emulator]" | awk -F'\t' 'NR == FNR { f[$1]; next } $2 in f' "$WORK/$dev.files" - \
-    >"$WORK/$dev.emu"
+  for emu in "$@"; do listing "$BUILD/tests/$emu" "~[emulator]"; done | sort |
+    awk -F'\t' 'NR == FNR { f[$1]; next } $2 in f' "$WORK/$dev.files" - >"$WORK/$dev.emu"
   if diff -u "$WORK/$dev.emu" "$WORK/$dev.dev" >"$WORK/$dev.diff"; then
-    echo "ok: $dev lists the $n tests $2 runs from $(paste -sd' ' "$WORK/$dev.files")"
+    echo "ok: $dev lists the $n tests $* run from $(paste -sd' ' "$WORK/$dev.files")"
   else
-    echo "FAIL: $dev and $2 list different tests from the same sources (- emulated, + device):" >&2
+    echo "FAIL: $dev and $* list different tests from the same sources (- emulated, + device):" >&2
     cat "$WORK/$dev.diff" >&2
     fail=1
   fi
 }
 twin test_gpt2_cuda test_gpt2_device_storage
 twin test_invariants_cuda test_invariants_device_storage
+twin test_kernels_cuda test_kernels test_kernels_sampling
 twin test_simt_cuda test_simt
 exit $fail

@@ -19,7 +19,7 @@ if [ "${1:-}" = "--no-build" ]; then
 fi
 BUNDLE=$(realpath -m "${1:-$ROOT/.gpu-bundle}")
 LIMIT=$((64 * 1024 * 1024))
-TESTS=(test_gpt2_cuda test_invariants_cuda test_simt_cuda)
+TESTS=(test_gpt2_cuda test_invariants_cuda test_kernels_cuda test_simt_cuda)
 PROGRAMS=("${TESTS[@]}" bench_decode_cuda)
 
 if [ $build = 1 ]; then

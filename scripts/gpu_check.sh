@@ -4,7 +4,7 @@
 # built elsewhere (.gpu-bundle/, carried along): nothing is compiled here. In steps that each
 # end well inside the device tool's 10 minutes a call:
 #   scripts/gpu_check.sh tests      every device test (test_gpt2_cuda, test_invariants_cuda,
-#                                   test_simt_cuda)
+#                                   test_kernels_cuda, test_simt_cuda)
 #   scripts/gpu_check.sh sanitize   compute-sanitizer memcheck on every device test; racecheck,
 #                                   synccheck and initcheck on the kernels and the decode steps
 #   scripts/gpu_check.sh bench      bench_decode_cuda beside the read bandwidth of the same run,
@@ -128,6 +128,12 @@ step_sanitize() {
   for tool in racecheck synccheck initcheck; do
     run_step "$r" "$tool test_simt_cuda" "$XML/${tool}_simt.xml" "$SANITIZER" --tool "$tool" \
       --error-exitcode 9 "$BUNDLE/bin/test_simt_cuda" -r junit -o "$XML/${tool}_simt.xml"
+    # The kernel tests less the sampler's statistical cases (thousands of rows each), keeping
+    # the one that runs both sampler shapes over mixed parameters.
+    run_step "$r" "$tool test_kernels_cuda" "$XML/${tool}_kernels.xml" "$SANITIZER" \
+      --tool "$tool" --error-exitcode 9 "$BUNDLE/bin/test_kernels_cuda" \
+      "~[sampling],each row samples with its own parameters*" -r junit \
+      -o "$XML/${tool}_kernels.xml"
     run_step "$r" "$tool test_gpt2_cuda [budget],[graphs]" "$XML/${tool}_gpt2.xml" \
       "$SANITIZER" --tool "$tool" --error-exitcode 9 "$BUNDLE/bin/test_gpt2_cuda" \
       "[budget],[graphs]" -r junit -o "$XML/${tool}_gpt2.xml"

@@ -2,8 +2,9 @@
 # The device tests. test_gpt2_device_storage: the decoder's device-storage code path built by the
 # host compiler and run by the emulator (label `emulated`); test_decode_grid: GPT-2 small's
 # decode launches, dry. With nvcc, the same sources for a GPU: test_gpt2_cuda (the decoder on
-# backend::Cuda), test_invariants_cuda (the serving invariants on backend::Cuda) and
-# test_simt_cuda (the simt tests whose kernels mean the same on a GPU), built
+# backend::Cuda), test_invariants_cuda (the serving invariants on backend::Cuda),
+# test_kernels_cuda (kernel tests against the host reference) and test_simt_cuda (the simt
+# tests whose kernels mean the same on a GPU), built
 # wherever nvcc is (CI builds them; they need neither Boost nor a GPU to build) and run on a GPU
 # machine by scripts/gpu_check.sh from the bundle scripts/gpu_bundle.sh makes. Here, the test
 # `gpu_bundle` makes the bundle and checks it without a GPU (scripts/check_gpu_bundle.sh).
@@ -41,6 +42,10 @@ endfunction()
 
 servekit_cuda_test(test_gpt2_cuda SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt2_cuda.cu)
 servekit_cuda_test(test_invariants_cuda SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda/test_invariants_cuda.cu)
+# The kernel tests that launch kernels directly (their host data through tests/device_mirror.hpp).
+servekit_cuda_test(test_kernels_cuda SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_basic.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_sampling.cu)
 servekit_cuda_test(test_simt_cuda SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_simt_block.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_simt_warp.cu

@@ -13,11 +13,13 @@
 #include "servekit/kernels/ref/lm_head.hpp"
 #include "servekit/kernels/sampling.hpp"
 #include "servekit/serve/sampling.hpp"
+#include "device_mirror.hpp"
 #include "test_kernels_support.hpp"
 
 namespace sk = servekit;
 namespace kn = servekit::kernels;
 using namespace kernels_test;
+using device_test::on;
 
 TEST_CASE("embedding kernel matches the reference", "[kernels][emulated]") {
   std::mt19937 rng(1);
@@ -30,7 +32,7 @@ TEST_CASE("embedding kernel matches the reference", "[kernels][emulated]") {
       std::vector<int32_t> tok(N), pos(N);
       for (int i = 0; i < N; i++) tok[i] = (i * 13 + 5) % V, pos[i] = (i * 7) % P;
       auto got = poisoned(static_cast<std::size_t>(N) * C), want = got;
-      kn::embedding({got.data(), tok.data(), pos.data(), wte.data(), wpe.data(), N, C});
+      kn::embedding({on(got), on(tok), on(pos), on(wte), on(wpe), N, C});
       sk::kernels::ref::embedding(want.data(), tok.data(), pos.data(), wte.data(), wpe.data(), N,
                                   C);
       require_close(got, want, 0.f, 0.f);  // one fp32 add on both sides
@@ -45,7 +47,7 @@ TEST_CASE("layernorm kernel matches the reference", "[kernels][emulated]") {
       auto x = random_floats(static_cast<std::size_t>(N) * C, rng, -3.f, 5.f);
       auto w = random_floats(C, rng), b = random_floats(C, rng);
       auto got = poisoned(x.size()), want = got;
-      kn::layernorm({got.data(), x.data(), w.data(), b.data(), N, C, 1e-5f});
+      kn::layernorm({on(got), on(x), on(w), on(b), N, C, 1e-5f});
       sk::kernels::ref::layernorm(want.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
       require_close(got, want);
     }
@@ -60,7 +62,7 @@ TEST_CASE("lm_head kernel matches the reference", "[kernels][emulated]") {
         auto x = random_floats(static_cast<std::size_t>(M) * C, rng);
         auto wte = random_floats(static_cast<std::size_t>(V) * C, rng);
         auto got = poisoned(static_cast<std::size_t>(M) * V), want = got;
-        kn::lm_head({got.data(), x.data(), wte.data(), M, V, C});
+        kn::lm_head({on(got), on(x), on(wte), M, V, C});
         sk::kernels::ref::lm_head(want.data(), x.data(), wte.data(), M, V, C);
         // A dot product of C terms each <= 1: the summation order moves it by ~C ulp(1).
         require_close(got, want, 1e-5f * std::sqrt(static_cast<float>(C)), 1e-5f);
@@ -81,7 +83,7 @@ TEST_CASE("argmax kernel picks serve::argmax's token, ties to the lowest index",
         if (M > 1) logits[V + 5] = std::numeric_limits<float>::quiet_NaN();
       }
       std::vector<int32_t> ids(M, -1);
-      kn::argmax({ids.data(), logits.data(), M, V});
+      kn::argmax({on(ids), on(logits), M, V});
       for (int m = 0; m < M; m++) {
         std::span<const float> row(logits.data() + static_cast<std::size_t>(m) * V, V);
         // serve::argmax is std::max_element, which a NaN confuses: compare on NaN-free rows.
@@ -107,9 +109,9 @@ void check_kv_append_contiguous() {
   for (auto* a : {&k1, &v1, &k2, &v2})
     for (auto& e : *a) kn::store_f32(e, std::numeric_limits<float>::quiet_NaN());
   const int64_t stride = static_cast<int64_t>(max_len) * C;
-  kn::kv_append(kn::KvAppendParams{
-      kn::device_view(sk::kv::ContiguousView<T>{k1.data(), v1.data(), stride, C}), qkv.data(),
-      slot.data(), row.data(), N, C});
+  kn::kv_append(
+      kn::KvAppendParams{kn::device_view(sk::kv::ContiguousView<T>{on(k1), on(v1), stride, C}),
+                         on(qkv), on(slot), on(row), N, C});
   sk::kernels::ref::kv_append(sk::kv::ContiguousView<T>{k2.data(), v2.data(), stride, C},
                               qkv.data(), slot.data(), row.data(), N, C);
   for (std::size_t i = 0; i < cache; i++) {

@@ -13,15 +13,19 @@
 #include <span>
 #include <vector>
 
-#include "servekit/backend/emulated.hpp"
+#include "device_mirror.hpp"
 #include "servekit/kernels/sampling.hpp"
 #include "servekit/serve/sampling.hpp"
 #include "test_kernels_support.hpp"
+#if !defined(__CUDACC__)
+#include "servekit/backend/emulated.hpp"
+#endif
 
 namespace sk = servekit;
 namespace kn = servekit::kernels;
 using Catch::Contains;
 using namespace kernels_test;
+using device_test::on;
 
 namespace {
 
@@ -93,7 +97,8 @@ void sample_all(int32_t* ids, const float* x, const uint64_t* seeds, uint64_t st
                .top_k = top_k};
     kn::check_row(rows[m], m);
   }
-  kn::sample({ids, nullptr, x, rows.data(), M, V});
+  const std::size_t n = M > 0 && V > 0 ? std::size_t(M) * V : 0;
+  kn::sample({on(ids, M > 0 ? M : 0), nullptr, on(x, n), on(rows), M, V});
 }
 
 // ids of N draws from one row: N rows of the same logits, one seed each.
@@ -301,7 +306,7 @@ TEST_CASE("each row samples with its own parameters, as it would alone",
     }
     std::vector<int32_t> ids(M, -2);
     std::vector<float> lp(M);
-    kn::sample({ids.data(), lp.data(), x.data(), rows.data(), M, V});
+    kn::sample({on(ids), on(lp), on(x), on(rows), M, V});
     std::vector<float> want_lp;
     for (int m = 0; m < M; m++) {
       INFO("row " << m << ": T " << rows[m].temperature << ", top_k " << rows[m].top_k << ", top_p "
@@ -309,7 +314,7 @@ TEST_CASE("each row samples with its own parameters, as it would alone",
       const std::span<const float> row(x.data() + std::size_t(m) * V, V);
       int32_t one = -2;
       float one_lp = 0;
-      kn::sample({&one, &one_lp, row.data(), &rows[m], 1, V});
+      kn::sample({on(&one, 1), on(&one_lp, 1), on(row.data(), V), on(&rows[m], 1), 1, V});
       CHECK(ids[m] == one);
       CHECK(std::bit_cast<uint32_t>(lp[m]) == std::bit_cast<uint32_t>(one_lp));
       if (rows[m].temperature == 0.f) CHECK(ids[m] == sk::serve::argmax(row));
@@ -341,7 +346,7 @@ TEST_CASE("the device and host samplers draw the same tokens from the same strea
                  .top_p = p.top_p,
                  .top_k = p.top_k};
     std::vector<int32_t> ids(M, -2);
-    kn::sample({ids.data(), nullptr, x.data(), rows.data(), M, V});
+    kn::sample({on(ids), nullptr, on(x), on(rows), M, V});
     for (int m = 0; m < M; m++) {
       auto q = p;
       q.seed = rows[m].seed;
@@ -362,7 +367,7 @@ TEST_CASE("a row with no number above -inf gets id -1, which the host reports",
     std::vector<kn::RowSampling> rows(2, {.seed = 3, .temperature = T});
     std::vector<int32_t> ids(2, -2);
     std::vector<float> lp(2);
-    kn::sample({ids.data(), lp.data(), x.data(), rows.data(), 2, V});
+    kn::sample({on(ids), on(lp), on(x), on(rows), 2, V});
     CHECK(ids[0] == -1);
     CHECK(ids[1] == 7);
     CHECK(lp[1] == 0.f);
@@ -395,7 +400,7 @@ TEST_CASE("a temperature so small that best / T overflows draws among the maxima
                    .top_k = m % 4 == 2 ? 5 : 0};
       std::vector<int32_t> ids(M, -2);
       std::vector<float> lp(M);
-      kn::sample({ids.data(), lp.data(), x.data(), rows.data(), M, V});
+      kn::sample({on(ids), on(lp), on(x), on(rows), M, V});
       for (int m = 0; m < M; m++) {
         INFO("row " << m);
         const float* r = x.data() + std::size_t(m) * V;
@@ -412,7 +417,8 @@ TEST_CASE("a temperature so small that best / T overflows draws among the maxima
   }
 }
 
-TEST_CASE("Ops<Emulated>::sample is kernels::sample", "[kernels][emulated][sampling]") {
+#if !defined(__CUDACC__)
+TEST_CASE("Ops<Emulated>::sample is kernels::sample", "[kernels][emulated][sampling][emulator]") {
   std::mt19937 rng(15);
   const int M = 6, V = 300;
   const auto x = random_floats(std::size_t(M) * V, rng, -2.f, 2.f);
@@ -426,6 +432,7 @@ TEST_CASE("Ops<Emulated>::sample is kernels::sample", "[kernels][emulated][sampl
   CHECK(a == b);
   CHECK(la == lb);
 }
+#endif
 
 TEST_CASE("kernels::sample names the parameter it cannot use",
           "[kernels][emulated][sampling][errors]") {
