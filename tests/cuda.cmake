@@ -45,6 +45,7 @@ servekit_cuda_test(test_invariants_cuda SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda/t
 # The kernel tests that launch kernels directly (their host data through tests/device_mirror.hpp).
 servekit_cuda_test(test_kernels_cuda SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_basic.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_mask.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_sampling.cu)
 servekit_cuda_test(test_simt_cuda SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_simt_block.cu

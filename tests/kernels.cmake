@@ -10,6 +10,7 @@ servekit_test(test_kernels LABELS emulated
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_basic.cpp
           ${CMAKE_CURRENT_LIST_DIR}/test_kernels_linear.cpp
           ${CMAKE_CURRENT_LIST_DIR}/test_kernels_attention.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/test_kernels_mask.cpp
   LIBS servekit_simt)
 servekit_test(test_kernels_gpt2 LABELS emulated
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_gpt2.cpp LIBS servekit_simt)

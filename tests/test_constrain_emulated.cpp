@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Constrained decoding on the device under emulation: kernels::mask_logits against masking
-// on the host, forward_pick's mask arguments, and the engine's constrained rows (masks built
-// per step, only for rows that sample) against generate() alone.
+// Constrained decoding on the device under emulation: forward_pick's mask arguments, and the
+// engine's constrained rows (masks built per step, only for rows that sample) against
+// generate() alone. The mask kernel's own test: test_kernels_mask.cpp.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -36,30 +36,6 @@ const text::Gpt2Tokenizer& tok() {
 }
 
 }  // namespace
-
-TEST_CASE("mask_logits sets exactly the refused tokens of the masked rows to -inf",
-          "[constrain][emulated]") {
-  std::mt19937 rng(3);
-  const int M = 5, V = 1003, W = (V + 31) / 32;  // V not a multiple of 32
-  std::vector<float> x(std::size_t(M) * V);
-  for (auto& v : x) v = std::uniform_real_distribution<float>(-3.f, 3.f)(rng);
-  const std::vector<int32_t> rows = {1, 3, 4};
-  std::vector<uint32_t> words(rows.size() * W);
-  for (auto& w : words) w = static_cast<uint32_t>(rng());
-  std::vector<float> want = x;
-  for (std::size_t k = 0; k < rows.size(); k++)
-    for (int v = 0; v < V; v++)
-      if (!(words[k * W + v / 32] >> (v % 32) & 1)) want[std::size_t(rows[k]) * V + v] = -INFINITY;
-  std::vector<float> got = x;
-  backend::Ops<backend::Emulated>::mask_logits(got.data(), words.data(), rows.data(),
-                                               static_cast<int>(rows.size()), M, V);
-  std::size_t differ = 0;
-  for (std::size_t i = 0; i < got.size(); i++)
-    differ += std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]);
-  CHECK(differ == 0);
-  REQUIRE_THROWS_WITH(kernels::mask_logits({got.data(), words.data(), rows.data(), 0, M, V}),
-                      Contains("n = 0"));
-}
 
 TEST_CASE("emulated: constrained rows in the engine == generate() alone, and valid",
           "[constrain][emulated]") {
