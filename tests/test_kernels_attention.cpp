@@ -297,3 +297,39 @@ TEST_CASE("the host backend's attention matches the reference, batched any way",
     check_attention<sk::half_t, true>(Kernel::Host, C, H, kPrefill);
   }
 }
+
+// The host's scores take a vector's worth of keys at a time and sum their lanes together; each
+// score must still be dot()'s, bit for bit, or a row's output would depend on where its keys
+// fall against those blocks (prefill against decode, chunking).
+template <int NV, class E>
+void check_scores_bits(std::mt19937& rng) {
+  namespace h = sk::kernels::host;
+  const int hd = NV * h::kLanes, T = 3 * h::kLanes + 5;
+  INFO("head dim " << hd << (std::is_same_v<E, float> ? ", f32 keys" : ", f16 keys"));
+  const auto q = random_floats(hd, rng, -2.f, 2.f);
+  const auto kf = random_floats(static_cast<std::size_t>(T) * hd, rng, -2.f, 2.f);
+  std::vector<E> k(kf.size());
+  for (std::size_t i = 0; i < k.size(); i++) kn::store_f32(k[i], kf[i]);
+  auto key = [&](int t) { return k.data() + static_cast<std::size_t>(t) * hd; };
+  const float scale = 0.125f;
+  for (int t0 : {0, 1, 3, h::kLanes - 1, h::kLanes}) {
+    std::vector<float> got(T, 0.f);
+    h::scores<NV>(got.data(), q.data(), key, t0, T, hd, scale);
+    std::size_t differ = 0;
+    for (int t = t0; t < T; t++)
+      differ += std::bit_cast<uint32_t>(got[t]) !=
+                std::bit_cast<uint32_t>(h::dot(q.data(), key(t), hd) * scale);
+    INFO("first key " << t0);
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("the host attention's scores are dot()'s bits, however the keys are blocked",
+          "[kernels][attention][host]") {
+  std::mt19937 rng(41);
+  check_scores_bits<1, float>(rng);
+  check_scores_bits<2, float>(rng);
+  check_scores_bits<4, float>(rng);
+  check_scores_bits<8, float>(rng);
+  check_scores_bits<4, sk::half_t>(rng);
+}
