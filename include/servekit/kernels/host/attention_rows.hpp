@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The pieces of the host attention (kernels/host/attention.hpp) for one query row, or two rows
+// that share their keys: the scores q . k, the softmax, the weighted sum of the values. Each
+// number is computed in one fixed order that depends only on its own row's keys.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "servekit/kernels/host/simd.hpp"
+#include "servekit/kernels/host/vmath.hpp"
+
+namespace servekit::kernels::host {
+
+// q . k over hd features; k in the cache's element type.
+template <class E>
+inline float dot(const float* q, const E* k, int hd) {
+  vec acc{};
+  int d = 0;
+  for (; d + kLanes <= hd; d += kLanes) acc = madd(load(q + d), load(k + d), acc);
+  float s = lane_sum(acc);
+  for (; d < hd; d++) s = madd(q[d], widen(k[d]), s);
+  return s;
+}
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+// The lane sums of kLanes vectors at once, out[j] = lane_sum(a[j]): lane_sum's tree, lane i
+// with lane i + kLanes / 2 first, then with i + kLanes / 4, ..., done for all the vectors
+// together, two vectors' lanes a shuffle. Every sum is lane_sum's, bit for bit (an add's result
+// does not depend on its operands' order); kLanes - 1 adds where one vector at a time takes
+// log2(kLanes) each, plus the extracts.
+#if defined(__AVX512F__)
+inline vec lane_sums(const vec* a) {
+  __m512 p[8], q[4], r[2];
+  for (int j = 0; j < 8; j++) {  // i + 8: [a0 lanes 0-7 | a1 lanes 0-7]
+    const __m512 x = __m512(a[2 * j]), y = __m512(a[2 * j + 1]);
+    p[j] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xee));
+  }
+  for (int j = 0; j < 4; j++)  // i + 4: one 128-bit block per vector, four vectors
+    q[j] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * j], p[2 * j + 1], 0x88),
+                         _mm512_shuffle_f32x4(p[2 * j], p[2 * j + 1], 0xdd));
+  for (int j = 0; j < 2; j++)  // i + 2 within each block: block b holds vectors b, 4 + b
+    r[j] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * j], q[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(q[2 * j], q[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // i + 1: lane 4b + m holds vector 4m + b; put vector k in lane k.
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i to_key = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return vec(_mm512_permutexvar_ps(to_key, s));
+}
+#else
+inline vec lane_sums(const vec* a) {
+  __m256 p[4], r[2];
+  for (int j = 0; j < 4; j++) {  // i + 4: [a0 lanes 0-3 | a1 lanes 0-3]
+    const __m256 x = __m256(a[2 * j]), y = __m256(a[2 * j + 1]);
+    p[j] = _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+  }
+  for (int j = 0; j < 2; j++)  // i + 2 within each block: block b holds vectors b, 2 + b
+    r[j] = _mm256_add_ps(_mm256_shuffle_ps(p[2 * j], p[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm256_shuffle_ps(p[2 * j], p[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // i + 1: lane 4b + m holds vector 2m + b; put vector k in lane k.
+  const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(r[0], r[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return vec(_mm256_permutevar8x32_ps(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+#endif
+#endif
+
+// att[t] = scale * q . k_t for t in [t0, T), each dot()'s bits. NV: the head's width in vectors
+// (q and every key NV vectors; 0: any width). kLanes keys at a time where lane_sums exists:
+// q stays in registers, each key's chain is dot()'s, and the chains are summed together.
+template <int NV, class Key>
+inline void scores(float* att, const float* q, Key&& key, int t0, int T, int hd, float scale) {
+  int t = t0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+  if constexpr (NV > 0) {
+    vec qv[NV];
+    for (int i = 0; i < NV; i++) qv[i] = load(q + i * kLanes);
+    for (; t + kLanes <= T; t += kLanes) {
+      vec acc[kLanes];
+      for (int j = 0; j < kLanes; j++) {
+        const auto* k = key(t + j);
+        acc[j] = vec{};
+        for (int i = 0; i < NV; i++) acc[j] = madd(qv[i], load(k + i * kLanes), acc[j]);
+      }
+      store(att + t, lane_sums(acc) * scale);
+    }
+  }
+#endif
+  for (; t + 4 <= T; t += 4) {  // four independent chains
+    const float s0 = dot(q, key(t), hd), s1 = dot(q, key(t + 1), hd);
+    const float s2 = dot(q, key(t + 2), hd), s3 = dot(q, key(t + 3), hd);
+    att[t] = s0 * scale, att[t + 1] = s1 * scale, att[t + 2] = s2 * scale;
+    att[t + 3] = s3 * scale;
+  }
+  for (; t < T; t++) att[t] = dot(q, key(t), hd) * scale;
+}
+
+// att[t0 .. T) = exp(att - max), returns 1 / their sum. Vectors of keys start at t0, so the
+// lanes a key falls in depend on the row only; the last partial vector runs padded.
+inline float softmax_in_place(float* att, int t0, int T) {
+  vec m = vec{} - INFINITY;
+  int t = t0;
+  for (; t + kLanes <= T; t += kLanes) {
+    const vec a = load(att + t);
+    m = a > m ? a : m;
+  }
+  float maxv = -INFINITY;
+  for (int i = 0; i < kLanes; i++) maxv = m[i] > maxv ? m[i] : maxv;
+  for (int u = t; u < T; u++) maxv = att[u] > maxv ? att[u] : maxv;
+  vec sum{};
+  for (t = t0; t + kLanes <= T; t += kLanes) {
+    const vec e = exp(load(att + t) - maxv);
+    store(att + t, e);
+    sum += e;
+  }
+  if (t < T) {
+    vec a{};
+    for (int j = 0; t + j < T; j++) a[j] = att[t + j] - maxv;
+    const vec e = exp(a);
+    for (int j = 0; t + j < T; j++) att[t + j] = e[j], sum[j] += e[j];
+  }
+  return 1.f / lane_sum(sum);
+}
+
+// o (NV vectors) = sum_t p_t v_t over [t, T), the head's features in registers: even keys
+// (from the row's first) into a, odd ones into b, so that two FMA chains are in flight. a and b
+// come in holding the keys before t (none: zero).
+template <int NV, class Value>
+inline void weighted_sum_from(float* o, vec* a, vec* b, const float* att, float inv, int t, int T,
+                              Value&& value) {
+  for (; t + 2 <= T; t += 2) {
+    const auto* v0 = value(t);
+    const auto* v1 = value(t + 1);
+    const vec p0 = vec{} + att[t] * inv, p1 = vec{} + att[t + 1] * inv;
+    for (int i = 0; i < NV; i++) {
+      a[i] = madd(p0, load(v0 + i * kLanes), a[i]);
+      b[i] = madd(p1, load(v1 + i * kLanes), b[i]);
+    }
+  }
+  if (t < T) {
+    const auto* v0 = value(t);
+    const vec p0 = vec{} + att[t] * inv;
+    for (int i = 0; i < NV; i++) a[i] = madd(p0, load(v0 + i * kLanes), a[i]);
+  }
+  for (int i = 0; i < NV; i++) store(o + i * kLanes, a[i] + b[i]);
+}
+template <int NV, class Value>
+inline void weighted_sum(float* o, const float* att, float inv, int t0, int T, Value&& value) {
+  vec a[NV] = {}, b[NV] = {};
+  weighted_sum_from<NV>(o, a, b, att, inv, t0, T, value);
+}
+
+// Any head width: the output row in memory.
+template <class Value>
+inline void weighted_sum_any(float* o, const float* att, float inv, int t0, int T, int hd,
+                             Value&& value) {
+  for (int d = 0; d < hd; d++) o[d] = 0.f;
+  for (int t = t0; t < T; t++) {
+    const auto* v = value(t);
+    const float p = att[t] * inv;
+    const vec pv = vec{} + p;
+    int d = 0;
+    for (; d + kLanes <= hd; d += kLanes) store(o + d, madd(pv, load(v + d), load(o + d)));
+    for (; d < hd; d++) o[d] = madd(p, widen(v[d]), o[d]);
+  }
+}
+
+// Two query rows of one sequence and head that start at the same key (neighbours in a prompt
+// chunk): each key and value is loaded once for both. Every number is what the rows compute
+// alone: a score is its own chain (scores()), and each row's weighted sum takes its keys in its
+// own order into its own a / b; the keys only one row sees are then finished alone. On AVX-512
+// with heads of up to 4 vectors, where both rows' accumulators fit the registers.
+#if defined(__AVX512F__)
+inline constexpr int kPairMaxNV = 4;
+
+// Both rows' scores for keys [t, min(T0, T1)) in blocks of kLanes / 2 keys; returns where the
+// blocks stopped.
+template <int NV, class Key>
+inline int scores_pair(float* att0, float* att1, const float* q0, const float* q1, Key&& key, int t,
+                       int T, float scale) {
+  constexpr int KB = kLanes / 2;
+  vec qa[NV], qb[NV];
+  for (int i = 0; i < NV; i++) qa[i] = load(q0 + i * kLanes), qb[i] = load(q1 + i * kLanes);
+  for (; t + KB <= T; t += KB) {
+    vec acc[kLanes];
+    for (int j = 0; j < KB; j++) {
+      const auto* k = key(t + j);
+      acc[j] = vec{}, acc[KB + j] = vec{};
+      for (int i = 0; i < NV; i++) {
+        const vec kv = load(k + i * kLanes);
+        acc[j] = madd(qa[i], kv, acc[j]);
+        acc[KB + j] = madd(qb[i], kv, acc[KB + j]);
+      }
+    }
+    float s[kLanes];
+    store(s, lane_sums(acc) * scale);
+    std::memcpy(att0 + t, s, KB * sizeof(float));
+    std::memcpy(att1 + t, s + KB, KB * sizeof(float));
+  }
+  return t;
+}
+
+template <int NV, class Value>
+inline void weighted_sum_pair(float* o0, float* o1, const float* att0, const float* att1,
+                              float inv0, float inv1, int t, int T0, int T1, Value&& value) {
+  vec a0[NV] = {}, b0[NV] = {}, a1[NV] = {}, b1[NV] = {};
+  for (const int T = T0 < T1 ? T0 : T1; t + 2 <= T; t += 2) {
+    const auto* v0 = value(t);
+    const auto* v1 = value(t + 1);
+    const vec p00 = vec{} + att0[t] * inv0, p01 = vec{} + att0[t + 1] * inv0;
+    const vec p10 = vec{} + att1[t] * inv1, p11 = vec{} + att1[t + 1] * inv1;
+    for (int i = 0; i < NV; i++) {
+      const vec x0 = load(v0 + i * kLanes), x1 = load(v1 + i * kLanes);
+      a0[i] = madd(p00, x0, a0[i]), b0[i] = madd(p01, x1, b0[i]);
+      a1[i] = madd(p10, x0, a1[i]), b1[i] = madd(p11, x1, b1[i]);
+    }
+  }
+  weighted_sum_from<NV>(o0, a0, b0, att0, inv0, t, T0, value);
+  weighted_sum_from<NV>(o1, a1, b1, att1, inv1, t, T1, value);
+}
+#else
+inline constexpr int kPairMaxNV = 0;
+#endif
+
+}  // namespace servekit::kernels::host
