@@ -9,7 +9,10 @@
 #                                   synccheck and initcheck on the kernels and the decode steps
 #   scripts/gpu_check.sh bench      bench_decode_cuda beside the read bandwidth of the same run,
 #                                   and batch 8 with one column tile a block
-#   scripts/gpu_check.sh all        the three, for one call on a warm machine
+#   scripts/gpu_check.sh hf         GPT-2 124M's shape against HF: tools/make_reference.py makes
+#                                   a seeded random 124M checkpoint and HF's logits with this
+#                                   machine's torch, then test_gpt2_cuda "[.hf124m]" (minutes)
+#   scripts/gpu_check.sh all        tests, sanitize and bench, for one call on a warm machine
 # Each step writes gpu_<step>.md (and gpu_check.log, CSVs) into $OUT if set, else .gpu-report/,
 # and fails when a program does not start, a test fails, or a test program runs no test.
 set -uo pipefail
@@ -18,8 +21,8 @@ BUNDLE="${SERVEKIT_GPU_BUNDLE:-$ROOT/.gpu-bundle}"
 STEP=${1:-all}
 REPORT_DIR=${2:-${OUT:-$ROOT/.gpu-report}}
 LIMIT_S=${SERVEKIT_GPU_STEP_LIMIT:-200}  # per command; a hang must not eat the whole call
-case "$STEP" in tests | sanitize | bench | all) ;; *)
-  echo "gpu_check: unknown step '$STEP' (tests, sanitize, bench or all)" >&2
+case "$STEP" in tests | sanitize | bench | hf | all) ;; *)
+  echo "gpu_check: unknown step '$STEP' (tests, sanitize, bench, hf or all)" >&2
   exit 2
   ;;
 esac
@@ -155,11 +158,26 @@ step_bench() {
   cat "$r"
 }
 
+step_hf() {
+  local r="$REPORT_DIR/gpu_hf.md" dir
+  header "GPT-2 124M against HF" >"$r"
+  dir=$(mktemp -d)
+  LIMIT_S=${SERVEKIT_GPU_HF_LIMIT:-420} run_step "$r" "make_reference.py --only gpt2-124m" - \
+    python3 "$ROOT/tools/make_reference.py" --only gpt2-124m --out "$dir"
+  if [ -f "$dir/gpt2-124m/reference.json" ]; then
+    SERVEKIT_HF124M="$dir/gpt2-124m" run_step "$r" "test_gpt2_cuda [.hf124m]" "$XML/hf124m.xml" \
+      "$BUNDLE/bin/test_gpt2_cuda" "[.hf124m]" -r junit -o "$XML/hf124m.xml"
+  fi
+  rm -rf "$dir"
+  cat "$r"
+}
+
 : >>"$LOG"
 case "$STEP" in
   tests) step_tests ;;
   sanitize) step_sanitize ;;
   bench) step_bench ;;
+  hf) step_hf ;;
   all) step_tests; step_sanitize; step_bench ;;
 esac
 exit $status

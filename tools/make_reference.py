@@ -16,8 +16,15 @@ way the course's lesson 2 does it (attention mask + position_ids, extended one s
           the h.N.attn.bias causal-mask buffers present). Its reference is computed in float32
           from the bf16-rounded values, so an exact bf16->fp32 loader must match to fp32 precision.
 
+  gpt2-124m: GPT-2 small's shape (12 layers, 768 wide, 12 heads of 64, vocab 50257, 1024
+          positions) with seeded random weights at HF's own init scale; 500 MB, never
+          committed. The GPU check makes it on the device machine (scripts/gpu_check.sh hf),
+          whose python has torch and transformers, and test_gpt2_cuda's hidden [.hf124m] case
+          compares the device against it. Prompts of at most 200 tokens keep it to minutes.
+
 CPU only, float32 compute, deterministic (fixed seeds, deterministic algorithms, one thread).
-Options: --out DIR (default tests/fixtures), --only tiny-a|tiny-b.
+Options: --out DIR (default tests/fixtures), --only tiny-a|tiny-b|gpt2-124m (default: the two
+tiny ones).
 """
 import argparse
 import json
@@ -58,6 +65,17 @@ SPECS = {
         config=dict(n_layer=3, n_embd=96, n_head=3, vocab_size=1000, n_positions=96),
         weights_dtype="bfloat16",
     ),
+    "gpt2-124m": dict(
+        seed=124,
+        config=dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024),
+        weights_dtype="float32",
+        initializer_range=0.02,  # HF's default: GPT-2's own scale, so 12 layers stay finite
+        # Small biases: at 0.1, 24 biased projections swamp the embeddings and every prompt
+        # gets the same logits (one greedy token for everything).
+        bias_noise=0.002,
+        lengths=(1, 7, 50, 200),
+        on_request=True,  # not among the committed fixtures
+    ),
 }
 
 
@@ -88,7 +106,7 @@ def make_model(spec):
         **spec["config"],
         activation_function="gelu_new",
         layer_norm_epsilon=1e-5,
-        initializer_range=0.2,
+        initializer_range=spec.get("initializer_range", 0.2),
         bos_token_id=V - 1,
         eos_token_id=V - 1,
         # Plain softmax(QK^T / sqrt(d) + mask) V: finite even on the fully masked rows of padding.
@@ -104,7 +122,7 @@ def make_model(spec):
                 else:
                     p.copy_(LN_NOISE * torch.randn_like(p))
             elif name.endswith(".bias"):
-                p.copy_(BIAS_NOISE * torch.randn_like(p))
+                p.copy_(spec.get("bias_noise", BIAS_NOISE) * torch.randn_like(p))
         if spec["weights_dtype"] == "bfloat16":
             for p in model.parameters():
                 p.copy_(p.to(torch.bfloat16).to(torch.float32))
@@ -114,7 +132,7 @@ def make_model(spec):
 
 def save_checkpoint(name, model, out):
     out.mkdir(parents=True, exist_ok=True)
-    if name == "tiny-a":
+    if name != "tiny-b":  # save_pretrained's layout; tiny-b is the older one, in bf16
         tmp = out / ".save_tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
@@ -163,7 +181,7 @@ def make_prompts(spec, encode):
     P = spec["config"]["n_positions"]
     g = torch.Generator().manual_seed(spec["seed"] + 1)
     cases = []
-    for T in (1, 2, 7, 20, 50, P - 20):
+    for T in spec.get("lengths", (1, 2, 7, 20, 50, P - 20)):
         ids = torch.randint(0, V, (T,), generator=g).tolist()
         cases.append(dict(name=f"random_len{T}", prompt_ids=ids))
     for i, text in enumerate(COURSE_PROMPTS):
@@ -319,7 +337,7 @@ def main():
     encode = gpt2_tokenizer()
     log(f"transformers {transformers.__version__}, torch {torch.__version__}, out {args.out}")
     for name, spec in SPECS.items():
-        if args.only in (None, name):
+        if args.only == name or (args.only is None and not spec.get("on_request")):
             make_one(name, spec, args.out.resolve(), encode)
 
 
