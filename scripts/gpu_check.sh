@@ -79,7 +79,7 @@ run_step() {
     if [ -s "$xml" ]; then
       cases=$(junit_cases "$xml")
       summary="$(printf '%s\n' "$cases" | grep -c '^  - ') test cases, $(printf '%s\n' "$cases" |
-        grep -c FAILED) failed; $summary"
+        grep -c "^  - .*\*\*FAILED\*\*") failed; $summary"
     fi
     if [ $rc -eq 0 ] && ! printf '%s\n' "$cases" | grep -q '^  - '; then
       rc=3  # passed with zero tests: not a pass
@@ -101,14 +101,20 @@ run_step() {
   return 0
 }
 
-# Each test case of a Catch2 JUnit file: "  - name: passed (s)" or "  - name: **FAILED** (s)".
+# Each test case of a Catch2 JUnit file: "  - name: passed (s)" or "  - name: **FAILED** (s)",
+# a failure followed by its first assertion's expression, expansion and messages (indented), so
+# that a report brought back from the GPU machine says what failed without another run.
 junit_cases() {
   python3 - "$1" <<'PY'
 import sys
 import xml.etree.ElementTree as ET
 for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
-    bad = case.find("failure") is not None or case.find("error") is not None
+    bad = [e for e in case if e.tag in ("failure", "error")]
     print(f"  - {case.get('name')}: {'**FAILED**' if bad else 'passed'} ({case.get('time')} s)")
+    for e in bad[:1]:
+        lines = [e.get("message") or ""] + (e.text or "").strip().splitlines()
+        for line in [l for l in lines if l.strip()][:12]:
+            print(f"    > {line.strip()[:200]}")
 PY
 }
 

@@ -13,6 +13,8 @@
 #include "servekit/backend/cuda_device.hpp"
 
 int main(int argc, char* argv[]) {
+  // Line by line, so that what a crashing test printed reaches the log.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
   const auto& cfg = session.configData();

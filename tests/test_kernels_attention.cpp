@@ -44,7 +44,7 @@ struct TestCache {
     auto vf = random_floats(kf.size(), rng);
     k.resize(kf.size()), v.resize(vf.size());
     for (std::size_t i = 0; i < kf.size(); i++)
-      kn::store_f32(k[i], kf[i]), kn::store_f32(v[i], vf[i]);
+      sk::kernels::ref::store_from_f32(k[i], kf[i]), sk::kernels::ref::store_from_f32(v[i], vf[i]);
     if (kPaged) {  // blocks handed out in a shuffled order, as an allocator's free list would
       table.resize(static_cast<std::size_t>(slots) * per_slot);
       std::vector<int32_t> ids(rows / kBlock);
@@ -309,7 +309,7 @@ void check_scores_bits(std::mt19937& rng) {
   const auto q = random_floats(hd, rng, -2.f, 2.f);
   const auto kf = random_floats(static_cast<std::size_t>(T) * hd, rng, -2.f, 2.f);
   std::vector<E> k(kf.size());
-  for (std::size_t i = 0; i < k.size(); i++) kn::store_f32(k[i], kf[i]);
+  for (std::size_t i = 0; i < k.size(); i++) sk::kernels::ref::store_from_f32(k[i], kf[i]);
   auto key = [&](int t) { return k.data() + static_cast<std::size_t>(t) * hd; };
   const float scale = 0.125f;
   for (int t0 : {0, 1, 3, h::kLanes - 1, h::kLanes}) {

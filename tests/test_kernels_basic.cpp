@@ -105,9 +105,11 @@ void check_kv_append_contiguous() {
   std::vector<int32_t> slot(N), row(N);
   for (int r = 0; r < N; r++) slot[r] = r % slots, row[r] = 2 + r;
   std::vector<T> k1(cache), v1(cache), k2(cache), v2(cache);
+  // The host's conversions (kernels::store_f32 / to_f32 are device functions under nvcc).
+  namespace ref = sk::kernels::ref;
   // Poison: untouched rows must stay so, touched rows must be written.
   for (auto* a : {&k1, &v1, &k2, &v2})
-    for (auto& e : *a) kn::store_f32(e, std::numeric_limits<float>::quiet_NaN());
+    for (auto& e : *a) ref::store_from_f32(e, std::numeric_limits<float>::quiet_NaN());
   const int64_t stride = static_cast<int64_t>(max_len) * C;
   kn::kv_append(
       kn::KvAppendParams{kn::device_view(sk::kv::ContiguousView<T>{on(k1), on(v1), stride, C}),
@@ -115,8 +117,8 @@ void check_kv_append_contiguous() {
   sk::kernels::ref::kv_append(sk::kv::ContiguousView<T>{k2.data(), v2.data(), stride, C},
                               qkv.data(), slot.data(), row.data(), N, C);
   for (std::size_t i = 0; i < cache; i++) {
-    const float a = kn::to_f32(k1[i]), b = kn::to_f32(k2[i]);
-    const float c = kn::to_f32(v1[i]), d = kn::to_f32(v2[i]);
+    const float a = ref::load_f32(k1[i]), b = ref::load_f32(k2[i]);
+    const float c = ref::load_f32(v1[i]), d = ref::load_f32(v2[i]);
     if (std::isnan(b)) {
       REQUIRE(std::isnan(a));
       REQUIRE(std::isnan(c));

@@ -57,7 +57,9 @@ class Graph {
   void launch(stream_handle s) const {
     if (empty()) fail("simt::Graph::launch: the graph is empty (nothing was captured)");
 #if defined(SERVEKIT_SIMT_DEVICE)
-    detail::count(detail::counter_state().graph_launches);
+    auto& c = detail::counter_state();
+    detail::count(c.graph_launches);
+    detail::count(c.h2d, copies_.h2d), detail::count(c.h2d_bytes, copies_.h2d_bytes);
     check(cudaGraphLaunch(exec_, s), "cudaGraphLaunch");
 #else
     (void)s;
@@ -73,6 +75,7 @@ class Graph {
   void swap(Graph& o) noexcept {
 #if defined(SERVEKIT_SIMT_DEVICE)
     std::swap(exec_, o.exec_);
+    std::swap(copies_, o.copies_);
 #else
     std::swap(nodes_, o.nodes_);
 #endif
@@ -80,6 +83,7 @@ class Graph {
   }
 #if defined(SERVEKIT_SIMT_DEVICE)
   cudaGraphExec_t exec_ = nullptr;
+  detail::CaptureTally copies_;  // the copies up it makes, counted at each launch
 #else
   std::vector<std::function<void()> > nodes_;
 #endif
@@ -95,13 +99,18 @@ Graph capture(stream_handle s, Fn&& fn) {
 #if defined(SERVEKIT_SIMT_DEVICE)
   check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   cudaGraph_t graph = nullptr;
+  detail::CaptureTally tally{s};
+  detail::capture_tally() = &tally;
   try {
     fn();
   } catch (...) {
+    detail::capture_tally() = nullptr;
     cudaStreamEndCapture(s, &graph);
     if (graph) cudaGraphDestroy(graph);
     throw;
   }
+  detail::capture_tally() = nullptr;
+  g.copies_ = tally;
   check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
   std::size_t n = 0;
   const cudaError_t e = cudaGraphGetNodes(graph, nullptr, &n);

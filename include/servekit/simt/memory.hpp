@@ -120,6 +120,12 @@ void copy_to_device(T* dst, const T* src, std::size_t n, stream_handle s = nullp
     });
     return;
   }
+#else
+  if (auto* t = detail::capture_tally(); t && s == t->stream) {
+    t->h2d++, t->h2d_bytes += static_cast<long long>(n * sizeof(T));
+    check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, s), "copy_to_device");
+    return;
+  }
 #endif
   detail::count(c.h2d), detail::count(c.h2d_bytes, static_cast<long long>(n * sizeof(T)));
   if (!s) detail::count(c.syncs);  // a null-stream copy waits for it on a GPU

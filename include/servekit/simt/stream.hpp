@@ -81,6 +81,17 @@ inline bool recording(stream_handle s, std::string_view what) {
         " while a stream is being captured: it would not be part of the graph"));
   return true;
 }
+#else
+// Under nvcc, the copies to the device this thread issues to the stream it captures: they run,
+// and are counted, each time the graph is launched (simt/graph.hpp).
+struct CaptureTally {
+  stream_handle stream = nullptr;
+  long long h2d = 0, h2d_bytes = 0;
+};
+inline CaptureTally*& capture_tally() {
+  thread_local CaptureTally* t = nullptr;
+  return t;
+}
 #endif
 }  // namespace detail
 
