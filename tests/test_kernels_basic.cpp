@@ -42,7 +42,7 @@ TEST_CASE("embedding kernel matches the reference", "[kernels][emulated]") {
 TEST_CASE("layernorm kernel matches the reference", "[kernels][emulated]") {
   std::mt19937 rng(2);
   for (int N : {1, 5, 33})
-    for (int C : {1, 31, 64, 300}) {
+    for (int C : {1, 31, 64, 300, 2100}) {  // 2100: past the registers (kLayernormPerLane)
       INFO("N = " << N << ", C = " << C);
       auto x = random_floats(static_cast<std::size_t>(N) * C, rng, -3.f, 5.f);
       auto w = random_floats(C, rng), b = random_floats(C, rng);
@@ -97,9 +97,10 @@ TEST_CASE("argmax kernel picks serve::argmax's token, ties to the lowest index",
 }
 
 template <class T>
-void check_kv_append_contiguous() {
+void check_kv_append_contiguous(int C) {
+  INFO("C = " << C);
   std::mt19937 rng(5);
-  const int C = 48, slots = 3, max_len = 20, N = 9;
+  const int slots = 3, max_len = 20, N = 9;
   const std::size_t cache = static_cast<std::size_t>(slots) * max_len * C;
   auto qkv = random_floats(static_cast<std::size_t>(N) * 3 * C, rng);
   std::vector<int32_t> slot(N), row(N);
@@ -131,10 +132,10 @@ void check_kv_append_contiguous() {
 
 TEST_CASE("kv_append kernel writes the reference's cache rows", "[kernels][emulated]") {
   SECTION("f32") {
-    check_kv_append_contiguous<float>();
+    for (int C : {48, 2100}) check_kv_append_contiguous<float>(C);  // 2100: past the registers
   }
   SECTION("f16") {
-    check_kv_append_contiguous<sk::half_t>();
+    for (int C : {48, 2100}) check_kv_append_contiguous<sk::half_t>(C);
   }
 }
 

@@ -17,11 +17,29 @@ struct KvAppendParams {
   int N, C;
 };
 
+constexpr int kKvAppendPerThread = 16;  // C <= 16 kThreads in registers (2048 at 128 threads)
+
 template <class T, class Rows, int kThreads>
 __global__ void __launch_bounds__(kThreads) kv_append_kernel(const KvAppendParams<T, Rows> p) {
   const int r = blockIdx.x;
   const float* src = p.qkv + static_cast<int64_t>(r) * 3 * p.C;
   const int64_t dst = p.kv.rows(p.slot[r], p.row[r]);
+  if (p.C <= kThreads * kKvAppendPerThread) {
+    // The row's k and v read before anything is stored: a store to the cache might alias qkv,
+    // so a load after one would wait for it, one round trip per element.
+    float k[kKvAppendPerThread], v[kKvAppendPerThread];
+#pragma unroll
+    for (int i = 0; i < kKvAppendPerThread; i++) {
+      const int c = threadIdx.x + kThreads * i;
+      if (c < p.C) k[i] = src[p.C + c], v[i] = src[2 * p.C + c];
+    }
+#pragma unroll
+    for (int i = 0; i < kKvAppendPerThread; i++) {
+      const int c = threadIdx.x + kThreads * i;
+      if (c < p.C) store_f32(p.kv.k[dst + c], k[i]), store_f32(p.kv.v[dst + c], v[i]);
+    }
+    return;
+  }
   for (int c = threadIdx.x; c < p.C; c += kThreads) {
     store_f32(p.kv.k[dst + c], src[p.C + c]);
     store_f32(p.kv.v[dst + c], src[2 * p.C + c]);

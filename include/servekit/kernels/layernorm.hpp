@@ -18,6 +18,12 @@ struct LayernormParams {
   float eps;
 };
 
+// A lane's elements c = lane + 32 i, held in registers when C <= 32 kPerLane: their loads are
+// issued together rather than one L2 round trip after another, which is what a decode step's
+// few rows wait on. The sums run in the same order either way (lane, lane + 32, ...; a missing
+// element adds +0), so the bits do not depend on which path a row takes.
+constexpr int kLayernormPerLane = 64;  // C <= 2048: every GPT-2 size (1600 for XL)
+
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) layernorm_kernel(const LayernormParams p) {
   const int lane = threadIdx.x % 32;
@@ -26,6 +32,34 @@ __global__ void __launch_bounds__(kWarps * 32) layernorm_kernel(const LayernormP
   if (n >= p.N) return;
   const float* x = p.in + static_cast<int64_t>(n) * p.C;
   float* o = p.out + static_cast<int64_t>(n) * p.C;
+  if (p.C <= 32 * kLayernormPerLane) {
+    float r[kLayernormPerLane];
+#pragma unroll
+    for (int i = 0; i < kLayernormPerLane; i++) {
+      const int c = lane + 32 * i;
+      r[i] = c < p.C ? x[c] : 0.f;
+    }
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < kLayernormPerLane; i++) s += r[i];
+    const float mean = warp_sum(s) / p.C;
+    float v = 0.f;
+#pragma unroll
+    for (int i = 0; i < kLayernormPerLane; i++)
+      if (lane + 32 * i < p.C) v += (r[i] - mean) * (r[i] - mean);
+    const float rstd = rsqrtf(warp_sum(v) / p.C + p.eps);
+    // Every output before the first store: a store to `o` might alias w or b, so loads of w
+    // and b that follow one would each wait for the last.
+#pragma unroll
+    for (int i = 0; i < kLayernormPerLane; i++) {
+      const int c = lane + 32 * i;
+      if (c < p.C) r[i] = (r[i] - mean) * rstd * p.w[c] + p.b[c];
+    }
+#pragma unroll
+    for (int i = 0; i < kLayernormPerLane; i++)
+      if (lane + 32 * i < p.C) o[lane + 32 * i] = r[i];
+    return;
+  }
   float s = 0.f;
   for (int c = lane; c < p.C; c += 32) s += x[c];
   const float mean = warp_sum(s) / p.C;
