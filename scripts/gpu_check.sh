@@ -12,6 +12,8 @@
 #   scripts/gpu_check.sh hf         GPT-2 124M's shape against HF: tools/make_reference.py makes
 #                                   a seeded random 124M checkpoint and HF's logits with this
 #                                   machine's torch, then test_gpt2_cuda "[.hf124m]" (minutes)
+#   scripts/gpu_check.sh profile    ncu: each decode kernel's time per launch (two warm steps) for
+#                                   f16 at batch 1, f32 at batch 8 and u8 at batch 64
 #   scripts/gpu_check.sh all        tests, sanitize and bench, for one call on a warm machine
 # Each step writes gpu_<step>.md (and gpu_check.log, CSVs) into $OUT if set, else .gpu-report/,
 # and fails when a program does not start, a test fails, or a test program runs no test.
@@ -21,8 +23,8 @@ BUNDLE="${SERVEKIT_GPU_BUNDLE:-$ROOT/.gpu-bundle}"
 STEP=${1:-all}
 REPORT_DIR=${2:-${OUT:-$ROOT/.gpu-report}}
 LIMIT_S=${SERVEKIT_GPU_STEP_LIMIT:-200}  # per command; a hang must not eat the whole call
-case "$STEP" in tests | sanitize | bench | hf | all) ;; *)
-  echo "gpu_check: unknown step '$STEP' (tests, sanitize, bench, hf or all)" >&2
+case "$STEP" in tests | sanitize | bench | hf | profile | all) ;; *)
+  echo "gpu_check: unknown step '$STEP' (tests, sanitize, bench, hf, profile or all)" >&2
   exit 2
   ;;
 esac
@@ -164,6 +166,32 @@ step_bench() {
   cat "$r"
 }
 
+step_profile() {
+  local r="$REPORT_DIR/gpu_profile.md" ncu cfg
+  header "decode kernels under ncu" >"$r"
+  ncu=$(command -v ncu || echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu")
+  for cfg in "f16 1" "f32 8" "u8zp 64"; do
+    set -- $cfg
+    # Past the bandwidth probe, the upload and the prompt: two warm decode steps' kernels.
+    run_step "$r" "ncu bench_decode_cuda --only $1 --batches $2" - "$ncu" \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip 250 --launch-count 202 \
+      -k "regex:linear|attention|lm_head|sample|layernorm|embedding|kv_append|gather" \
+      --print-summary per-kernel "$BUNDLE/bin/bench_decode_cuda" --only "$1" --batches "$2" \
+      --decode 8 --prefill 64
+    {
+      echo
+      echo "$1, batch $2: kernel (grid) x launches | unit, min max mean of a launch"
+      echo '```'
+      printf '%s\n' "$LAST_OUT" | awk '/^  void/ { n = $0; sub(/^  void /, "", n)
+          sub(/\(.*\) \(/, " (", n); sub(/, Device.*Invocations/, " x", n) }
+        /gpu__time_duration/ { print n " | " $2 " " $3 " " $4 " " $5 }'
+      echo '```'
+      echo
+    } >>"$r"
+  done
+  cat "$r"
+}
+
 step_hf() {
   local r="$REPORT_DIR/gpu_hf.md" dir
   header "GPT-2 124M against HF" >"$r"
@@ -184,6 +212,7 @@ case "$STEP" in
   sanitize) step_sanitize ;;
   bench) step_bench ;;
   hf) step_hf ;;
+  profile) step_profile ;;
   all) step_tests; step_sanitize; step_bench ;;
 esac
 exit $status
