@@ -13,7 +13,8 @@
 #                                   a seeded random 124M checkpoint and HF's logits with this
 #                                   machine's torch, then test_gpt2_cuda "[.hf124m]" (minutes)
 #   scripts/gpu_check.sh profile    ncu: each decode kernel's time per launch (two warm steps) for
-#                                   f16 at batch 1, f32 at batch 8 and u8 at batch 64
+#                                   f16 at batch 1, f32 at batch 8 and u8 at batch 64; the full
+#                                   report of one launch of the slowest (ncu_<name>.txt)
 #   scripts/gpu_check.sh all        tests, sanitize and bench, for one call on a warm machine
 # Each step writes gpu_<step>.md (and gpu_check.log, CSVs) into $OUT if set, else .gpu-report/,
 # and fails when a program does not start, a test fails, or a test program runs no test.
@@ -139,11 +140,14 @@ step_sanitize() {
   for tool in racecheck synccheck initcheck; do
     run_step "$r" "$tool test_simt_cuda" "$XML/${tool}_simt.xml" "$SANITIZER" --tool "$tool" \
       --error-exitcode 9 "$BUNDLE/bin/test_simt_cuda" -r junit -o "$XML/${tool}_simt.xml"
-    # The kernel tests less the sampler's statistical cases (thousands of rows each), keeping
-    # the one that runs both sampler shapes over mixed parameters.
+    # The kernel tests less the sampler's statistical cases (thousands of rows each) and the
+    # linears' and attention's bitwise batching sweeps (hundreds of launches each), keeping one
+    # case of each kernel family: both sampler shapes over mixed parameters, every tensor-core
+    # and uint8 linear shape, both attention kernels over both cache layouts.
     run_step "$r" "$tool test_kernels_cuda" "$XML/${tool}_kernels.xml" "$SANITIZER" \
       --tool "$tool" --error-exitcode 9 "$BUNDLE/bin/test_kernels_cuda" \
-      "~[sampling],each row samples with its own parameters*" -r junit \
+      "~[sampling]~[linear]~[attention],each row samples with its own parameters*,tensor-core linear matches*,uint8 linear per tensor*,flash prefill attention matches*,split-rows decode attention matches*" \
+      -r junit \
       -o "$XML/${tool}_kernels.xml"
     run_step "$r" "$tool test_gpt2_cuda [budget],[graphs]" "$XML/${tool}_gpt2.xml" \
       "$SANITIZER" --tool "$tool" --error-exitcode 9 "$BUNDLE/bin/test_gpt2_cuda" \
@@ -188,6 +192,22 @@ step_profile() {
       echo '```'
       echo
     } >>"$r"
+  done
+  # The full ncu report (--set full: throughput, occupancy, stall reasons) of one launch of the
+  # slowest kernels those tables showed first: the 16-bit head at batch 1, the decode
+  # attention, the CUDA-core tiled linear at batch 64. Each into ncu_<name>.txt.
+  # name, composition, batch, matching launches skipped (past the prompt's: the report names
+  # the grid it profiled), kernel.
+  local name only batches skip kernel
+  for cfg in "head f16 1 3 linear_mma.*\(int\)4>" "attention f16 1 30 attention_decode" \
+    "tiled u8zp 64 300 linear_tiled"; do
+    read -r name only batches skip kernel <<<"$cfg"
+    run_step "$r" "ncu --set full: $name ($only, batch $batches)" - "$ncu" --set full \
+      --kernel-name-base demangled -k "regex:$kernel" --launch-skip "$skip" --launch-count 1 \
+      "$BUNDLE/bin/bench_decode_cuda" --only "$only" --batches "$batches" --decode 4 --prefill 64
+    printf '%s\n' "$LAST_OUT" >"$REPORT_DIR/ncu_$name.txt"
+    grep -qE "No kernels were profiled" "$REPORT_DIR/ncu_$name.txt" &&
+      echo "  - $name: **no kernel matched** $kernel" >>"$r"
   done
   cat "$r"
 }

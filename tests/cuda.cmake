@@ -44,9 +44,12 @@ servekit_cuda_test(test_gpt2_cuda SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt2_cu
 servekit_cuda_test(test_invariants_cuda SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda/test_invariants_cuda.cu)
 # The kernel tests that launch kernels directly (their host data through tests/device_mirror.hpp).
 servekit_cuda_test(test_kernels_cuda SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_attention.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_basic.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_linear.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_mask.cu
-  ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_sampling.cu)
+  ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_sampling.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_u8.cu)
 servekit_cuda_test(test_simt_cuda SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_simt_block.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_simt_warp.cu

@@ -4,11 +4,15 @@
 // the paged layout, head dims 16..128, several sequences of different lengths (1..300) in one
 // call, a left-padded one (first row > 0) and a chunk that continues an earlier prefill. The
 // host backend's vectorised attention (kernels/host/attention.hpp) runs the same checks, with
-// head dims that leave a scalar tail too.
+// head dims that leave a scalar tail too. Built by nvcc into test_kernels_cuda, the device
+// kernels' cases run on a GPU: host data reaches them through on() and the cache's device copy.
 #include <algorithm>
 #include <bit>
 #include <numeric>
+#include <utility>
 
+#include "device_mirror.hpp"
+#include "servekit/simt/memory.hpp"
 #include "servekit/kernels/attention_decode.hpp"
 #include "servekit/kernels/attention_prefill.hpp"
 #include "servekit/kernels/host/attention.hpp"
@@ -18,8 +22,20 @@
 namespace sk = servekit;
 namespace kn = servekit::kernels;
 using namespace kernels_test;
+using device_test::on;
 
 namespace {
+
+// The kernels' parameters over a cache view, spelled out (no class template argument
+// deduction, which nvcc's front end takes less readily).
+template <class View>
+auto attention_params(float* out, const float* qkv, const View& view, const int32_t* slot,
+                      const int32_t* first, const int32_t* row, int N, int C, int n_head,
+                      float scale) {
+  using Kv = decltype(kn::device_view(view));
+  return kn::AttentionParams<typename View::elem_type, decltype(Kv::rows)>{
+      out, qkv, kn::device_view(view), slot, first, row, N, C, n_head, scale};
+}
 
 struct Seq {
   int first;  // rows before it are another request's padding: never attended to
@@ -36,6 +52,10 @@ struct TestCache {
   std::vector<T> k, v;
   std::vector<int32_t> table;
   int C;
+  // The same rows in device memory (host memory under the emulator), for the device kernels:
+  // attention only reads the cache, so one copy serves every call.
+  servekit::simt::DeviceBuffer<T> dk, dv;
+  servekit::simt::DeviceBuffer<int32_t> dtable;
 
   TestCache(int slots, int C_, std::mt19937& rng) : C(C_) {
     const int per_slot = (kMaxLen + kBlock - 1) / kBlock;
@@ -51,14 +71,18 @@ struct TestCache {
       std::iota(ids.begin(), ids.end(), 0);
       std::shuffle(ids.begin(), ids.end(), rng);
       std::copy_n(ids.begin(), table.size(), table.begin());
+      dtable = servekit::simt::DeviceBuffer<int32_t>(std::span<const int32_t>(table));
     }
+    dk = servekit::simt::DeviceBuffer<T>(std::span<const T>(k));
+    dv = servekit::simt::DeviceBuffer<T>(std::span<const T>(v));
   }
-  auto view() {
+  auto view() { return view_of(k.data(), v.data(), table.data()); }
+  auto device_view() { return view_of(dk.data(), dv.data(), dtable.data()); }
+  auto view_of(T* kp, T* vp, int32_t* tp) const {
     if constexpr (kPaged)
-      return sk::kv::PagedView<T>{k.data(), v.data(), table.data(), (kMaxLen + kBlock - 1) / kBlock,
-                                  kBlock,   C};
+      return sk::kv::PagedView<T>{kp, vp, tp, (kMaxLen + kBlock - 1) / kBlock, kBlock, C};
     else
-      return sk::kv::ContiguousView<T>{k.data(), v.data(), static_cast<int64_t>(kMaxLen) * C, C};
+      return sk::kv::ContiguousView<T>{kp, vp, static_cast<int64_t>(kMaxLen) * C, C};
   }
 };
 
@@ -84,25 +108,24 @@ void check_attention(Kernel which, int C, int n_head, const std::vector<Seq>& se
   auto got = poisoned(static_cast<std::size_t>(N) * C), want = got;
   const auto view = cache.view();
   const int hd = C / n_head;
-  const kn::AttentionParams p{got.data(),
-                              qkv.data(),
-                              kn::device_view(view),
-                              slot.data(),
-                              first.data(),
-                              row.data(),
-                              N,
-                              C,
-                              n_head,
-                              1.f / std::sqrt(static_cast<float>(hd))};
-  if (which == Kernel::Prefill) {
-    kn::attention_prefill(p);
-  } else if (which == Kernel::Host) {
+  if (which == Kernel::Host) {
     kn::host::attention(got.data(), qkv.data(), view, slot.data(), first.data(), row.data(), N, C,
                         n_head, kMaxLen);
   } else {
-    const int max_rows = longest + extra_rows;
-    std::vector<float> ws(kn::decode_workspace_floats(N, C, n_head, kn::decode_splits(max_rows)));
-    kn::attention_decode(p, max_rows, ws.data());
+    const auto dqkv = on(std::as_const(qkv));
+    const auto dslot = on(std::as_const(slot));
+    const auto dfirst = on(std::as_const(first));
+    const auto drow = on(std::as_const(row));
+    auto dout = on(got);  // brought back when the block ends
+    const auto p = attention_params(dout, dqkv, cache.device_view(), dslot, dfirst, drow, N, C,
+                                    n_head, 1.f / std::sqrt(static_cast<float>(hd)));
+    if (which == Kernel::Prefill) {
+      kn::attention_prefill(p);
+    } else {
+      const int max_rows = longest + extra_rows;
+      std::vector<float> ws(kn::decode_workspace_floats(N, C, n_head, kn::decode_splits(max_rows)));
+      kn::attention_decode(p, max_rows, on(ws));
+    }
   }
   sk::kernels::ref::attention(want.data(), qkv.data(), view, slot.data(), first.data(), row.data(),
                               N, C, n_head, kMaxLen);
@@ -185,28 +208,34 @@ void check_same_bits(int C, int n_head) {
   const int N = static_cast<int>(slot.size());
   const auto qkv = random_floats(static_cast<std::size_t>(N) * 3 * C, rng, -2.f, 2.f);
   const float scale = 1.f / std::sqrt(static_cast<float>(C / n_head));
+  const auto dview = cache.device_view();
+  const auto dqkv = on(qkv);
+  const auto dslot = on(std::as_const(slot));
+  const auto dfirst = on(std::as_const(first));
+  const auto drow = on(std::as_const(row));
   // Rows [r0, r0 + n) of the list in one call of either kernel, into out; or, given `rows`,
   // the n rows it lists (r0 = 0).
   auto run = [&](Kernel which, int r0, int n, std::vector<float>& out,
                  const int32_t* rows = nullptr) {
-    kn::AttentionParams p{out.data() + static_cast<std::size_t>(r0) * C,
-                          qkv.data() + static_cast<std::size_t>(r0) * 3 * C,
-                          kn::device_view(view),
-                          slot.data() + r0,
-                          first.data() + r0,
-                          row.data() + r0,
-                          n,
-                          C,
-                          n_head,
-                          scale};
-    p.rows = rows;
+    const std::size_t q0 = static_cast<std::size_t>(r0);
+    if (which == Kernel::Host) {
+      kn::host::attention(out.data() + q0 * C, qkv.data() + q0 * 3 * C, view, slot.data() + r0,
+                          first.data() + r0, row.data() + r0, n, C, n_head, kMaxLen);
+      return;
+    }
+    auto dout =
+        on(out);  // the whole output, so that rows the call does not write stay as they were
+    const auto drows = on(rows, rows ? n : 0);
+    auto p = attention_params(
+        static_cast<float*>(dout) + q0 * C, static_cast<const float*>(dqkv) + q0 * 3 * C, dview,
+        static_cast<const int32_t*>(dslot) + r0, static_cast<const int32_t*>(dfirst) + r0,
+        static_cast<const int32_t*>(drow) + r0, n, C, n_head, scale);
+    p.rows = drows;
     if (which == Kernel::Prefill) {
       kn::attention_prefill(p);
-    } else if (which == Kernel::Host) {
-      kn::host::attention(p.out, p.qkv, view, p.slot, p.first, p.row, n, C, n_head, kMaxLen);
     } else {
       std::vector<float> ws(kn::decode_workspace_floats(n, C, n_head, kn::decode_splits(kMaxLen)));
-      kn::attention_decode(p, kMaxLen, ws.data());
+      kn::attention_decode(p, kMaxLen, on(ws));
     }
   };
   auto whole = poisoned(static_cast<std::size_t>(N) * C), chunked = whole, decoded = whole,
@@ -271,8 +300,7 @@ TEST_CASE("attention launchers name the shape they cannot run",
   int32_t zero = 0;
   const sk::kv::ContiguousView<float> view{k.data(), k.data(), 48, 48};
   auto params = [&](int C, int H) {
-    return kn::AttentionParams{
-        out.data(), q.data(), kn::device_view(view), &zero, &zero, &zero, 1, C, H, 1.f};
+    return attention_params(out.data(), q.data(), view, &zero, &zero, &zero, 1, C, H, 1.f);
   };
   REQUIRE_THROWS_WITH(kn::attention_prefill(params(48, 1)),
                       Catch::Contains("kernels::attention_prefill") &&

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Linear kernels under emulation against the host reference: the fp32 SIMT GEMM / GEMV and the
-// fp16 / bf16 tensor-core GEMM, every epilogue, awkward shapes (no dimension a tile multiple),
-// outputs poisoned with NaN (Residual: random, since it accumulates into out).
+// Linear kernels under emulation (and, built by nvcc into test_kernels_cuda, on a GPU) against
+// the host reference: the fp32 SIMT GEMM / GEMV and the fp16 / bf16 tensor-core GEMM, every
+// epilogue, awkward shapes (no dimension a tile multiple), outputs poisoned with NaN (Residual:
+// random, since it accumulates into out). Host data reaches the kernels through on() and
+// upload() (tests/device_mirror.hpp, tests/device_ops.hpp).
 #include <bit>
 #include <cmath>
+#include <utility>
 
-#include "servekit/backend/emulated.hpp"
+#include "device_mirror.hpp"
+#include "device_ops.hpp"
 #include "servekit/backend/host.hpp"
 #include "servekit/kernels/linear_mma.hpp"
 #include "servekit/kernels/linear_simt.hpp"
@@ -17,8 +21,23 @@ namespace sk = servekit;
 namespace kn = servekit::kernels;
 using E = kn::Epilogue;
 using namespace kernels_test;
+using device_test::DeviceOps;
+using device_test::on;
+using device_test::upload;
 
 namespace {
+
+// out = epilogue(x W + b (+ add)) by the device backend's linear, every array mirrored.
+template <E Ep, class Fmt>
+void device_linear(std::vector<float>& out, const std::vector<float>& x,
+                   const sk::weights::Matrix<Fmt>& W, const std::vector<float>& b, int M,
+                   const std::vector<float>* add = nullptr, const kn::SplitK& split = {}) {
+  const auto dW = upload(W);
+  if (add)
+    DeviceOps::linear<Ep>(on(out), on(x), dW, on(b), M, on(*add), split);
+  else
+    DeviceOps::linear<Ep>(on(out), on(x), dW, on(b), M, nullptr, split);
+}
 
 template <E Ep>
 std::vector<float> initial_out(std::size_t n, std::mt19937& rng) {
@@ -33,7 +52,7 @@ void check_simt(int M, int K, int N, std::mt19937& rng) {
       random_floats(static_cast<std::size_t>(K) * N, rng), K, N);
   auto b = random_floats(N, rng);
   auto got = initial_out<Ep>(static_cast<std::size_t>(M) * N, rng), want = got;
-  kn::linear_simt<Ep>({got.data(), x.data(), W.data.data(), b.data(), M, K, N});
+  kn::linear_simt<Ep>({on(got), on(x), on(W.data), on(b), M, K, N});
   sk::kernels::ref::linear<Ep>(want.data(), x.data(), W, b.data(), M);
   // K products of magnitude <= 1 summed in another order: ~sqrt(K) ulp(1) apart.
   require_close(got, want, 1e-5f * std::sqrt(static_cast<float>(K)), 1e-5f);
@@ -56,9 +75,10 @@ void check_mma(int M, int K, int N, std::mt19937& rng) {
       sk::weights::Matrix<Fmt>::from_f32(random_floats(static_cast<std::size_t>(K) * N, rng), K, N);
   auto b = random_floats(N, rng);
   auto got = initial_out<Ep>(static_cast<std::size_t>(M) * N, rng), want = got;
-  kn::linear_mma<Ep, kBf16>({got.data(), x.data(),
-                             reinterpret_cast<const std::uint16_t*>(W.data.data()), b.data(), M, K,
-                             N});
+  using Elem = typename decltype(W.data)::value_type;
+  const auto w = on(std::as_const(W.data));
+  const auto* w16 = reinterpret_cast<const std::uint16_t*>(static_cast<const Elem*>(w));
+  kn::linear_mma<Ep, kBf16>({on(got), on(x), w16, on(b), M, K, N});
   sk::kernels::ref::linear<Ep>(want.data(), x.data(), W, b.data(), M);
   std::vector<float> mag(static_cast<std::size_t>(M) * N, 0.f);  // sum_k |x_mk w_kn|
   for (int m = 0; m < M; m++)
@@ -110,11 +130,14 @@ void check_row_bits(int K, int N, std::mt19937& rng, bool split = false) {
   const auto W =
       sk::weights::Matrix<Fmt>::from_f32(random_floats(static_cast<std::size_t>(K) * N, rng), K, N);
   const auto b = random_floats(N, rng);
+  const auto dW = upload(W);
+  const auto db = on(b);
   SplitScratch scratch;
   auto run = [&](float* out, int r0, int rows) {
-    sk::backend::Ops<sk::backend::Emulated>::linear<E::Gelu>(
-        out, x.data() + static_cast<std::size_t>(r0) * K, W, b.data(), rows, nullptr,
-        split ? scratch.get() : kn::SplitK{});
+    DeviceOps::linear<E::Gelu>(
+        on(out, static_cast<std::size_t>(rows) * N),
+        on(x.data() + static_cast<std::size_t>(r0) * K, static_cast<std::size_t>(rows) * K), dW, db,
+        rows, nullptr, split ? scratch.get() : kn::SplitK{});
   };
   CHECK(row_bits_differ(M, N, run) == 0);
   scratch.check(split);
@@ -161,8 +184,7 @@ void check_width_bits(int M, int K, int N, bool split, std::mt19937& rng) {
     const kn::ForceTilesPerBlock force(tiles);
     SplitScratch scratch;
     auto out = poisoned(static_cast<std::size_t>(M) * N);
-    sk::backend::Ops<sk::backend::Emulated>::linear<E::Gelu>(
-        out.data(), x.data(), W, b.data(), M, nullptr, split ? scratch.get() : kn::SplitK{});
+    device_linear<E::Gelu>(out, x, W, b, M, nullptr, split ? scratch.get() : kn::SplitK{});
     CHECK(scratch.counters_at_zero());
     return out;
   };
@@ -213,19 +235,24 @@ TEMPLATE_TEST_CASE("every linear adds an addend before its epilogue", "[kernels]
   using Mat = sk::weights::Matrix<TestType>;
   std::mt19937 rng(31);
   auto run = [&]<class Ops>(Ops, int M, int K, int N) {
-    INFO(TestType::name << " "
-                        << (std::is_same_v<Ops, sk::backend::Ops<sk::backend::Host>> ? "host"
-                                                                                     : "emulated")
-                        << ": M = " << M << ", K = " << K << ", N = " << N);
+    constexpr bool host = std::is_same_v<Ops, sk::backend::Ops<sk::backend::Host>>;
+    INFO(TestType::name << " " << (host ? "host" : "device") << ": M = " << M << ", K = " << K
+                        << ", N = " << N);
     const auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
     const auto W = Mat::from_f32(random_floats(static_cast<std::size_t>(K) * N, rng), K, N);
     const auto b = random_floats(N, rng), add = random_floats(static_cast<std::size_t>(M) * N, rng);
     const auto res = random_floats(static_cast<std::size_t>(M) * N, rng);
     std::vector<float> plain(res.size()), store(res.size()), gelu(res.size()), resid = res;
-    Ops::template linear<E::Store>(plain.data(), x.data(), W, b.data(), M);
-    Ops::template linear<E::Store>(store.data(), x.data(), W, b.data(), M, add.data());
-    Ops::template linear<E::Gelu>(gelu.data(), x.data(), W, b.data(), M, add.data());
-    Ops::template linear<E::Residual>(resid.data(), x.data(), W, b.data(), M, add.data());
+    auto linear = [&]<E Ep>(std::vector<float>& out, const std::vector<float>* a) {
+      if constexpr (host)
+        Ops::template linear<Ep>(out.data(), x.data(), W, b.data(), M, a ? a->data() : nullptr);
+      else
+        device_linear<Ep>(out, x, W, b, M, a);
+    };
+    linear.template operator()<E::Store>(plain, nullptr);
+    linear.template operator()<E::Store>(store, &add);
+    linear.template operator()<E::Gelu>(gelu, &add);
+    linear.template operator()<E::Residual>(resid, &add);
     for (std::size_t i = 0; i < plain.size(); i++) {
       const float v = plain[i] + add[i], tol = 2e-6f * (1.f + std::abs(v) + std::abs(res[i]));
       REQUIRE(std::abs(store[i] - v) <= tol);
@@ -235,6 +262,6 @@ TEMPLATE_TEST_CASE("every linear adds an addend before its epilogue", "[kernels]
   };
   for (int M : {3, 33}) {  // the decode (GEMV) and prefill (tiled) shapes
     run(sk::backend::Ops<sk::backend::Host>{}, M, 64, 70);
-    run(sk::backend::Ops<sk::backend::Emulated>{}, M, 64, 70);
+    run(DeviceOps{}, M, 64, 70);
   }
 }

@@ -15,6 +15,7 @@
 
 #include "servekit/kernels/split_k_args.hpp"
 #include "servekit/simt/counters.hpp"
+#include "servekit/simt/memory.hpp"
 
 namespace kernels_test {
 
@@ -78,9 +79,14 @@ std::size_t row_bits_differ(int M, int N, Run&& run) {
 // launches logged while it lived: how many shared K among blocks (grid.y for the GEMV, grid.z
 // for the tensor-core kernel, whose grid.y counts row tiles).
 struct SplitScratch {
-  std::vector<float> partial = std::vector<float>(std::size_t{1} << 22);
-  std::vector<int32_t> arrivals = std::vector<int32_t>(4096);
+  // Device memory (host memory under the emulator): a GPU's kernels write it.
+  servekit::simt::DeviceBuffer<float> partial{std::size_t{1} << 22};
+  servekit::simt::DeviceBuffer<int32_t> arrivals{4096};
   servekit::simt::LaunchLog log;
+  SplitScratch() {
+    partial.fill_bytes(0);
+    arrivals.fill_bytes(0);  // each tile's counter starts at zero, and its last block resets it
+  }
   servekit::kernels::SplitK get() {
     return {partial.data(), arrivals.data(), partial.size(), static_cast<int>(arrivals.size())};
   }
@@ -92,8 +98,10 @@ struct SplitScratch {
   }
   // Every last block set its counter back.
   bool counters_at_zero() const {
-    for (int32_t a : arrivals)
-      if (a != 0) return false;
+    std::vector<int32_t> a(arrivals.size());
+    arrivals.download(a);
+    for (int32_t v : a)
+      if (v != 0) return false;
     return true;
   }
   // The launches logged since the last take: some split, and left the counters at zero, when

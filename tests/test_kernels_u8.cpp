@@ -2,11 +2,15 @@
 // The zero-point uint8 linear kernels (GEMV for M <= 8, tiled GEMM above) under emulation
 // against the host reference on the same quantised Matrix: per tensor, per channel and groups
 // of several sizes (some smaller than a k tile, some not dividing it), every epilogue, awkward
-// shapes, outputs poisoned with NaN (Residual: random, since it accumulates into out).
+// shapes, outputs poisoned with NaN (Residual: random, since it accumulates into out). Built by
+// nvcc into test_kernels_cuda, the same cases run on a GPU: host data reaches the kernels
+// through on() and upload() (tests/device_mirror.hpp, tests/device_ops.hpp).
 #include <bit>
 #include <cmath>
+#include <utility>
 
-#include "servekit/backend/emulated.hpp"
+#include "device_mirror.hpp"
+#include "device_ops.hpp"
 #include "servekit/kernels/linear_u8.hpp"
 #include "servekit/kernels/ref/linear.hpp"
 #include "servekit/weights/u8_zero_point.hpp"
@@ -17,6 +21,9 @@ namespace kn = servekit::kernels;
 namespace w = servekit::weights;
 using E = kn::Epilogue;
 using namespace kernels_test;
+using device_test::DeviceOps;
+using device_test::on;
+using device_test::upload;
 
 namespace {
 
@@ -56,10 +63,14 @@ void check_u8(const Mat& W, int M, std::mt19937& rng) {
   auto got = Ep == E::Residual ? random_floats(static_cast<std::size_t>(M) * N, rng)
                                : poisoned(static_cast<std::size_t>(M) * N);
   auto want = got;
-  if constexpr (kViaOps)
+  if constexpr (kViaOps) {
+#if !defined(__CUDACC__)
     sk::backend::Ops<sk::backend::Emulated>::linear<Ep>(got.data(), x.data(), W, b.data(), M);
-  else
-    kn::linear_u8<Ep>(params(got.data(), x.data(), W, b.data(), M));
+#endif
+  } else {
+    const auto dW = upload(W);
+    kn::linear_u8<Ep>(params(on(got), on(std::as_const(x)), dW, on(std::as_const(b)), M));
+  }
   kn::ref::linear<Ep>(want.data(), x.data(), W, b.data(), M);
   std::vector<float> mag(static_cast<std::size_t>(M) * N, 0.f);
   for (int m = 0; m < M; m++)
@@ -131,11 +142,15 @@ void check_row_bits(int K, int N, std::mt19937& rng, bool split = false) {
   const auto W = w::Matrix<Fmt>::from_f32(weights_for(K, N, rng), K, N);
   const auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
   const auto b = random_floats(N, rng);
+  const auto dW = upload(W);
+  const auto db = on(b);
   SplitScratch scratch;
   CHECK(row_bits_differ(M, N, [&](float* out, int r0, int rows) {
-          kn::linear_u8<E::Gelu>(
-              params(out, x.data() + static_cast<std::size_t>(r0) * K, W, b.data(), rows), nullptr,
-              split ? scratch.get() : kn::SplitK{});
+          kn::linear_u8<E::Gelu>(params(on(out, static_cast<std::size_t>(rows) * N),
+                                        on(x.data() + static_cast<std::size_t>(r0) * K,
+                                           static_cast<std::size_t>(rows) * K),
+                                        dW, db, rows),
+                                 nullptr, split ? scratch.get() : kn::SplitK{});
         }) == 0);
   scratch.check(split);
 }
@@ -165,13 +180,16 @@ TEST_CASE("a split-K uint8 launch gives a row the bits of the unsplit kernels",
   }
 }
 
-TEST_CASE("Ops<Emulated>::linear runs the uint8 kernel on a Matrix", "[kernels][emulated][u8]") {
+#if !defined(__CUDACC__)
+TEST_CASE("Ops<Emulated>::linear runs the uint8 kernel on a Matrix",
+          "[kernels][emulated][u8][emulator]") {
   std::mt19937 rng(23);
   const auto W =
       w::Matrix<w::U8ZeroPoint<w::Group<32>>>::from_f32(weights_for(64, 40, rng), 64, 40);
   check_u8<E::Store, true>(W, 5, rng);
   check_u8<E::Gelu, true>(W, 20, rng);
 }
+#endif
 
 TEST_CASE("uint8 linear launcher names what it cannot run", "[kernels][emulated][u8][errors]") {
   float f = 0.f;

@@ -30,6 +30,8 @@ constexpr int kLoraWarps = 4;
 constexpr int kLoraThreads = 128;
 
 // v[r, j] = scale * <A[j], x[r]>: one block per row, a warp per rank row.
+// Kernels are templates, so that several translation units may include this header.
+template <int kUnused = 0>
 __global__ void __launch_bounds__(kLoraThreads) lora_shrink_rows_kernel(const LoraParams p) {
   const int r = blockIdx.x;
   const LoraMats* m = lora_mats(p, p.ad[r]);
@@ -46,6 +48,7 @@ __global__ void __launch_bounds__(kLoraThreads) lora_shrink_rows_kernel(const Lo
 }
 
 // y[r, n] += <B[n], v[r]>: blocks of 128 columns per row.
+template <int kUnused = 0>
 __global__ void __launch_bounds__(kLoraThreads) lora_expand_rows_kernel(const LoraParams p) {
   const int r = blockIdx.y;
   const LoraMats* m = lora_mats(p, p.ad[r]);
@@ -63,6 +66,7 @@ __global__ void __launch_bounds__(kLoraThreads) lora_expand_rows_kernel(const Lo
 // is reduced against it, so A[j] is read from memory once per segment.
 constexpr int kLoraChunk = 8;  // A values per thread held at once
 
+template <int kUnused = 0>
 __global__ void __launch_bounds__(kLoraThreads) lora_shrink_segments_kernel(const LoraParams p) {
   SERVEKIT_SHARED(float[kLoraWarps], part);
   const int seg = blockIdx.x, j = blockIdx.y;
@@ -108,6 +112,7 @@ __global__ void __launch_bounds__(kLoraThreads) lora_shrink_segments_kernel(cons
 
 // Segmented expand: block (segment, 128 columns). Each thread holds its column's B row,
 // kChunk ranks at a time, in registers while the segment's rows go by.
+template <int kUnused = 0>
 __global__ void __launch_bounds__(kLoraThreads) lora_expand_segments_kernel(const LoraParams p) {
   const int seg = blockIdx.y;
   const LoraMats* m = lora_mats(p, p.seg_ad[seg]);
@@ -140,8 +145,9 @@ inline void check_lora(const LoraParams& p, const char* who) {
 // Gathered (BGMV), or with p.only >= 0 one masked pass of the loop policy.
 inline void lora_gathered(const LoraParams& p, simt::stream_handle stream = nullptr) {
   check_lora(p, "kernels::lora_gathered");
-  simt::launch(simt::kernel<lora_shrink_rows_kernel>, dim3(p.N), dim3(kLoraThreads), 0, stream, p);
-  simt::launch(simt::kernel<lora_expand_rows_kernel>, dim3(ceil_div(p.Nout, kLoraThreads), p.N),
+  simt::launch(simt::kernel<lora_shrink_rows_kernel<>>, dim3(p.N), dim3(kLoraThreads), 0, stream,
+               p);
+  simt::launch(simt::kernel<lora_expand_rows_kernel<>>, dim3(ceil_div(p.Nout, kLoraThreads), p.N),
                dim3(kLoraThreads), 0, stream, p);
 }
 
@@ -149,13 +155,14 @@ inline void lora_gathered(const LoraParams& p, simt::stream_handle stream = null
 inline void lora_segmented(const LoraParams& p, simt::stream_handle stream = nullptr) {
   check_lora(p, "kernels::lora_segmented");
   if (p.n_seg < 1) return;
-  simt::launch(simt::kernel<lora_shrink_segments_kernel>, dim3(p.n_seg, p.max_rank),
+  simt::launch(simt::kernel<lora_shrink_segments_kernel<>>, dim3(p.n_seg, p.max_rank),
                dim3(kLoraThreads), 0, stream, p);
-  simt::launch(simt::kernel<lora_expand_segments_kernel>,
+  simt::launch(simt::kernel<lora_expand_segments_kernel<>>,
                dim3(ceil_div(p.Nout, kLoraThreads), p.n_seg), dim3(kLoraThreads), 0, stream, p);
 }
 
 // x[0 .. n) = 0: the delta buffer a step's adapted linears add into.
+template <int kUnused = 0>
 __global__ void __launch_bounds__(256) zero_kernel(float* x, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   if (i < n) x[i] = 0.f;
@@ -163,7 +170,7 @@ __global__ void __launch_bounds__(256) zero_kernel(float* x, int64_t n) {
 inline void zero(float* x, int64_t n, simt::stream_handle stream = nullptr) {
   if (n < 1) return;
   simt::expect_bytes(static_cast<std::size_t>(n) * sizeof(float));
-  simt::launch(simt::kernel<zero_kernel>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256),
+  simt::launch(simt::kernel<zero_kernel<>>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256),
                0, stream, x, n);
 }
 

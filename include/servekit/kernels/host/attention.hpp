@@ -17,7 +17,6 @@
 // equals the no-cache recompute bit for bit).
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "servekit/core/thread_pool.hpp"
