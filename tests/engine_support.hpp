@@ -85,6 +85,34 @@ inline std::vector<serve::Request> make_shared_requests(const SharedMix& m, int 
   return rs;
 }
 
+// Requests whose text repeats, so that speculation's proposals are accepted: a random tiny
+// model copies its prompt's loops and falls into loops of its own. Greedy, or seeded at a low
+// temperature for half of them.
+struct RepeatMix {
+  int n = 24, max_motif = 12, max_repeats = 6, max_new = 90;
+  bool sample = false;
+};
+
+inline std::vector<serve::Request> make_repetitive_requests(const RepeatMix& m, int V,
+                                                            uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<serve::Request> rs(m.n);
+  for (auto& r : rs) {
+    std::vector<int32_t> motif(uni(2, m.max_motif));
+    for (auto& t : motif) t = uni(0, V - 1);
+    for (int rep = uni(1, m.max_repeats); rep > 0; rep--)
+      r.prompt_ids.insert(r.prompt_ids.end(), motif.begin(), motif.end());
+    for (int extra = uni(0, 5); extra > 0; extra--) r.prompt_ids.push_back(uni(0, V - 1));
+    r.stop.max_new_tokens = uni(1, m.max_new);
+    r.stop.stop_at_eos = false;
+    if (m.sample)
+      r.sampling = {
+          .temperature = uni(0, 1) ? 0.05f : 0.9f, .top_k = 40, .top_p = 0.95f, .seed = rng()};
+  }
+  return rs;
+}
+
 // Every token must agree on the host and under emulation: their kernels sum in an order that
 // does not depend on the step's rows (kernels/host/matmul.hpp; kernels/common.hpp's K slices
 // and attention_state.hpp for the device kernels). A real GPU's tensor cores and compiler are

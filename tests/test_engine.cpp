@@ -151,6 +151,87 @@ TEST_CASE("prefix caching: every request gets its tokens alone, hit or miss", "[
   }
 }
 
+TEST_CASE("the n-gram proposer copies what followed the latest earlier match", "[spec]") {
+  serve::Speculation sp{.k = 3, .ngram_max = 2, .ngram_min = 1};
+  std::vector<int32_t> out;
+  auto propose = [&](std::vector<int32_t> t, int k) {
+    serve::propose_ngram(t, sp, k, out);
+    return out;
+  };
+  using V = std::vector<int32_t>;
+  // "5 6" recurs; its latest earlier occurrence is followed by 9 8 7.
+  CHECK(propose({5, 6, 1, 2, 5, 6, 9, 8, 7, 4, 5, 6}, 3) == V{9, 8, 7});
+  CHECK(propose({5, 6, 1, 2, 5, 6, 9, 8, 7, 4, 5, 6}, 2) == V{9, 8});
+  // No 2-gram recurs: the last token alone ("3") does, followed by 1.
+  CHECK(propose({3, 1, 2, 7, 3}, 3) == V{1, 2, 7});
+  // A loop is copied on past the end of the text, period by period.
+  CHECK(propose({4, 4, 4}, 3) == V{4, 4, 4});
+  CHECK(propose({9, 1, 2, 1, 2}, 3) == V{1, 2, 1});
+  CHECK(propose({1, 2, 3}, 3).empty());  // nothing recurs
+  CHECK(propose({1}, 3).empty());
+  CHECK(propose({1, 2, 1}, 0).empty());
+  sp.ngram_min = 2;  // the 1-gram match no longer counts
+  CHECK(propose({3, 1, 2, 7, 3}, 3).empty());
+}
+
+// Speculation changes how many tokens a step yields, never a bit of what a request gets: the
+// tokens and logprobs of plain decoding, greedy or seeded, with chunked prefill, preemption and
+// prefix caching, whatever else shares the steps. Not [invariance]: the sanitizer build runs it.
+TEMPLATE_TEST_CASE("speculation: every request gets its tokens alone, proposals or not",
+                   "[engine][spec]", Contig, Paged) {
+  auto& m = model<TestType>();
+  for (bool sample : {false, true}) {
+    INFO((sample ? "seeded sampling" : "greedy"));
+    auto rs =
+        make_repetitive_requests({.n = 24, .max_new = 90, .sample = sample}, D::vocab, 31 + sample);
+    rs[3].speculate = false;  // a request may opt out
+    const auto want = alone(m, rs);
+    serve::EngineOptions opt{.max_batch = 8, .max_batched_tokens = 64, .speculative = {.k = 4}};
+    std::vector<serve::Result> got;
+    auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt, &got);
+    CHECK(s.spec_proposed > 0);
+    CHECK(s.spec_accepted > 0);
+    CHECK(s.spec_accepted <= s.spec_proposed);
+    CHECK(s.spec_mean_length() > 1.0);
+    long proposed = 0, accepted = 0;
+    for (const auto& r : got)
+      proposed += r.metrics.spec_proposed, accepted += r.metrics.spec_accepted;
+    CHECK(proposed == s.spec_proposed);
+    CHECK(accepted == s.spec_accepted);
+    CHECK(got[3].metrics.spec_proposed == 0);
+    // Fewer steps than tokens: each accepted proposal is a token without a step of its own.
+    serve::EngineOptions off = opt;
+    off.speculative.k = 0;
+    auto plain = run_and_compare<TestType, sched::Continuous>(m, rs, want, off);
+    CHECK(plain.spec_proposed == 0);
+    CHECK(s.steps < plain.steps);
+    {
+      INFO("one request at a time");
+      auto q = run_and_compare<TestType, sched::Sequential<>>(m, rs, want, opt);
+      CHECK(q.spec_accepted > 0);
+    }
+    {
+      INFO("a static batch");
+      auto q = run_and_compare<TestType, sched::Static>(m, rs, want, opt);
+      CHECK(q.spec_accepted > 0);
+    }
+    {
+      INFO("a budget of one step's own tokens: no room for proposals beyond it");
+      auto tight = opt;
+      tight.max_batched_tokens = 8;
+      run_and_compare<TestType, sched::Continuous>(m, rs, want, tight);
+    }
+    if constexpr (std::is_same_v<TestType, Paged>) {
+      INFO("a pool of one sequence: preemptions, evictions, prefix hits");
+      auto small = opt;
+      small.kv_blocks = 32;
+      auto q = run_and_compare<Paged, sched::Continuous>(m, rs, want, small);
+      CHECK(q.preemptions > 0);
+      CHECK(q.spec_accepted > 0);
+    }
+  }
+}
+
 TEST_CASE("static batching runs each batch until its longest request ends",
           "[engine][invariance]") {
   // The course's workload: 32 requests in batches of 8, every 8th wants 100 tokens, the
@@ -326,6 +407,10 @@ TEST_CASE("engine options out of range are refused, naming the option", "[engine
   REQUIRE_THROWS_WITH(make({.kv_blocks = -3}), Contains("kv_blocks must be >= 0, got -3"));
   REQUIRE_THROWS_WITH(make({.prefix_cache_blocks = -2}),
                       Contains("prefix_cache_blocks must be >= 0 (-1: the pool's), got -2"));
+  REQUIRE_THROWS_WITH(make({.speculative = {.k = -1}}),
+                      Contains("speculative k must be in [0, 64] (0: off), got -1"));
+  REQUIRE_THROWS_WITH(make({.speculative = {.k = 2, .ngram_max = 1, .ngram_min = 2}}),
+                      Contains("1 <= ngram_min <= ngram_max, got 2 and 1"));
 }
 
 TEST_CASE("memory is sized before it is taken: a pool fits the limit, asking for more names why",

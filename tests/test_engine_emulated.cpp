@@ -52,6 +52,25 @@ TEST_CASE("emulated: prefix caching changes no token or logprob", "[engine][emul
   }
 }
 
+// Speculation with the CUDA kernels: a draft's rows are a prefill-shaped part of a decode step
+// and each of its rows is picked on the device with its own draw (RowSampling::index), and
+// still every token and logprob is plain decoding's.
+TEMPLATE_TEST_CASE("emulated: speculation changes no token or logprob", "[engine][emulated][spec]",
+                   Contig, Paged) {
+  auto m = TestType::random(5);
+  for (bool sample : {false, true}) {
+    INFO((sample ? "seeded sampling" : "greedy"));
+    auto rs =
+        make_repetitive_requests({.n = 10, .max_new = 40, .sample = sample}, D::vocab, 9 + sample);
+    auto want = alone(m, rs);
+    serve::EngineOptions opt{.max_batch = 4, .max_batched_tokens = 24, .speculative = {.k = 4}};
+    if constexpr (std::is_same_v<TestType, Paged>) opt.kv_blocks = 16;
+    auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt);
+    CHECK(s.spec_accepted > 0);
+    if constexpr (std::is_same_v<TestType, Paged>) CHECK(s.preemptions > 0);
+  }
+}
+
 TEST_CASE("emulated: tokens are picked on the device, each row with its own parameters",
           "[engine][emulated][sampling]") {
   static_assert(Contig::kDeviceSampling && Paged::kDeviceSampling);

@@ -5,10 +5,11 @@
 // One engine thread owns the model and the KV cache. submit() (from any thread) checks and
 // tokenizes the request on the caller's thread, then hands it over through a queue; the
 // engine loop takes what arrived, lets the scheduler plan the step (which sequences, how many
-// new tokens each, who is admitted or preempted), runs it as one ragged model::Batch, and
-// feeds each finished row's logits to its RequestState, which samples, applies the stop rules
-// and streams. A request ends exactly once: its handle gets its Result, after its slot and
-// cache blocks are back in the pool and the engine thread has let go of it.
+// new tokens each, who is admitted or preempted), adds speculation's drafts (speculation.hpp),
+// runs it as one ragged model::Batch, and feeds each finished row's logits to its RequestState,
+// which samples, applies the stop rules and streams. A request ends exactly once: its handle gets
+// its Result, after its slot and cache blocks are back in the pool and the engine thread has let go
+// of it.
 //
 //   serve::Engine<Gpt2<Cfg>, serve::sched::Continuous> engine(model, tok, {.max_batch = 16});
 //   auto h = engine.submit({.prompt = "Hello", .stop = {.max_new_tokens = 32}});
@@ -43,6 +44,7 @@
 #include "servekit/serve/sched/core.hpp"
 #include "servekit/serve/sched/sequential.hpp"
 #include "servekit/serve/sched/static_batch.hpp"
+#include "servekit/serve/speculation.hpp"
 #include "servekit/serve/step_batch.hpp"
 #include "servekit/text/tokenizer.hpp"
 
@@ -70,8 +72,7 @@ class Engine {
         sched_(std::move(sched)) {
     // Every step of the engine fits its limits: size the model's step buffers once.
     allocating("the step buffers", memory_.workspace, [&] {
-      model_.reserve(opt_.max_batched_tokens, std::min(opt_.max_batch, opt_.max_batched_tokens),
-                     cache_.max_len());
+      model_.reserve(opt_.max_batched_tokens, max_logit_rows(opt_), cache_.max_len());
     });
     if constexpr (Core<Cache>::paged)
       if (opt_.prefix_caching && reuses_prefix<Sched, Cache>()) {
@@ -234,10 +235,12 @@ class Engine {
     retire(s);
   }
 
-  // One step: schedule -> build the batch -> execute -> update (vLLM's schedule /
-  // execute_model / update_from_output). Returns false when there was nothing to run.
+  // One step: schedule -> drafts -> build the batch -> execute -> update (vLLM's schedule /
+  // propose / execute_model / update_from_output). Returns false when there was nothing to run.
   bool step() {
     if (!schedule()) return false;
+    add_drafts(plan_, core_, opt_.speculative, opt_.max_batched_tokens, cache_.max_len(),
+               Model::kDeviceSampling);
     const auto t0 = Clock::now();
     batch_.build(plan_, opt_.pad_id, Model::kDeviceSampling, kMaskWords, core_.counters);
     if (execute()) {
@@ -291,6 +294,27 @@ class Engine {
     }
   }
 
+  // Feeds one row of logits (or the token the device picked from it) to s's request. True
+  // when the request has finished (an error in sampling finishes it too).
+  bool feed(Seq* s, int r) {
+    const auto logits = batch_.with_logits()
+                            ? std::span<const float>(logits_.data() + std::size_t(r) * V, V)
+                            : std::span<const float>();
+    const int before = s->st->generated();
+    bool done;
+    try {
+      if constexpr (Model::kDeviceSampling)
+        done = s->st->on_pick(ids_[r], logprobs_[r], logits);
+      else
+        done = s->st->on_logits(logits, sampler_);
+    } catch (const std::exception& e) {
+      s->st->finish(finish::error, e.what());
+      done = true;
+    }
+    core_.counters.generated_tokens += s->st->generated() - before;
+    return done;
+  }
+
   // Feeds each sequence's row of the step to its request: the sampled token (or logits to
   // sample from), the stop rules; retires what finished.
   void update() {
@@ -298,24 +322,15 @@ class Engine {
       const Work& w = plan_[i];
       Seq* s = w.seq;
       const int r = batch_.row(i);
-      const auto logits = batch_.with_logits()
-                              ? std::span<const float>(logits_.data() + std::size_t(r) * V, V)
-                              : std::span<const float>();
-      s->n_cached += w.n_new;
-      core_.wrote(*s);
-      if (s->ghost || s->uncached() > 0) continue;  // a pad row, or a prompt chunk
-      const int before = s->st->generated();
       bool done;
-      try {
-        if constexpr (Model::kDeviceSampling)
-          done = s->st->on_pick(ids_[r], logprobs_[r], logits);
-        else
-          done = s->st->on_logits(logits, sampler_);
-      } catch (const std::exception& e) {
-        s->st->finish(finish::error, e.what());
-        done = true;
+      if (!s->draft.empty()) {
+        done = verify(s, r, core_, [this](Seq* q, int row) { return feed(q, row); });
+      } else {
+        s->n_cached += w.n_new;
+        core_.wrote(*s);
+        if (s->ghost || s->uncached() > 0) continue;  // a pad row, or a prompt chunk
+        done = feed(s, r);
       }
-      core_.counters.generated_tokens += s->st->generated() - before;
       if (!done) continue;
       if constexpr (keeps_finished<Sched, Cache>()) {
         if (s->st->finish_reason() != finish::cancelled &&

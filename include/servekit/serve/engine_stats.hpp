@@ -38,6 +38,8 @@ struct EngineStats {
   int cache_blocks_cached = 0;  // paged: blocks named in the prefix cache (free ones included)
   bool prefix_caching = false;
   long prefix_cache_queries = 0, prefix_cache_hits = 0;  // prompt tokens looked up / found
+  // speculation: tokens proposed, accepted, and the sequence-steps that verified a draft
+  long spec_proposed = 0, spec_accepted = 0, spec_verifies = 0;
   int slots = 0, slots_free = 0;
   double busy_s = 0;  // time spent in steps
   AdapterStats adapters;
@@ -46,6 +48,14 @@ struct EngineStats {
   double tokens_per_s() const { return busy_s > 0 ? generated_tokens / busy_s : 0.0; }
   double prefix_hit_rate() const {
     return prefix_cache_queries > 0 ? double(prefix_cache_hits) / prefix_cache_queries : 0.0;
+  }
+  double spec_acceptance() const {
+    return spec_proposed > 0 ? double(spec_accepted) / spec_proposed : 0.0;
+  }
+  // Tokens a verifying sequence gained per step: 1 + accepted / verifies (vLLM's mean
+  // acceptance length).
+  double spec_mean_length() const {
+    return spec_verifies > 0 ? 1.0 + double(spec_accepted) / spec_verifies : 0.0;
   }
 };
 
@@ -63,6 +73,8 @@ EngineStats snapshot(const Core<Cache>& core, const Cache& cache, double busy_s)
   s.generated_tokens = c.generated_tokens, s.padded_tokens = c.padded_tokens;
   s.prefix_caching = core.prefix_caching();
   s.prefix_cache_queries = c.prefix_queries, s.prefix_cache_hits = c.prefix_hits;
+  s.spec_proposed = c.spec_proposed, s.spec_accepted = c.spec_accepted;
+  s.spec_verifies = c.spec_verifies;
   if constexpr (Core<Cache>::paged) {
     s.cache_blocks = cache.n_blocks();
     s.cache_blocks_free = cache.free_blocks();

@@ -59,10 +59,10 @@ MemoryPlan plan_memory(const EngineOptions& o) {
                      "; memory_limit, --memory-limit";
   }
   m.kv_token = 2.0 * L * C * sizeof(typename Cache::T);
-  m.workspace = static_cast<double>(Model::reserve_bytes(
-                    o.max_batched_tokens, std::min(o.max_batch, o.max_batched_tokens), P)) +
-                static_cast<double>(std::min(o.max_batch, o.max_batched_tokens)) * Model::V *
-                    sizeof(float);  // the engine's own copy of the logits
+  const int rows = max_logit_rows(o);
+  m.workspace =
+      static_cast<double>(Model::reserve_bytes(o.max_batched_tokens, rows, P)) +
+      static_cast<double>(rows) * Model::V * sizeof(float);  // the engine's own copy of the logits
   if constexpr (Model::kLora)
     m.adapters = static_cast<double>(o.adapter_host_bytes) + o.adapter_device_bytes;
   const double room = m.limit - m.workspace - m.adapters;  // what the KV cache may take

@@ -54,6 +54,9 @@ struct Request {
   // (constrain::compile_json_schema). The request ends when the JSON is complete; with too few
   // tokens left it closes what is open, so that it ends valid whenever the budget allows.
   std::shared_ptr<const constrain::Grammar> json_schema;
+  // With the engine's speculation on (EngineOptions::speculative), whether this request takes
+  // part; its tokens are the same either way.
+  bool speculate = true;
   StreamCallback on_piece;
   // Called on the engine thread once the request has ended, after its handle's Result is set
   // (a server wakes the connection waiting for it). Keep it cheap; it must not throw.
@@ -75,6 +78,8 @@ struct Metrics {
   int prompt_tokens = 0, generated_tokens = 0;
   int preemptions = 0;    // times its cache was taken back and its tokens recomputed
   int cached_tokens = 0;  // prompt tokens found in the prefix cache when first scheduled
+  int spec_proposed = 0;  // speculation: tokens proposed for it...
+  int spec_accepted = 0;  // ...and accepted (each one a token without a step of its own)
 };
 
 struct Result {

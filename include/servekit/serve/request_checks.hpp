@@ -26,6 +26,7 @@ inline EngineOptions check_options(EngineOptions o) {
     fail("engine: max_active_adapters must be >= 0 (0: no bound), got ", o.max_active_adapters);
   if (o.adapter_slice_steps < 1)
     fail("engine: adapter_slice_steps must be >= 1, got ", o.adapter_slice_steps);
+  o.speculative.validate();
   return o;
 }
 

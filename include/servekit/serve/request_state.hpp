@@ -89,6 +89,11 @@ class RequestState {
     if (!scheduled_) res_.metrics.queue_ms = ms_between(submitted_, t), scheduled_ = true;
   }
   void preempted() { res_.metrics.preemptions++; }
+  // Speculation verified `proposed` tokens for it in one step and accepted `accepted`.
+  void speculated(int proposed, int accepted) {
+    res_.metrics.spec_proposed += proposed;
+    res_.metrics.spec_accepted += accepted;
+  }
   // Admission found its first n tokens cached (what the APIs report is the first admission's).
   void prefix_cached(int n) {
     if (res_.metrics.preemptions == 0) res_.metrics.cached_tokens = n;
@@ -144,11 +149,12 @@ class RequestState {
   }
   const constrain::Constraint* constraint() const { return cons_ ? &*cons_ : nullptr; }
 
-  // This request's parameters for the device sampler's next draw.
-  RowSampling sampling_row() const {
+  // This request's parameters for the device sampler's next draw, or (speculation) for the
+  // draw `ahead` tokens after it.
+  RowSampling sampling_row(int ahead = 0) const {
     const SamplingParams& p = req_.sampling;
     return {.seed = p.seed,
-            .index = static_cast<uint64_t>(generated()),
+            .index = static_cast<uint64_t>(generated() + ahead),
             .temperature = p.temperature,
             .top_p = p.top_p,
             .top_k = p.top_k};

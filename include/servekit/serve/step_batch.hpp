@@ -3,9 +3,10 @@
 // StepBatch: the engine's step turned into the model's input. From the scheduler's Work list it
 // builds the ragged model::Batch: each sequence's new tokens (a static batch's left pads in front
 // of its first chunk; one pad token for a ghost), its cache slot, rows and adapter, and for
-// device sampling each row's sampling parameters and the token masks of constrained rows. The
-// row of the logits (and of the picked ids) that belongs to each Work item is kept for the
-// update after the step.
+// device sampling each row's sampling parameters and the token masks of constrained rows. A
+// speculating sequence's draft follows its uncached token and brings a row of logits per
+// proposed token (the row after each one). The first row of the logits (and of the picked ids)
+// that belongs to each Work item is kept for the update after the step.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -25,6 +26,7 @@ class StepBatch {
              Counters& c) {
     tokens_.clear(), seqs_.clear(), adapters_.clear(), rows_.clear(), masks_.clear();
     out_row_.clear();
+    n_rows_ = 0;
     with_logits_ = !sampling;
     for (const Work& w : plan) {
       Seq& s = *w.seq;
@@ -34,26 +36,33 @@ class StepBatch {
         tokens_.insert(tokens_.end(), w.pad, pad_id);
         c.padded_tokens += w.pad;
         if (sampling) rows_.push_back({});
+        n_rows_++;
       }
-      out_row_.push_back(static_cast<int>(seqs_.size()));
-      seqs_.push_back({s.slot, s.n_cached, w.n_new, s.row_offset});
+      const int d = static_cast<int>(s.draft.size());
+      out_row_.push_back(n_rows_);
+      seqs_.push_back({s.slot, s.n_cached, w.n_new, s.row_offset, 1 + d});
       adapters_.push_back(s.adapter);
+      n_rows_ += 1 + d;
       if (s.ghost) {
         tokens_.push_back(pad_id);
         c.padded_tokens++;
       } else {
         const auto& t = s.st->tokens();
-        tokens_.insert(tokens_.end(), t.begin() + s.n_cached, t.begin() + s.n_cached + w.n_new);
+        const int own = w.n_new - d;  // of its uncached tokens
+        tokens_.insert(tokens_.end(), t.begin() + s.n_cached, t.begin() + s.n_cached + own);
+        tokens_.insert(tokens_.end(), s.draft.begin(), s.draft.end());
         if (s.n_cached < s.st->prompt_len())
-          c.prompt_tokens += std::min(w.n_new, s.st->prompt_len() - s.n_cached);
+          c.prompt_tokens += std::min(own, s.st->prompt_len() - s.n_cached);
       }
       if (!sampling) continue;
       rows_.push_back(s.ghost ? RowSampling{} : s.st->sampling_row());
+      for (int j = 1; j <= d; j++) rows_.push_back(s.st->sampling_row(j));
       with_logits_ |= s.st->request().top_logprobs > 0;
-      // A constrained row that samples this step (not a prompt chunk) brings its mask.
-      if (!s.ghost && s.uncached() == w.n_new)
+      // A constrained row that samples this step (not a prompt chunk) brings its mask. (The
+      // engine proposes no draft for it: the later rows' masks depend on the tokens accepted.)
+      if (!s.ghost && s.uncached() == w.n_new - d)
         if (const uint32_t* m = s.st->next_mask()) {
-          rows_.back().mask = static_cast<int32_t>(masks_.size() / mask_words);
+          rows_[rows_.size() - 1 - d].mask = static_cast<int32_t>(masks_.size() / mask_words);
           masks_.insert(masks_.end(), m, m + mask_words);
         }
     }
@@ -62,9 +71,9 @@ class StepBatch {
   model::Batch batch() const {
     return {tokens_, seqs_, model::Logits::Last, adapters_, rows_, masks_};
   }
-  // The row of the step's logits (and ids) of plan[i].
+  // The (first) row of the step's logits (and ids) of plan[i].
   int row(std::size_t i) const { return out_row_[i]; }
-  int rows() const { return static_cast<int>(seqs_.size()); }
+  int rows() const { return n_rows_; }
   // Whether the step must bring its logits back: the host samples from them, or a request
   // wants its top logprobs.
   bool with_logits() const { return with_logits_; }
@@ -76,6 +85,7 @@ class StepBatch {
   std::vector<RowSampling> rows_;
   std::vector<uint32_t> masks_;  // (constrained rows, mask words) this step's token masks
   std::vector<int> out_row_;
+  int n_rows_ = 0;  // rows of logits
   bool with_logits_ = true;
 };
 

@@ -20,6 +20,7 @@
 #include "servekit/kv/policy.hpp"
 #include "servekit/kv/prefix_index.hpp"
 #include "servekit/serve/completion.hpp"
+#include "servekit/serve/ngram_proposer.hpp"
 #include "servekit/serve/request_state.hpp"
 
 namespace servekit::serve {
@@ -48,7 +49,17 @@ struct EngineOptions {
   // computing them (kv/prefix_index.hpp), with schedulers that allow it (reuses_prefix)
   bool prefix_caching = true;
   int prefix_cache_blocks = -1;  // cached blocks nobody holds kept at most; -1: the pool's
+  // n-gram speculation (serve/ngram_proposer.hpp): decoding sequences propose up to k tokens,
+  // verified in the same step; the tokens are those of plain decoding. k = 0: off
+  Speculation speculative;
 };
+
+// The logits rows a step can have: a row per sequence, and with speculation one per proposed
+// token too, within the step's token budget.
+inline int max_logit_rows(const EngineOptions& o) {
+  const long rows = static_cast<long>(o.max_batch) * (1 + o.speculative.k);
+  return static_cast<int>(std::min<long>(rows, o.max_batched_tokens));
+}
 
 // A request the engine holds, waiting or running.
 struct Seq {
@@ -61,12 +72,16 @@ struct Seq {
   int32_t prefix_key = 0;  // its adapter's key in cached blocks' names (prefix caching)
   bool ghost = false;      // finished, but its row still runs to the end of its static batch
   bool cancel = false;     // asked to cancel; the engine ends it at the next step boundary
+  // Speculation: tokens proposed after its last one, fed (and verified) in this step's work
+  // after its one uncached token; empty outside a step.
+  std::vector<int32_t> draft;
 
   int uncached() const { return static_cast<int>(st->tokens().size()) - n_cached; }
 };
 
 // One sequence's share of a step: n_new of its uncached tokens (a ghost: one pad token), after
-// `pad` left-padding tokens in its slot's rows 0..pad-1 when pad > 0.
+// `pad` left-padding tokens in its slot's rows 0..pad-1 when pad > 0. The engine adds a
+// speculating sequence's draft to n_new after the scheduler's plan.
 struct Work {
   Seq* seq;
   int n_new;
@@ -80,6 +95,9 @@ struct Counters {
   // prefix caching, in tokens: those looked up at admission, those found cached (vLLM's
   // prefix_cache_queries / prefix_cache_hits)
   long prefix_queries = 0, prefix_hits = 0;
+  // speculation: tokens proposed and accepted (vLLM's spec_decode_num_draft_tokens /
+  // num_accepted_tokens), and the steps in which sequences verified a draft
+  long spec_proposed = 0, spec_accepted = 0, spec_verifies = 0;
 };
 
 template <class Cache>
@@ -214,6 +232,7 @@ class Core {
     if (s->slot >= 0) cache_.release(s->slot);
     s->slot = -1;
     s->n_cached = 0;
+    s->draft.clear();
   }
 
   std::deque<Seq*> waiting_;

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Prompt lookup (n-gram) speculation: a model-free proposer. When the text so far ends with n
+// tokens that also occur earlier in the prompt or the generated text, the tokens that followed
+// that earlier occurrence are a guess for what follows now (code edits, quotes, summaries and
+// repetitive generations copy a lot). The target model verifies up to k of them in one step
+// (serve/engine.hpp); a guess costs rows of that step, never a different token.
+//
+//   tokens:  ... a b c d e ... x y [a b c]      last n = 3 tokens match at the first "a b c"
+//   draft:                          d e ...     the k tokens that followed it
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "servekit/core/error.hpp"
+
+namespace servekit::serve {
+
+// EngineOptions::speculative. k = 0: no speculation.
+struct Speculation {
+  int k = 0;          // proposed tokens per sequence and step at most
+  int ngram_max = 3;  // the longest suffix looked up first...
+  int ngram_min = 1;  // ...down to this one
+
+  bool on() const { return k > 0; }
+  void validate() const {
+    if (k < 0 || k > 64) fail("engine: speculative k must be in [0, 64] (0: off), got ", k);
+    if (!on()) return;
+    if (ngram_min < 1 || ngram_max < ngram_min)
+      fail("engine: speculative n-gram sizes must satisfy 1 <= ngram_min <= ngram_max, got ",
+           ngram_min, " and ", ngram_max);
+  }
+};
+
+// Writes to `out` (cleared first) `k` tokens that continue the most recent earlier occurrence
+// of tokens' last n tokens, for n from ngram_max down to ngram_min; empty when no suffix
+// recurs. The text is copied from `shift` tokens back, the distance to that occurrence, and the
+// copy runs on into its own proposals: a loop of period 2 ("a b a b") proposes "a b a b ...",
+// not just the two tokens the text has after the match. O(len * n) per call: a step's other
+// work dwarfs it at GPT-2's context sizes.
+inline void propose_ngram(std::span<const int32_t> tokens, const Speculation& s, int k,
+                          std::vector<int32_t>& out) {
+  out.clear();
+  const int len = static_cast<int>(tokens.size());
+  if (k <= 0) return;
+  for (int n = std::min(s.ngram_max, len - 1); n >= s.ngram_min; n--) {
+    const auto suffix = tokens.last(static_cast<std::size_t>(n));
+    // Latest start first: recent text predicts the continuation best, and the shortest shift
+    // is a loop's period.
+    for (int start = len - n - 1; start >= 0; start--) {
+      if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + start)) continue;
+      const int shift = len - n - start;  // >= 1
+      for (int i = 0; i < k; i++) {
+        const int from = len + i - shift;
+        out.push_back(from < len ? tokens[from] : out[from - len]);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace servekit::serve
