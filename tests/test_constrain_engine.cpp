@@ -170,6 +170,37 @@ TEST_CASE("a constrained request's errors are its own", "[constrain]") {
   CHECK(ok.get().tokens.size() == 8u);
 }
 
+// Speculation on constrained rows: on the host each row's mask is made after the tokens before
+// it were accepted, so a proposal the grammar refuses is simply never drawn; every request gets
+// its tokens, text and logprobs alone. (Device backends do not speculate on constrained rows.)
+TEST_CASE("constrained rows that speculate get their tokens alone", "[constrain][spec]") {
+  auto model = Host::random(13);
+  const json schemas = corpus();
+  std::vector<serve::Request> rs;
+  for (int i = 0; i < 10; i++)
+    rs.push_back(constrained(constrain::compile_json_schema(schemas[i % 5]), 400 + i, 48,
+                             i % 3 == 0 ? 0.f : 0.9f));
+  std::vector<serve::Result> want;
+  for (const auto& r : rs) {
+    serve::GenerateOptions o{.sampling = r.sampling, .stop = r.stop, .json_schema = r.json_schema};
+    want.push_back(serve::generate(model, tok(), tok().encode(r.prompt), o));
+  }
+  serve::Engine<Host, serve::sched::Continuous> engine(
+      model, tok(), {.max_batch = 4, .max_batched_tokens = 32, .speculative = {.k = 4}});
+  auto got = engine.run_all(rs);
+  for (std::size_t i = 0; i < rs.size(); i++) {
+    INFO("request " << i << ": " << want[i].text << " vs " << got[i].text);
+    CHECK(got[i].ids() == want[i].ids());
+    CHECK(got[i].text == want[i].text);
+    REQUIRE(got[i].tokens.size() == want[i].tokens.size());
+    for (std::size_t t = 0; t < got[i].tokens.size(); t++)
+      CHECK(got[i].tokens[t].logprob == want[i].tokens[t].logprob);
+  }
+  engine.wait_idle();
+  CHECK(engine.stats().spec_proposed > 0);
+  CHECK(engine.stats().spec_accepted > 0);
+}
+
 // Constrained requests behind one long system prompt: the later ones map its cached blocks, and
 // each still gets the tokens (and logprobs, bit for bit) it gets alone without any cache reuse.
 TEST_CASE("constrained rows that reuse a cached prefix get their tokens alone",

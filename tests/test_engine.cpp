@@ -256,36 +256,53 @@ TEST_CASE("static batching runs each batch until its longest request ends",
   CHECK(cont_steps < 160);
 }
 
-TEST_CASE("streamed pieces add up to the text; stop strings end a request in a batch", "[engine]") {
+// With speculation too: a stop string or the end-of-text token inside a run of accepted
+// proposals ends the request there, as it would without.
+TEST_CASE("streamed pieces add up to the text; stop strings and EOS end a request in a batch",
+          "[engine][spec]") {
   auto& m = model<Paged>();
-  auto rs = make_requests({.n = 8, .max_prompt = 30, .min_new = 30, .max_new = 40}, D::vocab, 5);
-  auto want = alone(m, rs);
-  serve::Engine<Paged, sched::Continuous> engine(m, tokenizer(), {.max_batch = 4});
-  std::vector<std::string> streamed(rs.size());
-  for (std::size_t i = 0; i < rs.size(); i++) {
-    rs[i].on_piece = [&streamed, i](std::string_view p, const serve::GeneratedToken&) {
-      streamed[i] += p;
-      return true;
-    };
-    if (i % 2) {
-      const std::string& t = want[i].text;
-      REQUIRE(t.size() > 8);
-      rs[i].stop.stop_strings = {t.substr(t.size() / 2, 3)};
+  for (int k : {0, 4}) {
+    INFO("speculative k = " << k);
+    auto rs = make_repetitive_requests({.n = 9, .max_new = 40}, D::vocab, 5);
+    for (auto& r : rs) r.stop.max_new_tokens = 40;
+    auto want = alone(m, rs);
+    serve::Engine<Paged, sched::Continuous> engine(m, tokenizer(),
+                                                   {.max_batch = 4, .speculative = {.k = k}});
+    std::vector<std::string> streamed(rs.size());
+    for (std::size_t i = 0; i < rs.size(); i++) {
+      rs[i].on_piece = [&streamed, i](std::string_view p, const serve::GeneratedToken&) {
+        streamed[i] += p;
+        return true;
+      };
+      if (i % 3 == 1) {
+        const std::string& t = want[i].text;
+        REQUIRE(t.size() > 8);
+        rs[i].stop.stop_strings = {t.substr(t.size() / 2, 3)};
+      } else if (i % 3 == 2) {  // a token it generates halfway becomes its end-of-text
+        rs[i].stop.stop_at_eos = true;
+        rs[i].stop.eos_id = want[i].tokens[20].id;
+      }
     }
-  }
-  auto got = engine.run_all(rs);
-  for (std::size_t i = 0; i < rs.size(); i++) {
-    INFO("request " << i);
-    CHECK(streamed[i] == got[i].text);
-    if (i % 2) {
-      CHECK(got[i].finish_reason == "stop");
-      CHECK(got[i].text == want[i].text.substr(0, want[i].text.find(rs[i].stop.stop_strings[0])));
-    } else {
-      CHECK(got[i].text == want[i].text);
+    auto got = engine.run_all(rs);
+    for (std::size_t i = 0; i < rs.size(); i++) {
+      INFO("request " << i);
+      CHECK(streamed[i] == got[i].text);
+      if (i % 3 == 1) {
+        CHECK(got[i].finish_reason == "stop");
+        CHECK(got[i].text == want[i].text.substr(0, want[i].text.find(rs[i].stop.stop_strings[0])));
+      } else if (i % 3 == 2) {
+        CHECK(got[i].finish_reason == "eos");
+        const auto ids = want[i].ids();
+        const auto end = std::find(ids.begin(), ids.end(), rs[i].stop.eos_id) + 1;
+        CHECK(got[i].ids() == std::vector<int32_t>(ids.begin(), end));
+      } else {
+        CHECK(got[i].text == want[i].text);
+      }
+      CHECK(got[i].metrics.ttft_ms > 0);
+      CHECK(got[i].metrics.e2e_ms >= got[i].metrics.ttft_ms);
+      CHECK(got[i].metrics.gaps_ms.size() + 1 == got[i].tokens.size());
     }
-    CHECK(got[i].metrics.ttft_ms > 0);
-    CHECK(got[i].metrics.e2e_ms >= got[i].metrics.ttft_ms);
-    CHECK(got[i].metrics.gaps_ms.size() + 1 == got[i].tokens.size());
+    if (k > 0) CHECK(engine.stats().spec_accepted > 0);
   }
 }
 

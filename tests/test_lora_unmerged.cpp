@@ -220,6 +220,38 @@ TEMPLATE_TEST_CASE("prefix caching with adapters: hits within an adapter, never 
   CHECK(s.cache_blocks_free == s.cache_blocks);
 }
 
+// Speculation with adapters: a draft's rows run under their sequence's adapter like its own
+// row, so with four adapters and the base model mixed in a step every request still gets its
+// tokens and logprobs alone, greedy and seeded.
+TEMPLATE_TEST_CASE("speculation with adapters changes no token or logprob", "[lora][engine][spec]",
+                   sk::lora::Gathered, sk::lora::Segmented) {
+  using Model = Lora<TestType>;
+  auto model = Model::load(fixture_dir<D>());
+  const auto names = add_adapters(model, 4, 5);
+  for (bool sample : {false, true}) {
+    INFO((sample ? "seeded sampling" : "greedy"));
+    auto rs =
+        make_repetitive_requests({.n = 24, .max_new = 40, .sample = sample}, D::vocab, 5 + sample);
+    std::mt19937 rng(12);
+    for (auto& r : rs)
+      if (rng() % 5) r.adapter = names[rng() % names.size()];
+    const auto want = alone_with_adapters(model, rs);
+    sk::serve::EngineOptions opt{
+        .max_batch = 8, .max_batched_tokens = 64, .kv_blocks = 24, .speculative = {.k = 4}};
+    sk::serve::Engine<Model, sched::Continuous> engine(model, tokenizer(), opt);
+    auto got = engine.run_all(rs);
+    for (std::size_t i = 0; i < rs.size(); i++) {
+      INFO("adapter " << rs[i].adapter.value_or("(none)"));
+      REQUIRE(got[i].error == "");
+      check_same(want[i], got[i], i, true);
+    }
+    engine.wait_idle();
+    const auto s = engine.stats();
+    CHECK(s.spec_accepted > 0);
+    CHECK(s.cache_blocks_free == s.cache_blocks);
+  }
+}
+
 TEST_CASE("through the engine, each fixture adapter generates HF + PEFT's greedy tokens",
           "[lora][engine][hf]") {
   using Model = Lora<sk::lora::Segmented>;
