@@ -27,19 +27,19 @@ namespace servekit::cli {
 // One input line -> a request. Fields: prompt (text) or prompt_ids, max_new_tokens,
 // temperature (0: greedy, the default), top_k, top_p, seed, stop (string or list), ignore_eos,
 // adapter (the folder name of one of --adapter's adapters), json_schema (the output is JSON
-// that fits it; a schema object).
+// that fits it; a schema object), speculate (false: no speculation for it under --speculative).
 inline serve::Request parse_request(const json& j, int lineno) {
   auto where = [&](const char* f) { return detail::cat("line ", lineno, ": field \"", f, "\""); };
   if (!j.is_object()) fail("line ", lineno, ": expected a JSON object, got ", j.type_name());
   static const char* known[] = {"prompt",     "prompt_ids", "max_new_tokens", "temperature",
                                 "top_k",      "top_p",      "seed",           "stop",
-                                "ignore_eos", "adapter",    "json_schema"};
+                                "ignore_eos", "adapter",    "json_schema",    "speculate"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known),
                      [&](const char* k) { return it.key() == k; }) == std::end(known))
       fail("line ", lineno, ": unknown field \"", it.key(),
            "\" (known: prompt, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop, "
-           "ignore_eos, adapter, json_schema)");
+           "ignore_eos, adapter, json_schema, speculate)");
   serve::Request r;
   auto get = [&](const char* f, auto& out) {
     if (!j.contains(f)) return;
@@ -76,6 +76,7 @@ inline serve::Request parse_request(const json& j, int lineno) {
       fail(where("json_schema"), ": ", e.what());
     }
   }
+  get("speculate", r.speculate);
   bool ignore_eos = false;
   get("ignore_eos", ignore_eos);
   r.stop.stop_at_eos = !ignore_eos;
@@ -93,6 +94,9 @@ inline json result_json(const serve::Result& r, int lineno) {
   j["text"] = r.text;
   j["prompt_tokens"] = r.metrics.prompt_tokens;
   j["cached_tokens"] = r.metrics.cached_tokens;
+  if (r.metrics.spec_proposed > 0)
+    j["speculative"] = {{"proposed", r.metrics.spec_proposed},
+                        {"accepted", r.metrics.spec_accepted}};
   j["generated_ids"] = r.ids();
   const auto& m = r.metrics;
   j["metrics"] = {{"queue_ms", m.queue_ms},
@@ -141,6 +145,7 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
                            .memory_limit = a.memory_limit};
   opt.prefix_caching = !a.no_prefix_caching;
   opt.prefix_cache_blocks = a.prefix_cache_blocks;
+  opt.speculative = a.speculative;
   opt.max_active_adapters = choice.max_loras;
   opt.adapter_max_rank = choice.max_lora_rank;
   if (a.adapter_host_bytes > 0) opt.adapter_host_bytes = a.adapter_host_bytes;
@@ -189,6 +194,11 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
                  "cached\n",
                  s.prefix_cache_hits, s.prefix_cache_queries, 100 * s.prefix_hit_rate(),
                  s.cache_blocks_cached);
+  if (s.spec_verifies > 0)
+    std::fprintf(stderr,
+                 "batch: speculation: %ld of %ld proposed tokens accepted (%.1f%%), %.2f tokens "
+                 "per verifying step\n",
+                 s.spec_accepted, s.spec_proposed, 100 * s.spec_acceptance(), s.spec_mean_length());
   return bad ? 1 : 0;
 }
 

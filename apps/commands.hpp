@@ -16,6 +16,7 @@
 #include "cli_common.hpp"
 #include "command_flags.hpp"
 #include "composition_flags.hpp"
+#include "speculative_flags.hpp"
 #include "job.hpp"
 #include "servekit/core/error.hpp"
 #include "servekit/text/tokenizer.hpp"
@@ -109,6 +110,7 @@ struct BatchCommand {
   CLI::App* sub;
   BatchArgs a;
   CompositionFlags flags;
+  SpeculativeFlags spec;
   std::string seed;
   std::optional<text::Gpt2Tokenizer> tok;
 
@@ -129,6 +131,7 @@ struct BatchCommand {
                     "PEFT LoRA adapter folder (repeatable); a line's \"adapter\" names one by its "
                     "folder name");
     add_prefix_flags(sub, a.no_prefix_caching, a.prefix_cache_blocks);
+    add_speculative_flags(sub, spec);
     add_memory_flags(sub, a.kv_blocks, a.memory_limit, a.adapter_host_bytes,
                      a.adapter_device_bytes);
     sub->add_option("--seed", seed, "seed of the random model (without --model)");
@@ -136,6 +139,7 @@ struct BatchCommand {
 
   Job job() {
     if (!seed.empty()) a.seed = parse_number<uint64_t>("--seed", seed);
+    a.speculative = parse_speculative(spec);
     Job job;
     job.choice = resolve(flags, {.lora = a.adapters.empty() ? "none" : "gathered"});
     if (job.choice.merge && a.adapters.size() != 1)
@@ -155,6 +159,7 @@ struct ServeCommand {
   CLI::App* sub;
   ServeArgs a;
   CompositionFlags flags;
+  SpeculativeFlags spec;
   std::string seed;
   std::optional<text::Gpt2Tokenizer> tok;
 
@@ -179,6 +184,7 @@ struct ServeCommand {
     add_memory_flags(sub, a.kv_blocks, a.memory_limit, a.adapter_host_bytes,
                      a.adapter_device_bytes);
     add_prefix_flags(sub, a.no_prefix_caching, a.prefix_cache_blocks);
+    add_speculative_flags(sub, spec);
     sub->add_option("--max-pending", a.max_pending,
                     "requests admitted at once (waiting + running); more get 429")
         ->check(CLI::Range(1, 1 << 16));
@@ -197,6 +203,7 @@ struct ServeCommand {
 
   Job job() {
     if (!seed.empty()) a.seed = parse_number<uint64_t>("--seed", seed);
+    a.speculative = parse_speculative(spec);
     Job job;
     job.choice = resolve(flags, {.kv = "paged16", .lora = "gathered"});
     // SIGINT / SIGTERM blocked before the engine's and the server's threads exist (the server

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "servekit/serve/composition.hpp"
+#include "servekit/serve/ngram_proposer.hpp"
 #include "servekit/text/tokenizer.hpp"
 
 namespace servekit::serve {
@@ -45,7 +46,8 @@ struct BatchArgs {
   std::string model, vocab, input, output;
   int max_batch = 8, max_batched_tokens = 512, prefix_cache_blocks = -1, kv_blocks = 0;
   bool no_prefix_caching = false;
-  std::size_t memory_limit = 0;  // bytes; 0: a share of what is available
+  serve::Speculation speculative;  // --speculative; k = 0: off
+  std::size_t memory_limit = 0;    // bytes; 0: a share of what is available
   std::size_t adapter_host_bytes = 0, adapter_device_bytes = 0;  // 0: EngineOptions' defaults
   uint64_t seed = 0;                                             // the random model's
   std::vector<std::string> adapters;  // PEFT folders; a line's "adapter" names one by folder name
@@ -60,7 +62,8 @@ struct ServeArgs {
   std::vector<std::string> adapters;  // ID=DIR, an adapter folder, or a folder of adapters
   bool no_adapter_paths = false, quiet = false, no_prefix_caching = false;
   int prefix_cache_blocks = -1;
-  std::size_t memory_limit = 0;  // bytes; 0: a share of what is available
+  serve::Speculation speculative;  // --speculative; k = 0: off
+  std::size_t memory_limit = 0;    // bytes; 0: a share of what is available
   std::size_t adapter_host_bytes = 0, adapter_device_bytes = 0;  // 0: EngineOptions' defaults
 };
 

@@ -71,6 +71,7 @@ int serve_as(const Job& job) {
   eo.adapter_paths = !a.no_adapter_paths;
   eo.prefix_caching = !a.no_prefix_caching;
   eo.prefix_cache_blocks = a.prefix_cache_blocks;
+  eo.speculative = a.speculative;
   eo.max_active_adapters = job.choice.max_loras;
   eo.adapter_max_rank = job.choice.max_lora_rank;
   if (a.adapter_host_bytes > 0) eo.adapter_host_bytes = a.adapter_host_bytes;

@@ -226,6 +226,78 @@ TEST_CASE("batch on a paged cache: prompts that share a prefix reuse it, the sam
   CHECK_THAT(bad.out, Contains("--prefix-cache-blocks"));
 }
 
+TEST_CASE("batch --speculative: the same tokens, fewer steps; bad values name the flag") {
+  const fs::path in = servekit::test::temp_file("servekit_cli_spec.jsonl");
+  {
+    std::ofstream f(in);
+    for (int i = 0; i < 6; i++) {
+      std::vector<int32_t> p;  // a motif repeated: prompt lookup finds it
+      for (int rep = 0; rep < 4; rep++)
+        for (int t = 0; t < 3 + i; t++) p.push_back((t * 53 + i * 7 + 5) % 500);
+      json line = {{"prompt_ids", p}, {"max_new_tokens", 24}, {"temperature", 0}};
+      if (i == 4) line["temperature"] = 0.05, line["seed"] = 9;
+      if (i == 5) line["speculate"] = false;
+      f << line.dump() << "\n";
+    }
+  }
+  auto lines = [](const fs::path& p) {
+    std::ifstream f(p);
+    std::vector<json> got;
+    for (std::string line; std::getline(f, line);) got.push_back(json::parse(line));
+    return got;
+  };
+  const std::string base = "batch --model " + kTinyA + " --vocab " + kVocab + " --input " +
+                           in.string() + " --kv paged16 --lora gathered --max-batch 4";
+  const fs::path on_out = servekit::test::temp_file("servekit_cli_spec_on.jsonl");
+  const fs::path off_out = servekit::test::temp_file("servekit_cli_spec_off.jsonl");
+  auto on = run(base + " --speculative ngram:3,4 --output " + on_out.string());
+  INFO(on.out);
+  REQUIRE(on.code == 0);
+  CHECK_THAT(on.out, Contains("batch: speculation: ") && Contains("tokens per verifying step"));
+  auto off = run(base + " --output " + off_out.string());
+  REQUIRE(off.code == 0);
+  CHECK_THAT(off.out, !Contains("speculation:"));
+  const auto a = lines(on_out), b = lines(off_out);
+  REQUIRE(a.size() == 6);
+  REQUIRE(b.size() == 6);
+  int accepted = 0;
+  for (int i = 0; i < 6; i++) {
+    CHECK(a[i]["generated_ids"] == b[i]["generated_ids"]);
+    CHECK_FALSE(b[i].contains("speculative"));
+    if (a[i].contains("speculative")) accepted += a[i]["speculative"]["accepted"].get<int>();
+  }
+  CHECK_FALSE(a[5].contains("speculative"));  // it opted out
+  CHECK(accepted > 0);
+  // vLLM's JSON form says the same.
+  auto cfg = run(base +
+                 " --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                 "\"prompt_lookup_max\": 3}' --output " +
+                 off_out.string());
+  REQUIRE(cfg.code == 0);
+  const auto c = lines(off_out);
+  REQUIRE(c.size() == 6);
+  for (int i = 0; i < 6; i++) {
+    CHECK(c[i]["generated_ids"] == a[i]["generated_ids"]);
+    CHECK(c[i].value("speculative", json()) == a[i].value("speculative", json()));
+  }
+  auto refused = [&](const std::string& flag, const std::string& says) {
+    auto r = run(base + " " + flag);
+    INFO(flag << " -> " << r.out);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, Contains(says));
+  };
+  refused("--speculative ngram:3", "--speculative: 'ngram:3' should be ngram:N,K");
+  refused("--speculative ngram:3,x", "--speculative K: 'x' is not a whole number");
+  refused("--speculative ngram:3,0", "K must be >= 1");
+  refused("--speculative ngram:0,4", "1 <= ngram_min <= ngram_max");
+  refused("--speculative eagle", "--speculative: 'eagle' is not one of none, ngram, ngram:N,K");
+  refused("--speculative draft:models/distilgpt2", "a draft model is not offered yet");
+  refused("--speculative-config '{\"method\": \"eagle\"}'", "method \"eagle\" is not offered");
+  refused("--speculative-config '{\"num_speculative_tokens\": 4, \"k\": 2}'", "unknown field 'k'");
+  refused("--speculative-config '[1'", "--speculative-config: not valid JSON");
+  refused("--speculative ngram --speculative-config '{}'", "both given");
+}
+
 TEST_CASE(
     "batch sizes its memory first: a limit sets the pool; over it, an error naming the flag") {
   const fs::path in = servekit::test::temp_file("servekit_cli_memory.jsonl");

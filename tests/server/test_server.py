@@ -332,6 +332,35 @@ def test_prefix_caching_reports_cached_tokens_and_changes_no_token():
         assert metrics(off.url)["servekit:prefix_cache_hits_total"] == 0
 
 
+def test_speculation_changes_no_token_and_is_counted():
+    # A prompt that repeats itself: prompt lookup proposes its continuation.
+    loop = " ".join(["the cat sat on the mat,"] * 6)
+    body = {"max_tokens": 24, "temperature": 0, "logprobs": 1, "extra_body": {"ignore_eos": True}}
+    seeded = {"max_tokens": 24, "temperature": 0.7, "seed": 5, "logprobs": 1,
+              "extra_body": {"ignore_eos": True}}
+    args = tiny_args() + ["-q"]
+    with Server(args + ["--speculative", "ngram:3,4"]) as s, Server(args) as off:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none")
+        o = openai.OpenAI(base_url=off.url + "/v1", api_key="none")
+        before = metrics(s.url)
+        for b in (body, seeded):
+            got = c.completions.create(model="tiny-a", prompt=loop, **b)
+            want = o.completions.create(model="tiny-a", prompt=loop, **b)
+            assert got.choices[0].text == want.choices[0].text
+            assert got.choices[0].logprobs.token_logprobs == want.choices[0].logprobs.token_logprobs
+        # The LoRAX client, streaming, with an adapter: the same tokens too.
+        g = list(Client(s.url).generate_stream(loop, max_new_tokens=16, adapter_id="r8"))
+        w = list(Client(off.url).generate_stream(loop, max_new_tokens=16, adapter_id="r8"))
+        assert [t.token.id for t in g] == [t.token.id for t in w]
+        m = metrics(s.url)
+        d = lambda k: m.get(k, 0) - before.get(k, 0)
+        assert d("servekit:spec_decode_num_draft_tokens_total") > 0
+        assert 0 < d("servekit:spec_decode_num_accepted_tokens_total") <= \
+            d("servekit:spec_decode_num_draft_tokens_total")
+        assert d("servekit:spec_decode_num_drafts_total") > 0
+        assert metrics(off.url).get("servekit:spec_decode_num_draft_tokens_total", 0) == 0
+
+
 def test_a_full_queue_answers_429():
     # GPT-2 124M (random weights): the two admitted requests take seconds on a CPU, so they
     # are still running when the third arrives, however loaded the machine (on the tiny model

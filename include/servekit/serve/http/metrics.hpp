@@ -121,6 +121,14 @@ inline std::string metrics_text(const EngineRef& engine, int admitted, const Ser
           static_cast<double>(s.prefix_cache_queries));
   counter("servekit:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
           static_cast<double>(s.prefix_cache_hits));
+  // Speculative decoding, under vLLM's names.
+  counter("servekit:spec_decode_num_drafts_total", "Steps in which a sequence verified a draft.",
+          static_cast<double>(s.spec_verifies));
+  counter("servekit:spec_decode_num_draft_tokens_total", "Tokens proposed by speculation.",
+          static_cast<double>(s.spec_proposed));
+  counter("servekit:spec_decode_num_accepted_tokens_total",
+          "Proposed tokens accepted (each a token without a step of its own).",
+          static_cast<double>(s.spec_accepted));
   gauge("servekit:kv_cache_blocks_cached",
         "KV-cache blocks named in the prefix cache, held or free.",
         static_cast<double>(s.cache_blocks_cached));

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// --speculative and vLLM's --speculative-config, for batch and serve: the engine's n-gram
+// speculation (serve/ngram_proposer.hpp) from the command line.
+//
+//   --speculative ngram            k = 4 proposed tokens, suffixes of 3 down to 1 token
+//   --speculative ngram:N,K        suffixes of N down to 1 token, K proposed tokens
+//   --speculative-config '{"method": "ngram", "num_speculative_tokens": 4,
+//                          "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_common.hpp"
+#include "servekit/serve/ngram_proposer.hpp"
+
+namespace servekit::cli {
+
+struct SpeculativeFlags {
+  std::string spec, config;
+};
+
+inline void add_speculative_flags(CLI::App* sub, SpeculativeFlags& f) {
+  sub->add_option("--speculative", f.spec,
+                  "speculative decoding: ngram (prompt lookup: 4 tokens proposed per step) or "
+                  "ngram:N,K (suffixes of N tokens down to 1, K proposed); the tokens are those "
+                  "of plain decoding. Default: none");
+  sub->add_option("--speculative-config", f.config,
+                  "vLLM's JSON form: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
+                  "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M}");
+}
+
+// The engine's Speculation from the flags, checked; an error names the flag and the value.
+inline serve::Speculation parse_speculative(const SpeculativeFlags& f) {
+  serve::Speculation s;
+  if (!f.spec.empty() && !f.config.empty())
+    fail("--speculative and --speculative-config both given; use one");
+  if (!f.config.empty()) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(f.config);
+    } catch (const nlohmann::json::exception& e) {
+      fail("--speculative-config: not valid JSON: ", e.what());
+    }
+    if (!j.is_object()) fail("--speculative-config: expected a JSON object, got ", shown(f.config));
+    for (const auto& [key, v] : j.items()) {
+      if (key == "method") {
+        if (!v.is_string() || (v != "ngram" && v != "[ngram]"))
+          fail("--speculative-config: method ", v.dump(),
+               " is not offered (servekit speculates with \"ngram\"; a draft model is not "
+               "offered yet)");
+        continue;
+      }
+      int* field = key == "num_speculative_tokens" ? &s.k
+                   : key == "prompt_lookup_max"    ? &s.ngram_max
+                   : key == "prompt_lookup_min"    ? &s.ngram_min
+                                                   : nullptr;
+      if (!field)
+        fail("--speculative-config: unknown field '", key,
+             "' (known: method, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min)");
+      if (!v.is_number_integer()) fail("--speculative-config: ", key, " must be a whole number");
+      *field = v.get<int>();
+    }
+    if (!j.contains("num_speculative_tokens")) s.k = 4;
+  } else if (f.spec == "none" || f.spec == "off" || f.spec.empty()) {
+    return s;
+  } else if (f.spec == "ngram") {
+    s.k = 4;
+  } else if (f.spec.rfind("ngram:", 0) == 0) {
+    const std::string rest = f.spec.substr(6);
+    const auto comma = rest.find(',');
+    if (comma == std::string::npos)
+      fail("--speculative: ", shown(f.spec), " should be ngram:N,K (e.g. ngram:3,4)");
+    s.ngram_max = parse_number<int>("--speculative N", rest.substr(0, comma));
+    s.k = parse_number<int>("--speculative K", rest.substr(comma + 1));
+  } else if (f.spec.rfind("draft", 0) == 0) {
+    fail("--speculative: a draft model is not offered yet; use ngram or ngram:N,K");
+  } else {
+    fail("--speculative: ", shown(f.spec), " is not one of none, ngram, ngram:N,K");
+  }
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    fail(f.config.empty() ? "--speculative: " : "--speculative-config: ", e.what());
+  }
+  if (!s.on()) fail("--speculative: K must be >= 1 to speculate (none turns it off)");
+  return s;
+}
+
+}  // namespace servekit::cli

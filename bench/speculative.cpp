@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: Apache-2.0
+// Speculative decoding (n-gram prompt lookup) against plain decoding, in one run:
+//   steps   what a step costs the model: a plain decode step (one row per sequence) and a
+//           verify step (k + 1 rows per sequence) at each batch size, medians of --reps;
+//   engine  decode tokens/s without and with speculation (k = --k), rounds alternating, for
+//           requests whose prompts repeat a motif, at several temperatures: greedy loops are
+//           accepted almost always, hotter sampling less. Each point: the measured acceptance
+//           rate and speedup, beside the speedup predicted from the measured step costs.
+// The prediction: a proposal of k tokens, each accepted with probability a while the ones
+// before it were, yields E = (1 - a^(k+1)) / (1 - a) tokens per verify step, so
+// speedup(a) = E * t(decode) / t(verify k). Random weights make acceptance artificial (a random
+// model falls into loops that real text rarely has): read the curve, not the points, for what a
+// real model would gain at its own acceptance rate. Writes steps.csv, engine.csv and
+// speedup.png (the curve per batch size and the measured points) into --out. Host backend, f32,
+// contiguous KV; a seeded random GPT-2 124M (random weights cost what real ones do).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "servekit/model/gpt2.hpp"
+#include "servekit/serve/engine.hpp"
+
+namespace fs = std::filesystem;
+namespace sk = servekit;
+namespace serve = servekit::serve;
+using D = sk::dims::Gpt2Small;
+using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous>>;
+using servekit::bench::now_s;
+using servekit::bench::plot;
+
+struct Args {
+  std::string vocab = sk::text::default_vocab_dir().string(), out = "out/bench_speculative",
+              parts = "steps,engine";
+  std::vector<int> batches = {1, 4, 16};
+  std::vector<float> temperatures = {0.f, 0.5f, 0.8f, 1.2f};
+  int k = 4, prompt = 128, new_tokens = 128, rounds = 2, reps = 5;
+};
+
+// Median seconds of a step in which each of `batch` sequences (n_past = prompt) feeds `rows`
+// tokens and gets their logits.
+double step_s(Model& m, Model::Cache& cache, int batch, int rows, int prompt, int reps) {
+  std::vector<sk::model::SeqStep> seqs;
+  for (int i = 0; i < batch; i++) seqs.push_back({i, prompt, rows, 0, rows});
+  std::vector<int32_t> tokens(static_cast<std::size_t>(batch) * rows, 464);
+  std::vector<float> logits;
+  std::vector<double> t;
+  for (int r = 0; r < reps + 1; r++) {
+    const double t0 = now_s();
+    m.forward(cache, {tokens, seqs}, logits);
+    if (r > 0) t.push_back(now_s() - t0);  // the first grows the buffers
+  }
+  return servekit::bench::percentile(t, 50);
+}
+
+struct StepCosts {
+  int batch;
+  double decode_ms;
+  std::vector<double> verify_ms;  // [k]: k proposed tokens per sequence, k = 1..K
+};
+
+std::vector<StepCosts> steps(Model& m, const Args& a) {
+  std::printf("\n== step costs: %d-token contexts, median of %d (ms)\n", a.prompt, a.reps);
+  std::printf("%6s %10s", "batch", "decode");
+  for (int k = 1; k <= a.k; k++) std::printf("  verify k=%d", k);
+  std::printf("\n");
+  const int B = *std::max_element(a.batches.begin(), a.batches.end());
+  auto cache = m.make_cache(B);
+  {  // every slot's prompt in its rows
+    std::vector<sk::model::SeqStep> seqs;
+    for (int i = 0; i < B; i++) seqs.push_back({i, 0, a.prompt, 0, 1});
+    std::vector<int32_t> tokens(static_cast<std::size_t>(B) * a.prompt);
+    std::mt19937_64 rng(1);
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % 50000);
+    std::vector<float> logits;
+    m.forward(cache, {tokens, seqs}, logits);
+  }
+  std::ofstream f(fs::path(a.out) / "steps.csv");
+  f << "batch,decode_ms";
+  for (int k = 1; k <= a.k; k++) f << ",verify_k" << k << "_ms";
+  f << "\n";
+  std::vector<StepCosts> out;
+  for (int b : a.batches) {
+    StepCosts c{b, 1e3 * step_s(m, cache, b, 1, a.prompt, a.reps), {0}};
+    for (int k = 1; k <= a.k; k++)
+      c.verify_ms.push_back(1e3 * step_s(m, cache, b, k + 1, a.prompt, a.reps));
+    std::printf("%6d %10.2f", b, c.decode_ms);
+    f << b << "," << c.decode_ms;
+    for (int k = 1; k <= a.k; k++) {
+      std::printf("  %7.2f (%.2fx)", c.verify_ms[k], c.verify_ms[k] / c.decode_ms);
+      f << "," << c.verify_ms[k];
+    }
+    std::printf("\n");
+    f << "\n";
+    std::fflush(stdout);
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Tokens per verify step when each of k proposals is accepted with probability a (while the
+// ones before it were), and the speedup that gives over plain decode steps.
+double expected_tokens(double a, int k) {
+  return a >= 1 ? k + 1 : (1 - std::pow(a, k + 1)) / (1 - a);
+}
+double predicted(const StepCosts& c, double a, int k) {
+  return expected_tokens(a, k) * c.decode_ms / c.verify_ms[k];
+}
+
+// `batch` requests at once whose prompts repeat a motif, at temperature T (seeded).
+std::vector<serve::Request> requests(const Args& a, int batch, float T) {
+  std::mt19937_64 rng(7 + batch);
+  std::vector<serve::Request> rs(batch);
+  for (auto& r : rs) {
+    std::vector<int32_t> motif(8 + rng() % 24);
+    for (auto& t : motif) t = static_cast<int32_t>(rng() % 50000);
+    while (static_cast<int>(r.prompt_ids.size()) < a.prompt)
+      r.prompt_ids.insert(r.prompt_ids.end(), motif.begin(), motif.end());
+    r.prompt_ids.resize(a.prompt);
+    r.stop = {.max_new_tokens = a.new_tokens, .stop_at_eos = false};
+    r.sampling = {.temperature = T, .top_k = 50, .seed = rng()};
+  }
+  return rs;
+}
+
+struct Measured {
+  double seconds = 0;
+  long generated = 0, proposed = 0, accepted = 0;
+};
+
+Measured run(Model& m, const sk::text::Gpt2Tokenizer& tok, const std::vector<serve::Request>& rs,
+             int k) {
+  serve::EngineOptions o{.max_batch = static_cast<int>(rs.size()),
+                         .max_batched_tokens = 2048,
+                         .memory_limit = std::size_t{4} << 30,
+                         .speculative = {.k = k}};
+  serve::Engine<Model, serve::sched::Continuous> e(m, tok, o);
+  // Decode time only: the prompts first, then the clock.
+  std::vector<serve::Request> warm = rs;
+  for (auto& r : warm) r.stop.max_new_tokens = 1;
+  e.run_all(warm);
+  const auto before = e.stats();
+  const double t0 = now_s();
+  e.run_all(rs);
+  Measured x;
+  x.seconds = now_s() - t0;
+  const auto s = e.stats();
+  x.generated = s.generated_tokens - before.generated_tokens;
+  x.proposed = s.spec_proposed - before.spec_proposed;
+  x.accepted = s.spec_accepted - before.spec_accepted;
+  return x;
+}
+
+void engine(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a,
+            const std::vector<StepCosts>& costs) {
+  std::printf(
+      "\n== engine: %d-token prompts (a motif repeated), %d new tokens, k = %d, %d rounds "
+      "(tokens/s)\n",
+      a.prompt, a.new_tokens, a.k, a.rounds);
+  std::printf("%6s %6s %10s %10s %9s %11s %11s\n", "batch", "temp", "plain", "ngram", "accept",
+              "speedup", "predicted");
+  std::ofstream f(fs::path(a.out) / "engine.csv");
+  f << "batch,temperature,plain_tok_s,ngram_tok_s,acceptance,speedup,predicted\n";
+  for (const StepCosts& c : costs)
+    for (float T : a.temperatures) {
+      const auto rs = requests(a, c.batch, T);
+      Measured off, on;
+      for (int r = 0; r < a.rounds; r++) {
+        // Alternate which goes first, so that neither always finds the machine warmer.
+        for (int i = 0; i < 2; i++) {
+          const bool spec = (r + i) % 2 == 1;
+          const Measured x = run(m, tok, rs, spec ? a.k : 0);
+          Measured& acc = spec ? on : off;
+          acc.seconds += x.seconds, acc.generated += x.generated;
+          acc.proposed += x.proposed, acc.accepted += x.accepted;
+          std::fprintf(stderr, "\r  batch %d T %.1f round %d/%d %s  ", c.batch, T, r + 1, a.rounds,
+                       spec ? "ngram" : "plain");
+        }
+      }
+      std::fprintf(stderr, "\r%60s\r", "");
+      const double plain = off.generated / off.seconds, spec = on.generated / on.seconds;
+      const double acc = on.proposed > 0 ? double(on.accepted) / on.proposed : 0;
+      const double pred = predicted(c, acc, a.k);
+      std::printf("%6d %6.1f %10.1f %10.1f %9.2f %10.2fx %10.2fx\n", c.batch, T, plain, spec, acc,
+                  spec / plain, pred);
+      std::fflush(stdout);
+      f << c.batch << "," << T << "," << plain << "," << spec << "," << acc << "," << spec / plain
+        << "," << pred << "\n";
+    }
+}
+
+// The predicted speedup against acceptance per batch size (lines), and the measured points.
+void draw(const Args& a, const std::vector<StepCosts>& costs, bool measured) {
+  const fs::path curve = fs::path(a.out) / "predicted.csv";
+  std::ofstream f(curve);
+  f << "acceptance";
+  for (const auto& c : costs) f << ",batch" << c.batch;
+  f << "\n";
+  for (int i = 0; i <= 100; i++) {
+    const double acc = i / 100.0;
+    f << acc;
+    for (const auto& c : costs) f << "," << predicted(c, acc, a.k);
+    f << "\n";
+  }
+  f.close();
+  std::string s = "set datafile separator ','\nset terminal pngcairo size 900,560\nset output '" +
+                  (fs::path(a.out) / "speedup.png").string() +
+                  "'\nset title 'n-gram speculation, k = " + std::to_string(a.k) +
+                  ": speedup over plain decoding'\nset xlabel 'acceptance rate'\nset ylabel "
+                  "'decode speedup (x)'\nset key left top\nset grid\nset yrange [0:*]\nplot ";
+  for (std::size_t i = 0; i < costs.size(); i++)
+    s += "'" + curve.string() + "' using 1:" + std::to_string(i + 2) + " with lines lw 2 lc " +
+         std::to_string(i + 1) + " title 'predicted, batch " + std::to_string(costs[i].batch) +
+         "', ";
+  if (measured)
+    for (std::size_t i = 0; i < costs.size(); i++)
+      s += "'" + (fs::path(a.out) / "engine.csv").string() +
+           "' using ($1 == " + std::to_string(costs[i].batch) +
+           " ? $5 : 1/0):6 with points pt 7 ps 1.5 lc " + std::to_string(i + 1) +
+           " title 'measured, batch " + std::to_string(costs[i].batch) + "', ";
+  s += "1 with lines dt 2 lc 'gray' title 'plain'\n";
+  plot(fs::path(a.out) / "speedup.gp", s);
+}
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"servekit speculative decoding benchmark"};
+  app.add_option("--vocab", a.vocab, "GPT-2 vocabulary folder");
+  app.add_option("--out", a.out, "folder for the CSVs and the PNG");
+  app.add_option("--parts", a.parts, "comma-separated: steps,engine");
+  app.add_option("--batches", a.batches, "batch sizes")->delimiter(',')->check(CLI::Range(1, 64));
+  app.add_option("--temperatures", a.temperatures, "engine: sampling temperatures (0: greedy)")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 4.0));
+  app.add_option("--k", a.k, "proposed tokens per step")->check(CLI::Range(1, 16));
+  app.add_option("--prompt", a.prompt, "prompt tokens")->check(CLI::Range(8, 768));
+  app.add_option("--new", a.new_tokens, "new tokens")->check(CLI::Range(1, 256));
+  app.add_option("--rounds", a.rounds, "engine: rounds (plain and ngram each, alternating)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--reps", a.reps, "steps: repetitions per step shape")->check(CLI::Range(1, 100));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    fs::create_directories(a.out);
+    auto has = [&](const char* p) {
+      return ("," + a.parts + ",").find(std::string(",") + p + ",") != std::string::npos;
+    };
+    auto tok = sk::text::Gpt2Tokenizer::from_dir(a.vocab);
+    std::fprintf(stderr, "bench_speculative: random GPT-2 124M (seed 0), %s\n",
+                 Model::name().c_str());
+    auto m = Model::random(0);
+    const auto costs = steps(m, a);
+    if (has("engine")) engine(m, tok, a, costs);
+    draw(a, costs, has("engine"));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_speculative: error: %s\n", e.what());
+    return 1;
+  }
+}
