@@ -174,6 +174,30 @@ TEST_CASE("the n-gram proposer copies what followed the latest earlier match", "
   CHECK(propose({3, 1, 2, 7, 3}, 3).empty());
 }
 
+TEST_CASE("a sequence's pace: grows on full acceptance, shrinks on rejection, pauses", "[spec]") {
+  serve::SpecPace p;
+  CHECK(p.allowance(4) == 4);
+  p.verified(4, 1, 4);  // one accepted: propose 2 next
+  CHECK(p.allowance(4) == 2);
+  p.verified(2, 2, 4);  // all accepted: one more
+  CHECK(p.allowance(4) == 3);
+  for (int i = 0; i < serve::SpecPace::kPatience; i++) {
+    CHECK(p.allowance(4) >= 1);
+    p.verified(p.k, 0, 4);
+  }
+  // kPatience verifies accepting nothing: 2 steps off, then one token again.
+  CHECK(p.allowance(4) == 0);
+  CHECK(p.allowance(4) == 0);
+  CHECK(p.allowance(4) == 1);
+  for (int i = 0; i < serve::SpecPace::kPatience; i++) p.verified(1, 0, 4);
+  int off = 0;
+  while (p.allowance(4) == 0) off++;
+  CHECK(off == 4);      // the pause doubles
+  p.verified(1, 1, 4);  // a hit: back to growing, the pause reset
+  CHECK(p.allowance(4) == 2);
+  CHECK(p.backoff == 2);
+}
+
 // Speculation changes how many tokens a step yields, never a bit of what a request gets: the
 // tokens and logprobs of plain decoding, greedy or seeded, with chunked prefill, preemption and
 // prefix caching, whatever else shares the steps. Not [invariance]: the sanitizer build runs it.

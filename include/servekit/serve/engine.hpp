@@ -324,7 +324,8 @@ class Engine {
       const int r = batch_.row(i);
       bool done;
       if (!s->draft.empty()) {
-        done = verify(s, r, core_, [this](Seq* q, int row) { return feed(q, row); });
+        done = verify(s, r, opt_.speculative.k, core_,
+                      [this](Seq* q, int row) { return feed(q, row); });
       } else {
         s->n_cached += w.n_new;
         core_.wrote(*s);

@@ -33,6 +33,39 @@ struct Speculation {
   }
 };
 
+// How many tokens one sequence proposes, adapted to how its proposals fare: a rejected token
+// costs a row of the step for nothing. After a verify that accepted everything it grows by
+// one (up to k); after a rejection it becomes what was accepted + 1; after kPatience verifies
+// in a row that accepted nothing it pauses for 2, 4, ... 64 of its decode steps, then tries
+// one token again.
+struct SpecPace {
+  static constexpr int kPatience = 4, kMaxPause = 64;
+  int k = -1;  // tokens it may propose next (-1: not yet set: the engine's k)
+  int misses = 0, pause = 0, backoff = 2;
+
+  // The tokens it may propose this step (0: paused).
+  int allowance(int k_max) {
+    if (k < 0) k = k_max;
+    if (pause > 0) {
+      pause--;
+      return 0;
+    }
+    return std::min(k, k_max);
+  }
+  void verified(int proposed, int accepted, int k_max) {
+    if (accepted == proposed) {
+      k = std::min(k_max, k + 1), misses = 0, backoff = 2;
+      return;
+    }
+    k = std::max(1, accepted + 1);
+    if (accepted > 0) {
+      misses = 0, backoff = 2;
+    } else if (++misses >= kPatience) {
+      pause = backoff, backoff = std::min(kMaxPause, 2 * backoff), misses = 0;
+    }
+  }
+};
+
 // Writes to `out` (cleared first) `k` tokens that continue the most recent earlier occurrence
 // of tokens' last n tokens, for n from ngram_max down to ngram_min; empty when no suffix
 // recurs. The text is copied from `shift` tokens back, the distance to that occurrence, and the

@@ -27,6 +27,8 @@ namespace servekit::serve {
 // max_len: the cache's rows per sequence. device_sampling: the device picks tokens under masks
 // made before the step, so constrained requests (whose later masks depend on the tokens
 // accepted) do not speculate there.
+// Each sequence proposes what its SpecPace allows, so a request whose proposals keep failing
+// stops paying rows for them.
 template <class Cache>
 void add_drafts(std::vector<Work>& plan, const Core<Cache>& core, const Speculation& sp,
                 int max_batched_tokens, int max_len, bool device_sampling) {
@@ -47,7 +49,8 @@ void add_drafts(std::vector<Work>& plan, const Core<Cache>& core, const Speculat
     // At most the tokens it may still generate after this one, within its rows.
     const int left = std::min(st.request().stop.max_new_tokens - st.generated() - 1,
                               std::min(st.max_rows(), max_len) - s->n_cached - 1);
-    const int k = std::min({sp.k, budget, left});
+    if (left <= 0) continue;
+    const int k = std::min({s->pace.allowance(sp.k), budget, left});
     if (k <= 0) continue;
     propose_ngram(st.tokens(), sp, k, s->draft);
     int d = static_cast<int>(s->draft.size()), extra = 0;
@@ -66,7 +69,7 @@ void add_drafts(std::vector<Work>& plan, const Core<Cache>& core, const Speculat
 // their cache rows lie beyond n_cached, and later steps write over them. Returns whether the
 // request finished.
 template <class Cache, class Feed>
-bool verify(Seq* s, int r, Core<Cache>& core, Feed&& feed) {
+bool verify(Seq* s, int r, int k_max, Core<Cache>& core, Feed&& feed) {
   const int d = static_cast<int>(s->draft.size());
   int fed = 0, accepted = 0;
   bool done = false;
@@ -78,6 +81,7 @@ bool verify(Seq* s, int r, Core<Cache>& core, Feed&& feed) {
     if (!match) break;
   }
   s->n_cached += fed;  // its last token and the accepted proposals
+  s->pace.verified(d, accepted, k_max);
   s->st->speculated(d, accepted);
   core.counters.spec_proposed += d;
   core.counters.spec_accepted += accepted;

@@ -75,6 +75,7 @@ struct Seq {
   // Speculation: tokens proposed after its last one, fed (and verified) in this step's work
   // after its one uncached token; empty outside a step.
   std::vector<int32_t> draft;
+  SpecPace pace;  // how many it proposes, from how its proposals fared
 
   int uncached() const { return static_cast<int>(st->tokens().size()) - n_cached; }
 };
