@@ -45,20 +45,16 @@ struct Args {
   int k = 4, prompt = 128, new_tokens = 128, rounds = 2, reps = 9;
 };
 
-// Median seconds of a step in which each of `batch` sequences (n_past = prompt) feeds `rows`
-// tokens and gets their logits.
-double step_s(Model& m, Model::Cache& cache, int batch, int rows, int prompt, int reps) {
+// Seconds of one step in which each of `batch` sequences (n_past = prompt) feeds `rows` tokens
+// and gets their logits.
+double step_s(Model& m, Model::Cache& cache, int batch, int rows, int prompt) {
   std::vector<sk::model::SeqStep> seqs;
   for (int i = 0; i < batch; i++) seqs.push_back({i, prompt, rows, 0, rows});
   std::vector<int32_t> tokens(static_cast<std::size_t>(batch) * rows, 464);
-  std::vector<float> logits;
-  std::vector<double> t;
-  for (int r = 0; r < reps + 1; r++) {
-    const double t0 = now_s();
-    m.forward(cache, {tokens, seqs}, logits);
-    if (r > 0) t.push_back(now_s() - t0);  // the first grows the buffers
-  }
-  return servekit::bench::percentile(t, 50);
+  static std::vector<float> logits;
+  const double t0 = now_s();
+  m.forward(cache, {tokens, seqs}, logits);
+  return now_s() - t0;
 }
 
 struct StepCosts {
@@ -89,9 +85,16 @@ std::vector<StepCosts> steps(Model& m, const Args& a) {
   f << "\n";
   std::vector<StepCosts> out;
   for (int b : a.batches) {
-    StepCosts c{b, 1e3 * step_s(m, cache, b, 1, a.prompt, a.reps), {0}};
-    for (int k = 1; k <= a.k; k++)
-      c.verify_ms.push_back(1e3 * step_s(m, cache, b, k + 1, a.prompt, a.reps));
+    // The shapes take turns, rep by rep, so that a slower moment of the machine falls on all of
+    // them; one untimed round first grows the buffers.
+    std::vector<std::vector<double>> t(a.k + 1);
+    for (int r = 0; r <= a.reps; r++)
+      for (int k = 0; k <= a.k; k++) {
+        const double s = step_s(m, cache, b, k + 1, a.prompt);
+        if (r > 0) t[k].push_back(1e3 * s);
+      }
+    StepCosts c{b, servekit::bench::percentile(t[0], 50), {0}};
+    for (int k = 1; k <= a.k; k++) c.verify_ms.push_back(servekit::bench::percentile(t[k], 50));
     std::printf("%6d %10.2f", b, c.decode_ms);
     f << b << "," << c.decode_ms;
     for (int k = 1; k <= a.k; k++) {

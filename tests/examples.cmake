@@ -33,3 +33,6 @@ lesson_test(lesson_08_structured_generation
 lesson_test(lesson_09_prefix_caching
   "$<TARGET_FILE:09_prefix_caching>;${tiny};--tokens;6;--out;${lesson_out}/09"
   "request 1 \\( *[0-9]+ tokens\\): . *0\\+ ;request 2 \\( *[0-9]+ tokens\\): . *0= ;same logits as a whole prefill without the cache: yes;TTFT off \\(ms\\)")
+lesson_test(lesson_10_speculative_decoding
+  "$<TARGET_FILE:10_speculative_decoding>;${tiny};--tokens;40;--out;${lesson_out}/10"
+  "step  1 at position +[0-9]+, proposed;drew:;same tokens as plain decoding: yes;speedup [0-9.]+x at acceptance;same tokens: yes")

@@ -19,12 +19,12 @@ endfunction()
 
 if(TARGET servekit_cli)
   # The CLI itself, as servekit under build/tests/asan/ (its vocabulary is found the same way),
-  # with the compositions test_cli runs, the shapes the tests load (model/dispatch.hpp), and no
+  # with the compositions test_cli runs (each scheduler without LoRA, gathered adapters under
+  # the continuous one), the shapes the tests load (model/dispatch.hpp), and no
   # HTTP server, which test_cli does not drive (apps/run_composition.hpp).
   servekit_cli_program(servekit_cli_asan ONE_UNIT
     COMPOSITIONS f32/contiguous/none/continuous/host f32/contiguous/none/static/host
       f32/contiguous/none/sequential/host f32/contiguous/gathered/continuous/host
-      f32/contiguous/gathered/static/host f32/contiguous/gathered/sequential/host
     DEFINITIONS SERVEKIT_COMPILED_DIMS_FOR_TESTS SERVEKIT_CLI_NO_SERVE)
   set_target_properties(servekit_cli_asan PROPERTIES OUTPUT_NAME servekit
     RUNTIME_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/asan)
