@@ -6,8 +6,9 @@
 //   poisson  open-loop arrivals at increasing rates: TTFT and TPOT p50 / p99 and throughput per
 //            scheduler, continuous with and without chunked prefill;
 //   sweep    throughput and mean latency against batch size (the course's plot).
-// Each part writes a CSV and a PNG (gnuplot) into --out. Host backend, f32, paged KV; the
-// default model is a seeded random GPT-2 124M (random weights cost what real ones do).
+// Each part writes a CSV and a PNG (gnuplot) into --out. Host backend (bench_engine_cuda, the same
+// source compiled by nvcc: the Cuda backend), f32, paged KV; the model is a seeded random GPT-2
+// 124M (random weights cost what real ones do).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -24,6 +25,10 @@
 #include "common.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"
+#if defined(__CUDACC__)
+#include "servekit/backend/cuda.hpp"
+#include "servekit/backend/cuda_device.hpp"
+#endif
 
 namespace fs = std::filesystem;
 namespace sk = servekit;
@@ -32,10 +37,18 @@ using D = sk::dims::Gpt2Small;
 using servekit::bench::percentile;
 using servekit::bench::plot;
 using servekit::bench::random_tokens;
-using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>>>;
+#if defined(__CUDACC__)
+using Backend = sk::backend::Cuda;
+const std::string kWhere = "cuda";
+#else
+using Backend = sk::backend::Host;
+const std::string kWhere = "host";
+#endif
+using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>, sk::lora::None, Backend>>;
 // The course's static batching pads on a contiguous cache and runs finished rows to the end of
 // their batch; the course part runs there.
-using ContigModel = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous>>;
+using ContigModel =
+    sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, sk::lora::None, Backend>>;
 
 struct Args {
   std::string vocab = sk::text::default_vocab_dir().string(), out = "out/bench_engine",
@@ -90,8 +103,8 @@ void course(ContigModel& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
            (fs::path(a.out) / "course.png").string() +
            "'\nset datafile separator ','\nset style fill solid 0.8\nset boxwidth 0.5\nset grid y\n"
            "set title 'Course workload (" +
-           ContigModel::name() +
-           ", host)'\nset ylabel 'tokens/s'\n"
+           ContigModel::name() + ", " + kWhere +
+           ")'\nset ylabel 'tokens/s'\n"
            "set yrange [0:*]\nplot '" +
            (fs::path(a.out) / "course.csv").string() +
            "' every ::1 using 0:3:xtic(1) with boxes lc rgb '#1f77b4' notitle\n");
@@ -166,8 +179,8 @@ void poisson(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
        "set terminal pngcairo size 1000,450\nset output '" +
            (fs::path(a.out) / "poisson.png").string() +
            "'\nset datafile separator ','\nset multiplot layout 1,2 title 'Poisson arrivals (" +
-           Model::name() +
-           ", host)'\nset grid\nset logscale y\nset xlabel 'arrival rate (req/s)'\n"
+           Model::name() + ", " + kWhere +
+           ")'\nset grid\nset logscale y\nset xlabel 'arrival rate (req/s)'\n"
            "set ylabel 'TTFT p50 (ms)'\nset key top left\n"
            "plot for [s in 'static continuous continuous+chunked'] '" +
            csv +
@@ -204,8 +217,8 @@ void sweep(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
            (fs::path(a.out) / "sweep.png").string() +
            "'\nset datafile separator ','\nset grid\nset logscale x 2\nset key top left\n"
            "set title 'Throughput and latency vs batch size (" +
-           Model::name() +
-           ", host)'\nset xlabel 'batch size'\nset ylabel 'tokens/s' tc rgb 'red'\n"
+           Model::name() + ", " + kWhere +
+           ")'\nset xlabel 'batch size'\nset ylabel 'tokens/s' tc rgb 'red'\n"
            "set y2label 'mean latency (s)' tc rgb 'blue'\nset ytics nomirror\nset y2tics\nplot '" +
            (fs::path(a.out) / "sweep.csv").string() +
            "' every ::1 using 1:2 axes x1y1 with linespoints lc rgb 'red' title 'throughput', '' "
@@ -223,6 +236,13 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--max-sweep", a.max_sweep, "largest batch of the sweep");
   CLI11_PARSE(app, argc, argv);
+#if defined(__CUDACC__)
+  if (const std::string why = sk::backend::cuda_device_missing(); !why.empty()) {
+    std::fprintf(stderr, "bench_engine_cuda: no CUDA device (%s); nothing run\n", why.c_str());
+    return sk::backend::kNoCudaDeviceExit;
+  }
+  std::printf("device: %s\n", sk::backend::cuda_device_summary().c_str());
+#endif
   try {
     fs::create_directories(a.out);
     auto tok = sk::text::Gpt2Tokenizer::from_dir(a.vocab);

@@ -8,7 +8,8 @@
 #   run(command="bash scripts/gpu_check.sh all", carry=[".gpu-bundle"])
 # Each program is sm_80 + sm_90 code with sm_90 PTX, and links the CUDA runtime, libstdc++,
 # libgcc and libgomp statically: there it needs glibc and the driver's libcuda only, which this
-# script checks. It prints the bundle's size, which must stay under the 64 MiB carry.
+# script checks. It prints the bundle's size, which must stay under the 64 MiB carry, and that
+# of the bundle and the checkout's tracked files, which travel together.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD="${SERVEKIT_BUILD_DIR:-$ROOT/build}"
@@ -19,8 +20,8 @@ if [ "${1:-}" = "--no-build" ]; then
 fi
 BUNDLE=$(realpath -m "${1:-$ROOT/.gpu-bundle}")
 LIMIT=$((64 * 1024 * 1024))
-TESTS=(test_gpt2_cuda test_invariants_cuda test_kernels_cuda test_simt_cuda)
-PROGRAMS=("${TESTS[@]}" bench_decode_cuda)
+TESTS=(test_gpt2_cuda test_invariants_cuda test_kernels_cuda test_engine_cuda test_simt_cuda)
+PROGRAMS=("${TESTS[@]}" bench_decode_cuda bench_engine_cuda)
 
 if [ $build = 1 ]; then
   SERVEKIT_TARGETS="${PROGRAMS[*]}" bash "$ROOT/scripts/build.sh" -DSERVEKIT_CUDA=ON
@@ -31,7 +32,9 @@ mkdir -p "$BUNDLE/bin"
 for p in "${PROGRAMS[@]}"; do
   f=$(find "$BUILD" -type f -name "$p" -perm -u+x -print -quit)
   [ -n "$f" ] || { echo "gpu_bundle: $p is not built in $BUILD" >&2; exit 1; }
-  cp "$f" "$BUNDLE/bin/$p"
+  # Without the host symbol tables (a seventh of each program): the device code, and its names
+  # in a sanitizer's report, stay.
+  strip -o "$BUNDLE/bin/$p" "$f"
   # Only glibc's libraries may be needed at run time (libcuda is opened by the runtime).
   extra=$(readelf -d "$BUNDLE/bin/$p" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' |
     grep -Ev '^(libc|libm|libdl|libpthread|librt|ld-linux-x86-64)\.so' || true)
@@ -63,4 +66,11 @@ echo "gpu_bundle: $BUNDLE holds ${PROGRAMS[*]}: $((size / 1024 / 1024)) MiB ($si
 if [ "$size" -ge "$LIMIT" ]; then
   echo "gpu_bundle: the bundle is larger than the 64 MiB the device machine can carry" >&2
   exit 1
+fi
+# The checkout's tracked files travel beside it, within the same 64 MiB.
+if tree=$(git -C "$ROOT" ls-files -z 2>/dev/null | (cd "$ROOT" && xargs -0 du -cb 2>/dev/null) |
+  tail -1 | cut -f1) && [ -n "$tree" ]; then
+  echo "gpu_bundle: with the checkout's tracked files ($((tree / 1024 / 1024)) MiB): $(((size + tree) / 1024 / 1024)) MiB travel"
+  [ $((size + tree)) -lt "$LIMIT" ] ||
+    echo "gpu_bundle: warning: bundle and checkout together pass the 64 MiB a device call carries" >&2
 fi

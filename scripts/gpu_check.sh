@@ -4,11 +4,12 @@
 # built elsewhere (.gpu-bundle/, carried along): nothing is compiled here. In steps that each
 # end well inside the device tool's 10 minutes a call:
 #   scripts/gpu_check.sh tests      every device test (test_gpt2_cuda, test_invariants_cuda,
-#                                   test_kernels_cuda, test_simt_cuda)
+#                                   test_kernels_cuda, test_engine_cuda, test_simt_cuda)
 #   scripts/gpu_check.sh sanitize   compute-sanitizer memcheck on every device test; racecheck,
 #                                   synccheck and initcheck on the kernels and the decode steps
 #   scripts/gpu_check.sh bench      bench_decode_cuda beside the read bandwidth of the same run,
-#                                   and batch 8 with one column tile a block
+#                                   batch 8 with one column tile a block, and bench_engine_cuda
+#                                   (the course's workload, Poisson arrivals: TTFT, TPOT, tokens/s)
 #   scripts/gpu_check.sh hf         GPT-2 124M's shape against HF: tools/make_reference.py makes
 #                                   a seeded random 124M checkpoint and HF's logits with this
 #                                   machine's torch, then test_gpt2_cuda "[.hf124m]" (minutes)
@@ -166,7 +167,18 @@ step_bench() {
   run_step "$r" "bench_decode_cuda --batches 8 --tiles-per-block 1" - \
     "$BUNDLE/bin/bench_decode_cuda" --batches 8 --tiles-per-block 1 \
     --csv "$REPORT_DIR/decode_cuda_one_tile.csv"
-  { echo; echo '```'; printf '%s\n' "$LAST_OUT"; echo '```'; } >>"$r"
+  { echo; echo '```'; printf '%s\n' "$LAST_OUT"; echo '```'; echo; } >>"$r"
+  # The engine on the device: the course's workload (static vs continuous), open-loop Poisson
+  # arrivals (TTFT, TPOT, tokens/s per scheduler) and the batch sweep; its CSVs stay behind
+  # (the device tool brings back few files), its printed tables go into the report.
+  if [ -x "$BUNDLE/bin/bench_engine_cuda" ]; then
+    local eng
+    eng=$(mktemp -d)
+    run_step "$r" "bench_engine_cuda" - "$BUNDLE/bin/bench_engine_cuda" --rates 4,16 \
+      --poisson-requests 32 --max-sweep 64 --out "$eng"
+    { echo; echo '```'; printf '%s\n' "$LAST_OUT"; echo '```'; } >>"$r"
+    rm -rf "$eng"
+  fi
   cat "$r"
 }
 

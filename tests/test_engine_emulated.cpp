@@ -1,9 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// The engine's invariant with the CUDA kernels run by the emulator: continuous and static
-// batching give each request its tokens alone, greedy and seeded, on both cache layouts, with
-// preemption and chunked prefill forced on the paged one.
+// The engine's invariant with the CUDA kernels, run by the emulator here and, compiled by nvcc
+// (tests/cuda/test_engine_cuda.cu), by a GPU: continuous and static batching give each request
+// its tokens alone, greedy and seeded, on both cache layouts, with preemption and chunked
+// prefill forced on the paged one; so do prefix caching, speculation and many adapters at once.
 #include "engine_support.hpp"
+#include "support/reference.hpp"
+#include "servekit/lora/random_adapter.hpp"
+#if defined(__CUDACC__)
+#include "servekit/backend/cuda.hpp"
+#else
 #include "servekit/backend/emulated.hpp"
+#endif
 
 using Catch::Contains;
 
@@ -13,11 +20,15 @@ namespace sched = servekit::serve::sched;
 using namespace servekit::test::engine;
 
 using D = sk::dims::Tiny<2, 4, 64, 512, 128>;
-using Emu = sk::backend::Emulated;
-using Contig = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, sk::lora::None, Emu>>;
-using Paged = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<8>, sk::lora::None, Emu>>;
+#if defined(__CUDACC__)
+using Dev = sk::backend::Cuda;
+#else
+using Dev = sk::backend::Emulated;
+#endif
+using Contig = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, sk::lora::None, Dev>>;
+using Paged = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<8>, sk::lora::None, Dev>>;
 
-TEMPLATE_TEST_CASE("emulated: continuous and static batching == alone", "[engine][emulated]",
+TEMPLATE_TEST_CASE("device kernels: continuous and static batching == alone", "[engine][emulated]",
                    Contig, Paged) {
   auto m = TestType::random(5);
   for (bool sample : {false, true}) {
@@ -37,7 +48,8 @@ TEMPLATE_TEST_CASE("emulated: continuous and static batching == alone", "[engine
 
 // Prefix caching with the CUDA kernels: a cached prefix's rows are read by the attention kernels
 // through shared block-table entries, and nothing of a request's output changes.
-TEST_CASE("emulated: prefix caching changes no token or logprob", "[engine][emulated][prefix]") {
+TEST_CASE("device kernels: prefix caching changes no token or logprob",
+          "[engine][emulated][prefix]") {
   auto m = Paged::random(5);
   for (bool sample : {false, true}) {
     INFO((sample ? "seeded sampling" : "greedy"));
@@ -55,8 +67,8 @@ TEST_CASE("emulated: prefix caching changes no token or logprob", "[engine][emul
 // Speculation with the CUDA kernels: a draft's rows are a prefill-shaped part of a decode step
 // and each of its rows is picked on the device with its own draw (RowSampling::index), and
 // still every token and logprob is plain decoding's.
-TEMPLATE_TEST_CASE("emulated: speculation changes no token or logprob", "[engine][emulated][spec]",
-                   Contig, Paged) {
+TEMPLATE_TEST_CASE("device kernels: speculation changes no token or logprob",
+                   "[engine][emulated][spec]", Contig, Paged) {
   auto m = TestType::random(5);
   for (bool sample : {false, true}) {
     INFO((sample ? "seeded sampling" : "greedy"));
@@ -71,7 +83,54 @@ TEMPLATE_TEST_CASE("emulated: speculation changes no token or logprob", "[engine
   }
 }
 
-TEST_CASE("emulated: tokens are picked on the device, each row with its own parameters",
+// Many adapters at once through the LoRA kernels: a mix of 1, 12 and 32 adapters and base rows
+// gives every request the tokens it gets alone with its adapter, under every dispatch policy.
+TEMPLATE_TEST_CASE("device kernels: the engine serves many adapters at once, each request as alone",
+                   "[lora][emulated][engine]", sk::lora::Loop, sk::lora::Gathered,
+                   sk::lora::Segmented) {
+  using A = sk::dims::TinyA;
+  using Model = sk::Gpt2<sk::Config<A, sk::weights::F32, sk::kv::Paged<16>, TestType, Dev>>;
+  auto model = Model::load(sk::test::fixture_dir<A>());
+  std::mt19937_64 gen(17);
+  std::vector<std::string> names;
+  for (int i = 0; i < 32; i++) {
+    names.push_back("rand" + std::to_string(i));
+    sk::lora::RandomAdapterSpec spec{.name = names.back(),
+                                     .rank = 1 + static_cast<int>(gen() % 16)};
+    spec.alpha = 2.f * spec.rank;
+    spec.stddev = 0.07f;
+    for (int t = 0; t < sk::lora::kTargets; t++) spec.targets[t] = (gen() % 3) != 0;
+    spec.targets[gen() % 4] = true;
+    spec.layer_share = 0.75;
+    model.add_adapter(sk::lora::random_adapter<A>(spec, gen));
+  }
+  for (int n_adapters : {1, 12, 32}) {
+    INFO(n_adapters << " distinct adapters");
+    const int n = n_adapters == 32 ? 40 : 14;
+    auto rs = make_requests({.n = n, .max_prompt = 40, .max_new = 16}, A::vocab, 3 + n_adapters);
+    std::mt19937 rng(n_adapters);
+    for (auto& r : rs)
+      if (rng() % 4) r.adapter = names[rng() % n_adapters];
+    sk::serve::Engine<Model, sched::Sequential<sched::KvCache>> one(model, tokenizer(),
+                                                                    {.max_batch = 1});
+    auto alone_rs = rs;
+    for (auto& r : alone_rs) r.top_logprobs = kExact<Model> ? 0 : 2;
+    const auto want = one.run_all(alone_rs);
+    sk::serve::Engine<Model, sched::Continuous> engine(model, tokenizer(),
+                                                       {.max_batch = 6, .max_batched_tokens = 48});
+    const auto got = engine.run_all(rs);
+    int parted = 0;
+    for (std::size_t i = 0; i < rs.size(); i++) {
+      INFO("adapter " << rs[i].adapter.value_or("(none)"));
+      REQUIRE(got[i].error == "");
+      parted += check_same(want[i], got[i], i, kExact<Model>);
+    }
+    CHECK(parted <= 2);
+    if (n_adapters > 1) CHECK(engine.stats().max_step_adapters > 1);
+  }
+}
+
+TEST_CASE("device kernels: tokens are picked on the device, each row with its own parameters",
           "[engine][emulated][sampling]") {
   static_assert(Contig::kDeviceSampling && Paged::kDeviceSampling);
   static_assert(!sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous>>::kDeviceSampling);

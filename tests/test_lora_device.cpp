@@ -2,29 +2,23 @@
 // Unmerged LoRA on the device kernels (kernels/lora.hpp), run by the emulator: the gathered
 // (BGMV), segmented (SGMV) and loop kernels give the host oracle's deltas for ragged batches of
 // adapters of ranks 1..16 and rows without one; each PEFT fixture adapter through its slot gives
-// HF + PEFT's logits; and the engine serving random mixes of 1, 12 and 32 adapters and base
-// rows gives every request the tokens it gets alone with its adapter, under every policy.
+// HF + PEFT's logits. The engine serving many adapters at once: test_engine_emulated.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <random>
 
-#include "engine_support.hpp"
 #include "servekit/backend/emulated.hpp"
 #include "servekit/backend/host.hpp"
 #include "servekit/kernels/ref/lora.hpp"
 #include "servekit/lora/adapter.hpp"
-#include "servekit/lora/random_adapter.hpp"
 #include "servekit/model/gpt2.hpp"
-#include "servekit/serve/engine.hpp"
 #include "support/hf_checks.hpp"
 
 namespace sk = servekit;
-namespace sched = sk::serve::sched;
 using sk::kernels::LoraMats;
 using sk::kernels::LoraParams;
 using sk::test::fixture_dir;
-using namespace sk::test::engine;
 
 namespace {
 using Emu = sk::backend::Emulated;
@@ -255,50 +249,5 @@ TEST_CASE("emulated: tiny-b's rsLoRA adapter unmerged gives HF + PEFT's logits",
     INFO("adapter " << kFixtures[slot] << " case " << c.name);
     auto cache = model.make_cache(1);
     sk::test::check_hf_case(model, cache, 0, c, ref.n_steps, 1e-4f, slot);
-  }
-}
-
-TEMPLATE_TEST_CASE("emulated: the engine serves many adapters at once, each request as alone",
-                   "[lora][emulated][engine]", sk::lora::Loop, sk::lora::Gathered,
-                   sk::lora::Segmented) {
-  using D = sk::dims::TinyA;
-  using Model = Lora<D, TestType>;
-  auto model = Model::load(fixture_dir<D>());
-  std::mt19937_64 gen(17);
-  std::vector<std::string> names;
-  for (int i = 0; i < 32; i++) {
-    names.push_back("rand" + std::to_string(i));
-    sk::lora::RandomAdapterSpec spec{.name = names.back(),
-                                     .rank = 1 + static_cast<int>(gen() % 16)};
-    spec.alpha = 2.f * spec.rank;
-    spec.stddev = 0.07f;
-    for (int t = 0; t < sk::lora::kTargets; t++) spec.targets[t] = (gen() % 3) != 0;
-    spec.targets[gen() % 4] = true;
-    spec.layer_share = 0.75;
-    model.add_adapter(sk::lora::random_adapter<D>(spec, gen));
-  }
-  for (int n_adapters : {1, 12, 32}) {
-    INFO(n_adapters << " distinct adapters");
-    const int n = n_adapters == 32 ? 40 : 14;
-    auto rs = make_requests({.n = n, .max_prompt = 40, .max_new = 16}, D::vocab, 3 + n_adapters);
-    std::mt19937 rng(n_adapters);
-    for (auto& r : rs)
-      if (rng() % 4) r.adapter = names[rng() % n_adapters];
-    sk::serve::Engine<Model, sched::Sequential<sched::KvCache>> one(model, tokenizer(),
-                                                                    {.max_batch = 1});
-    auto alone_rs = rs;
-    for (auto& r : alone_rs) r.top_logprobs = kExact<Model> ? 0 : 2;
-    const auto want = one.run_all(alone_rs);
-    sk::serve::Engine<Model, sched::Continuous> engine(model, tokenizer(),
-                                                       {.max_batch = 6, .max_batched_tokens = 48});
-    const auto got = engine.run_all(rs);
-    int parted = 0;
-    for (std::size_t i = 0; i < rs.size(); i++) {
-      INFO("adapter " << rs[i].adapter.value_or("(none)"));
-      REQUIRE(got[i].error == "");
-      parted += check_same(want[i], got[i], i, kExact<Model>);
-    }
-    CHECK(parted <= 2);
-    if (n_adapters > 1) CHECK(engine.stats().max_step_adapters > 1);
   }
 }
