@@ -74,6 +74,6 @@ twin() {  # device test, its emulated twins (the programs that run the same sour
 twin test_gpt2_cuda test_gpt2_device_storage
 twin test_invariants_cuda test_invariants_device_storage
 twin test_kernels_cuda test_kernels test_kernels_sampling test_kernels_u8
-twin test_engine_cuda test_engine_emulated
+twin test_engine_cuda test_engine_emulated test_constrain_emulated
 twin test_simt_cuda test_simt
 exit $fail

@@ -4,7 +4,7 @@
 # decode launches, dry. With nvcc, the same sources for a GPU: test_gpt2_cuda (the decoder on
 # backend::Cuda), test_invariants_cuda (the serving invariants on backend::Cuda),
 # test_kernels_cuda (kernel tests against the host reference), test_engine_cuda (the engine's
-# tests of test_engine_emulated) and test_simt_cuda (the simt tests whose kernels mean the same
+# tests of test_engine_emulated and test_constrain_emulated) and test_simt_cuda (the simt tests whose kernels mean the same
 # on a GPU), built
 # wherever nvcc is (CI builds them; they need neither Boost nor a GPU to build) and run on a GPU
 # machine by scripts/gpu_check.sh from the bundle scripts/gpu_bundle.sh makes. Here, the test
@@ -48,12 +48,14 @@ servekit_cuda_test(test_kernels_cuda SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_attention.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_basic.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_linear.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_lora.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_mask.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_sampling.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_u8.cu)
-# The engine on the device: schedulers, chunking, preemption, prefix caching, speculation and
-# many adapters against each request alone.
-servekit_cuda_test(test_engine_cuda SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda/test_engine_cuda.cu)
+# The engine on the device: schedulers, chunking, preemption, prefix caching, speculation, many
+# adapters and constrained rows against each request alone.
+servekit_cuda_test(test_engine_cuda SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda/test_engine_cuda.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda/test_constrain_cuda.cu)
 servekit_cuda_test(test_simt_cuda SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_simt_block.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_simt_warp.cu

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Constrained decoding on the device under emulation: forward_pick's mask arguments, and the
-// engine's constrained rows (masks built per step, only for rows that sample) against
-// generate() alone. The mask kernel's own test: test_kernels_mask.cpp.
+// Constrained decoding with the device kernels, run by the emulator here and, compiled by nvcc
+// (tests/cuda/test_constrain_cuda.cu), by a GPU: forward_pick's mask arguments, and the engine's
+// constrained rows (masks built per step, only for rows that sample) against generate() alone.
+// The mask kernel's own test: test_kernels_mask.cpp.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -12,7 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
+#if defined(__CUDACC__)
+#include "servekit/backend/cuda.hpp"
+#else
 #include "servekit/backend/emulated.hpp"
+#endif
 #include "servekit/kernels/token_mask.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"
@@ -26,8 +31,12 @@ using Catch::Contains;
 namespace {
 
 using D = sk::dims::Tiny<2, 4, 64, 512, 128>;
-using Emu = sk::Gpt2<
-    sk::Config<D, sk::weights::F32, sk::kv::Contiguous, sk::lora::None, sk::backend::Emulated>>;
+#if defined(__CUDACC__)
+using Dev = sk::backend::Cuda;
+#else
+using Dev = sk::backend::Emulated;
+#endif
+using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, sk::lora::None, Dev>>;
 
 const text::Gpt2Tokenizer& tok() {
   static auto t =
@@ -37,9 +46,9 @@ const text::Gpt2Tokenizer& tok() {
 
 }  // namespace
 
-TEST_CASE("emulated: constrained rows in the engine == generate() alone, and valid",
+TEST_CASE("device kernels: constrained rows in the engine == generate() alone, and valid",
           "[constrain][emulated]") {
-  auto model = Emu::random(21);
+  auto model = Model::random(21);
   const json schemas[] = {
       json::parse(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
                       "age": {"type": "integer"}}, "required": ["name", "age"]})"),
@@ -57,8 +66,8 @@ TEST_CASE("emulated: constrained rows in the engine == generate() alone, and val
       r.stop.stop_at_eos = false;
     rs.push_back(r);
   }
-  serve::Engine<Emu, serve::sched::Continuous> engine(model, tok(),
-                                                      {.max_batch = 3, .max_batched_tokens = 12});
+  serve::Engine<Model, serve::sched::Continuous> engine(model, tok(),
+                                                        {.max_batch = 3, .max_batched_tokens = 12});
   std::vector<serve::RequestHandle> hs;
   for (const auto& r : rs) hs.push_back(engine.submit(r));
   std::vector<serve::Result> got;  // all of them before generate() uses the model
@@ -77,7 +86,7 @@ TEST_CASE("emulated: constrained rows in the engine == generate() alone, and val
 }
 
 TEST_CASE("forward_pick names the mask argument it cannot use", "[constrain][emulated]") {
-  auto model = Emu::random(22);
+  auto model = Model::random(22);
   auto cache = model.make_cache(2);
   const std::vector<int32_t> tokens = {1, 2, 3, 4};
   const std::vector<model::SeqStep> seqs = {{0, 0, 2, 0}, {1, 0, 2, 0}};

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Unmerged LoRA on the device kernels (kernels/lora.hpp), run by the emulator: the gathered
-// (BGMV), segmented (SGMV) and loop kernels give the host oracle's deltas for ragged batches of
-// adapters of ranks 1..16 and rows without one; each PEFT fixture adapter through its slot gives
-// HF + PEFT's logits. The engine serving many adapters at once: test_engine_emulated.cpp.
+// Unmerged LoRA: the host kernels (kernels/host/lora.hpp) against the oracle and fused into the
+// linear, and, run by the emulator, each PEFT fixture adapter through its slot gives HF + PEFT's
+// logits under every dispatch policy. The device kernels against the oracle:
+// test_kernels_lora.cpp; the engine serving many adapters at once: test_engine_emulated.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -13,12 +13,14 @@
 #include "servekit/kernels/ref/lora.hpp"
 #include "servekit/lora/adapter.hpp"
 #include "servekit/model/gpt2.hpp"
+#include "lora_tables.hpp"
 #include "support/hf_checks.hpp"
 
 namespace sk = servekit;
 using sk::kernels::LoraMats;
 using sk::kernels::LoraParams;
 using sk::test::fixture_dir;
+using namespace lora_test;
 
 namespace {
 using Emu = sk::backend::Emulated;
@@ -32,76 +34,10 @@ void add_fixtures(Model& model) {
   for (const char* f : kFixtures)
     model.add_adapter(sk::lora::load_adapter<D>(fixture_dir<D>() / "lora" / f));
 }
-// One linear's adapter table of ranks 1..16, slot 4's adapter leaving the linear alone; B also
-// transposed, as the adapter registry keeps it for the host kernels.
-struct Tables {
-  std::vector<std::vector<float>> store;
-  std::vector<LoraMats> tab;
-};
-Tables random_tables(int K, int Nout, std::mt19937& rng, std::normal_distribution<float>& g) {
-  const std::vector<int> ranks = {1, 3, 8, 16, 5, 9, 2};
-  Tables t;
-  t.store.reserve(3 * ranks.size());
-  for (std::size_t i = 0; i < ranks.size(); i++) {
-    if (i == 4) {  // slot 4's adapter leaves this linear alone
-      t.tab.push_back({});
-      continue;
-    }
-    std::vector<float> a(std::size_t(ranks[i]) * K), b(std::size_t(Nout) * ranks[i]);
-    for (auto& v : a) v = g(rng);
-    for (auto& v : b) v = g(rng);
-    std::vector<float> bt(b.size());  // (rank, Nout), as the host kernels read it
-    for (int n = 0; n < Nout; n++)
-      for (int j = 0; j < ranks[i]; j++)
-        bt[std::size_t(j) * Nout + n] = b[std::size_t(n) * ranks[i] + j];
-    t.store.push_back(std::move(a));
-    t.store.push_back(std::move(b));
-    t.store.push_back(std::move(bt));
-    const auto& st = t.store;
-    t.tab.push_back({st[st.size() - 3].data(), st[st.size() - 2].data(), ranks[i], 0.25f * (i + 1),
-                     st.back().data()});
-  }
-  return t;
-}
-
-// Rows' adapter slots in -1 .. slots - 1, and the plan Gpt2 makes of them: the adapted rows
-// grouped by slot, the groups and their slots.
-struct Plan {
-  std::vector<int32_t> ad, order, seg_start, seg_ad, distinct;
-};
-Plan plan_of(std::vector<int32_t> ad) {
-  Plan p;
-  p.ad = std::move(ad);
-  const int N = static_cast<int>(p.ad.size());
-  for (int r = 0; r < N; r++)
-    if (p.ad[r] >= 0) p.order.push_back(r);
-  std::stable_sort(p.order.begin(), p.order.end(), [&](int a, int b) { return p.ad[a] < p.ad[b]; });
-  for (std::size_t i = 0; i < p.order.size(); i++)
-    if (i == 0 || p.ad[p.order[i]] != p.ad[p.order[i - 1]]) {
-      p.seg_start.push_back(static_cast<int32_t>(i));
-      p.seg_ad.push_back(p.ad[p.order[i]]);
-      p.distinct.push_back(p.ad[p.order[i]]);
-    }
-  p.seg_start.push_back(static_cast<int32_t>(p.order.size()));
-  return p;
-}
-Plan random_plan(int N, int slots, std::mt19937& rng) {
-  std::vector<int32_t> ad(N);
-  for (auto& a : ad) a = std::max(static_cast<int32_t>(rng() % (slots + 2)) - 2, -1);
-  return plan_of(std::move(ad));
-}
-
-LoraParams params(float* y, const float* x, const Tables& t, Plan& pl, float* v, int N, int K,
-                  int Nout) {
-  LoraParams p{y, x, pl.ad.data(), t.tab.data(), static_cast<int>(t.tab.size()), v, N, K, Nout, 16};
-  p.order = pl.order.data(), p.seg_start = pl.seg_start.data(), p.seg_ad = pl.seg_ad.data();
-  p.n_seg = static_cast<int>(pl.seg_ad.size());
-  return p;
-}
 }  // namespace
 
-TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][emulated]",
-                   sk::lora::Loop, sk::lora::Gathered, sk::lora::Segmented) {
+TEST_CASE("host LoRA kernels give the oracle's deltas, gathered and segmented the same bits",
+          "[lora][host]") {
   std::mt19937 rng(3);
   std::normal_distribution<float> g(0.f, 0.5f);
   // K past one pass of the segmented shrink (1024 values); ranks past one register chunk (8).
@@ -120,21 +56,10 @@ TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][
 
     auto want = y;
     sk::kernels::ref::lora_gathered(want.data(), x.data(), ad.data(), tab, N, K, Nout);
-    auto got = y;
     std::vector<float> v(std::size_t(N) * 16, -1e30f);  // garbage the kernels must overwrite
-    LoraParams p = params(got.data(), x.data(), t, pl, v.data(), N, K, Nout);
-    sk::backend::Ops<Emu>::lora<TestType>(p, distinct);
-    float worst = 0;
-    for (std::size_t i = 0; i < y.size(); i++)
-      worst = std::max(worst, std::abs(got[i] - want[i]) / (1.f + std::abs(want[i])));
-    CHECK(worst < 2e-5f);
-    // Rows without an adapter, or whose adapter skips this linear, are untouched, bit for bit.
-    for (int r = 0; r < N; r++)
-      if (ad[r] < 0 || ad[r] == 4)
-        for (int n = 0; n < Nout; n++)
-          REQUIRE(got[std::size_t(r) * Nout + n] == y[std::size_t(r) * Nout + n]);
-    // The host kernels (kernels/host/lora.hpp): the oracle's deltas, the same rows untouched,
-    // and gathered and segmented the same bits (each row's arithmetic is its own).
+    const LoraParams p = params(nullptr, x.data(), t, pl, v.data(), N, K, Nout);
+    // The oracle's deltas; rows without an adapter, or whose adapter skips this linear,
+    // untouched; gathered and segmented the same bits (each row's arithmetic is its own).
     auto host = [&](auto policy) {
       auto out = y;
       LoraParams q = p;

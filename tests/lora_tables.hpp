@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Random LoRA tables and row plans for the LoRA kernel tests (test_kernels_lora.cpp on the device
+// kernels, test_lora_device.cpp on the host's): one linear's adapters of ranks 1..16 and the
+// rows' slots, grouped by adapter as Gpt2 groups them.
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "servekit/kernels/lora_args.hpp"
+
+namespace lora_test {
+using servekit::kernels::LoraMats;
+using servekit::kernels::LoraParams;
+
+// One linear's adapter table of ranks 1..16, slot 4's adapter leaving the linear alone; B also
+// transposed, as the adapter registry keeps it for the host kernels.
+struct Tables {
+  std::vector<std::vector<float>> store;
+  std::vector<LoraMats> tab;
+};
+inline Tables random_tables(int K, int Nout, std::mt19937& rng,
+                            std::normal_distribution<float>& g) {
+  const std::vector<int> ranks = {1, 3, 8, 16, 5, 9, 2};
+  Tables t;
+  t.store.reserve(3 * ranks.size());
+  for (std::size_t i = 0; i < ranks.size(); i++) {
+    if (i == 4) {  // slot 4's adapter leaves this linear alone
+      t.tab.push_back({});
+      continue;
+    }
+    std::vector<float> a(std::size_t(ranks[i]) * K), b(std::size_t(Nout) * ranks[i]);
+    for (auto& v : a) v = g(rng);
+    for (auto& v : b) v = g(rng);
+    std::vector<float> bt(b.size());  // (rank, Nout), as the host kernels read it
+    for (int n = 0; n < Nout; n++)
+      for (int j = 0; j < ranks[i]; j++)
+        bt[std::size_t(j) * Nout + n] = b[std::size_t(n) * ranks[i] + j];
+    t.store.push_back(std::move(a));
+    t.store.push_back(std::move(b));
+    t.store.push_back(std::move(bt));
+    const auto& st = t.store;
+    t.tab.push_back({st[st.size() - 3].data(), st[st.size() - 2].data(), ranks[i], 0.25f * (i + 1),
+                     st.back().data()});
+  }
+  return t;
+}
+
+// Rows' adapter slots in -1 .. slots - 1, and the plan Gpt2 makes of them: the adapted rows
+// grouped by slot, the groups and their slots.
+struct Plan {
+  std::vector<int32_t> ad, order, seg_start, seg_ad, distinct;
+};
+inline Plan plan_of(std::vector<int32_t> ad) {
+  Plan p;
+  p.ad = std::move(ad);
+  const int N = static_cast<int>(p.ad.size());
+  for (int r = 0; r < N; r++)
+    if (p.ad[r] >= 0) p.order.push_back(r);
+  std::stable_sort(p.order.begin(), p.order.end(), [&](int a, int b) { return p.ad[a] < p.ad[b]; });
+  for (std::size_t i = 0; i < p.order.size(); i++)
+    if (i == 0 || p.ad[p.order[i]] != p.ad[p.order[i - 1]]) {
+      p.seg_start.push_back(static_cast<int32_t>(i));
+      p.seg_ad.push_back(p.ad[p.order[i]]);
+      p.distinct.push_back(p.ad[p.order[i]]);
+    }
+  p.seg_start.push_back(static_cast<int32_t>(p.order.size()));
+  return p;
+}
+inline Plan random_plan(int N, int slots, std::mt19937& rng) {
+  std::vector<int32_t> ad(N);
+  for (auto& a : ad) a = std::max(static_cast<int32_t>(rng() % (slots + 2)) - 2, -1);
+  return plan_of(std::move(ad));
+}
+
+inline LoraParams params(float* y, const float* x, const Tables& t, Plan& pl, float* v, int N,
+                         int K, int Nout) {
+  LoraParams p{y, x, pl.ad.data(), t.tab.data(), static_cast<int>(t.tab.size()), v, N, K, Nout, 16};
+  p.order = pl.order.data(), p.seg_start = pl.seg_start.data(), p.seg_ad = pl.seg_ad.data();
+  p.n_seg = static_cast<int>(pl.seg_ad.size());
+  return p;
+}
+}  // namespace lora_test

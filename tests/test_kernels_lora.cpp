@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+// The device LoRA kernels (kernels/lora.hpp) through each dispatch policy: the gathered (BGMV),
+// segmented (SGMV) and loop kernels give the host oracle's deltas for ragged batches of adapters
+// of ranks 1..16, rows without one and an adapter that skips the linear, whose rows stay
+// untouched. Run by the emulator (test_kernels) and, compiled by nvcc, by a GPU
+// (test_kernels_cuda).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "device_mirror.hpp"
+#include "device_ops.hpp"
+#include "lora_tables.hpp"
+#include "servekit/kernels/ref/lora.hpp"
+#include "servekit/lora/policy.hpp"
+#include "test_kernels_support.hpp"
+
+namespace sk = servekit;
+using device_test::DeviceOps;
+using device_test::on;
+using namespace lora_test;
+
+namespace {
+// A table's A (rank, K) and B (Nout, rank) in device memory and the table of their device
+// pointers (no transposed B: the device kernels read B as it is).
+struct DeviceTables {
+  std::vector<sk::simt::DeviceBuffer<float>> mats;
+  sk::simt::DeviceBuffer<LoraMats> tab;
+  DeviceTables(const Tables& t, int K, int Nout) {
+    std::vector<LoraMats> dev;
+    for (const LoraMats& m : t.tab) {
+      LoraMats d{.rank = m.rank, .scale = m.scale};
+      if (m.a) {
+        const std::size_t r = static_cast<std::size_t>(m.rank);
+        d.a = mats.emplace_back(std::span<const float>(m.a, r * K)).data();
+        d.b = mats.emplace_back(std::span<const float>(m.b, r * Nout)).data();
+      }
+      dev.push_back(d);
+    }
+    tab = sk::simt::DeviceBuffer<LoraMats>(std::span<const LoraMats>(dev));
+  }
+};
+// (K + 16 + 2) u (|y| + |scale| |B| (|A| |x|)) for each output: the forward error bound of the
+// delta's float arithmetic (dot products of K and of at most 16 terms, a scale, an add).
+std::vector<float> error_bound(const Tables& t, const std::vector<float>& x,
+                               const std::vector<float>& y, const std::vector<int32_t>& ad, int N,
+                               int K, int Nout) {
+  const double u = std::ldexp(1.0, -24), gamma = (K + 16 + 2) * u;
+  std::vector<float> out(y.size());
+  for (int r = 0; r < N; r++) {
+    const LoraMats* m = ad[r] >= 0 && t.tab[ad[r]].a ? &t.tab[ad[r]] : nullptr;
+    std::vector<double> ax(m ? m->rank : 0, 0.0);  // |A| |x_r|
+    for (std::size_t j = 0; j < ax.size(); j++)
+      for (int k = 0; k < K; k++)
+        ax[j] += std::abs(double(m->a[j * K + k]) * x[std::size_t(r) * K + k]);
+    for (int n = 0; n < Nout; n++) {
+      double mag = std::abs(double(y[std::size_t(r) * Nout + n]));
+      for (std::size_t j = 0; j < ax.size(); j++)
+        mag += std::abs(double(m->scale) * m->b[n * ax.size() + j]) * ax[j];
+      // The smallest normal float keeps an exact zero's bound above zero.
+      out[std::size_t(r) * Nout + n] = static_cast<float>(std::max(gamma * mag, 1e-38));
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][emulated]",
+                   sk::lora::Loop, sk::lora::Gathered, sk::lora::Segmented) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.f, 0.5f);
+  // K past one pass of the segmented shrink (1024 values); ranks past one register chunk (8).
+  for (auto [K, Nout] : {std::pair{64, 192}, std::pair{1100, 70}}) {
+    INFO("K = " << K << ", Nout = " << Nout);
+    const Tables t = random_tables(K, Nout, rng, g);
+    const auto& tab = t.tab;
+    const int N = 37, slots = static_cast<int>(tab.size());
+    std::vector<float> x(std::size_t(N) * K), y(std::size_t(N) * Nout);
+    for (auto& v : x) v = g(rng);
+    for (auto& v : y) v = g(rng);
+    Plan pl = random_plan(N, slots, rng);
+    const auto& ad = pl.ad;
+    const auto& distinct = pl.distinct;
+    REQUIRE(distinct.size() >= 5);
+
+    auto want = y;
+    sk::kernels::ref::lora_gathered(want.data(), x.data(), ad.data(), tab, N, K, Nout);
+    auto got = y;
+    std::vector<float> v(std::size_t(N) * 16, -1e30f);  // garbage the kernels must overwrite
+    {
+      const DeviceTables dt(t, K, Nout);
+      auto y_d = on(got), v_d = on(v);
+      auto x_d = on(std::as_const(x));
+      auto ad_d = on(ad), order_d = on(std::as_const(pl.order)),
+           start_d = on(std::as_const(pl.seg_start)), seg_d = on(std::as_const(pl.seg_ad));
+      LoraParams p{y_d, x_d, ad_d, dt.tab.data(), slots, v_d, N, K, Nout, 16};
+      p.order = order_d, p.seg_start = start_d, p.seg_ad = seg_d;
+      p.n_seg = static_cast<int>(pl.seg_ad.size());
+      DeviceOps::lora<TestType>(p, distinct);
+    }  // y comes back here
+    // Against the oracle within the bound of float arithmetic on these sums, whatever their
+    // order or contraction (the tree and FMAs the GPU takes differ from the emulator's): each
+    // output's error at most (K + rank + 2) u times the same expression over absolute values
+    // (u = 2^-24). A lost, doubled or misscaled term is off by the term itself, far past it.
+    const std::vector<float> bound = error_bound(t, x, y, ad, N, K, Nout);
+    float worst = 0;  // error / bound
+    for (std::size_t i = 0; i < y.size(); i++)
+      worst = std::max(worst, std::abs(got[i] - want[i]) / bound[i]);
+    INFO("worst error: " << worst << " of the bound");
+    CHECK(worst <= 1.f);
+    // Rows without an adapter, or whose adapter skips this linear, are untouched, bit for bit.
+    for (int r = 0; r < N; r++)
+      if (ad[r] < 0 || ad[r] == 4)
+        for (int n = 0; n < Nout; n++)
+          REQUIRE(got[std::size_t(r) * Nout + n] == y[std::size_t(r) * Nout + n]);
+  }
+}
