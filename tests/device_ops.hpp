@@ -3,20 +3,12 @@
 // The backend a kernel test's twin runs on: the emulator's Ops when a host compiler builds the
 // test, the GPU's when nvcc does (test_kernels_cuda). Either takes weights::DeviceMatrix and
 // device memory (tests/device_mirror.hpp's on()); under the emulator both are host memory.
-#if defined(__CUDACC__)
-#include "servekit/backend/cuda.hpp"
-#else
-#include "servekit/backend/emulated.hpp"
-#endif
+#include "device_backend.hpp"
 #include "servekit/weights/device_matrix.hpp"
 
 namespace device_test {
 
-#if defined(__CUDACC__)
-using DeviceOps = servekit::backend::Ops<servekit::backend::Cuda>;
-#else
-using DeviceOps = servekit::backend::Ops<servekit::backend::Emulated>;
-#endif
+using DeviceOps = servekit::backend::Ops<Backend>;
 
 template <class Fmt>
 servekit::weights::DeviceMatrix<Fmt> upload(const servekit::weights::Matrix<Fmt>& m) {

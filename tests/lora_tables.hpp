@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "servekit/kernels/lora_args.hpp"
+#include "servekit/kernels/ref/lora.hpp"
 
 namespace lora_test {
 using servekit::kernels::LoraMats;
@@ -74,11 +75,33 @@ inline Plan random_plan(int N, int slots, std::mt19937& rng) {
   return plan_of(std::move(ad));
 }
 
-inline LoraParams params(float* y, const float* x, const Tables& t, Plan& pl, float* v, int N,
+inline LoraParams params(float* y, const float* x, const Tables& t, const Plan& pl, float* v, int N,
                          int K, int Nout) {
   LoraParams p{y, x, pl.ad.data(), t.tab.data(), static_cast<int>(t.tab.size()), v, N, K, Nout, 16};
   p.order = pl.order.data(), p.seg_start = pl.seg_start.data(), p.seg_ad = pl.seg_ad.data();
   p.n_seg = static_cast<int>(pl.seg_ad.size());
   return p;
+}
+// One linear's random case: N = 37 rows of x (N, K) and y (N, Nout) over a random table and
+// plan (at least 5 distinct slots), and the oracle's y + deltas.
+struct Case {
+  Tables t;
+  int N = 37, slots = 0;
+  std::vector<float> x, y, want;
+  Plan pl;
+};
+inline Case random_case(int K, int Nout, std::mt19937& rng, std::normal_distribution<float>& g) {
+  Case c;
+  c.t = random_tables(K, Nout, rng, g);
+  c.slots = static_cast<int>(c.t.tab.size());
+  c.x.resize(std::size_t(c.N) * K);
+  c.y.resize(std::size_t(c.N) * Nout);
+  for (auto& v : c.x) v = g(rng);
+  for (auto& v : c.y) v = g(rng);
+  c.pl = random_plan(c.N, c.slots, rng);
+  c.want = c.y;
+  servekit::kernels::ref::lora_gathered(c.want.data(), c.x.data(), c.pl.ad.data(), c.t.tab, c.N, K,
+                                        Nout);
+  return c;
 }
 }  // namespace lora_test

@@ -13,11 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#if defined(__CUDACC__)
-#include "servekit/backend/cuda.hpp"
-#else
-#include "servekit/backend/emulated.hpp"
-#endif
+#include "device_backend.hpp"
 #include "servekit/kernels/token_mask.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"
@@ -31,11 +27,7 @@ using Catch::Contains;
 namespace {
 
 using D = sk::dims::Tiny<2, 4, 64, 512, 128>;
-#if defined(__CUDACC__)
-using Dev = sk::backend::Cuda;
-#else
-using Dev = sk::backend::Emulated;
-#endif
+using Dev = device_test::Backend;
 using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, sk::lora::None, Dev>>;
 
 const text::Gpt2Tokenizer& tok() {

@@ -6,11 +6,7 @@
 #include "engine_support.hpp"
 #include "support/reference.hpp"
 #include "servekit/lora/random_adapter.hpp"
-#if defined(__CUDACC__)
-#include "servekit/backend/cuda.hpp"
-#else
-#include "servekit/backend/emulated.hpp"
-#endif
+#include "device_backend.hpp"
 
 using Catch::Contains;
 
@@ -20,11 +16,7 @@ namespace sched = servekit::serve::sched;
 using namespace servekit::test::engine;
 
 using D = sk::dims::Tiny<2, 4, 64, 512, 128>;
-#if defined(__CUDACC__)
-using Dev = sk::backend::Cuda;
-#else
-using Dev = sk::backend::Emulated;
-#endif
+using Dev = device_test::Backend;
 using Contig = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, sk::lora::None, Dev>>;
 using Paged = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<8>, sk::lora::None, Dev>>;
 

@@ -75,19 +75,13 @@ TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][
   // K past one pass of the segmented shrink (1024 values); ranks past one register chunk (8).
   for (auto [K, Nout] : {std::pair{64, 192}, std::pair{1100, 70}}) {
     INFO("K = " << K << ", Nout = " << Nout);
-    const Tables t = random_tables(K, Nout, rng, g);
-    const auto& tab = t.tab;
-    const int N = 37, slots = static_cast<int>(tab.size());
-    std::vector<float> x(std::size_t(N) * K), y(std::size_t(N) * Nout);
-    for (auto& v : x) v = g(rng);
-    for (auto& v : y) v = g(rng);
-    Plan pl = random_plan(N, slots, rng);
-    const auto& ad = pl.ad;
-    const auto& distinct = pl.distinct;
+    const Case c = random_case(K, Nout, rng, g);
+    const Tables& t = c.t;
+    const Plan& pl = c.pl;
+    const int N = c.N, slots = c.slots;
+    const auto &x = c.x, &y = c.y, &want = c.want;
+    const auto &ad = pl.ad, &distinct = pl.distinct;
     REQUIRE(distinct.size() >= 5);
-
-    auto want = y;
-    sk::kernels::ref::lora_gathered(want.data(), x.data(), ad.data(), tab, N, K, Nout);
     auto got = y;
     std::vector<float> v(std::size_t(N) * 16, -1e30f);  // garbage the kernels must overwrite
     {
