@@ -3,7 +3,9 @@
 // and 64 (--batches): ms per step and tokens/s, run eagerly and replayed from CUDA graphs, beside
 // the roofline. A decode step must read every weight once and the KV rows its sequences attend
 // to; at the GPU's read bandwidth, measured in the same run by a streaming-read kernel, that is
-// the fastest the step can be. scripts/gpu_check.sh runs it on a machine with a GPU.
+// the fastest the step can be. Before each batch's decode, the prefill of its prompts in one
+// step (mode "prefill": ms and prompt tokens/s, eager). scripts/gpu_check.sh runs it on a
+// machine with a GPU.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -21,7 +23,7 @@ namespace simt = servekit::simt;
 using D = sk::dims::Gpt2Small;
 
 struct Opts {
-  int prefill = 128, decode = 64;
+  int prefill = 128, decode = 64, prefill_reps = 3;
   std::vector<int> batches{1, 8, 64};
   std::string only, csv;
   double bw = 0;  // GB/s
@@ -85,6 +87,22 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
       tokens.assign(ids.begin(), ids.end());
       for (auto& s : seqs) s = {s.slot, s.n_past + s.n_new, 1};
     };
+    // The prefill of all B prompts in one step, timed over repeats that write the same rows.
+    if (o.prefill_reps > 0) {
+      const sk::model::Batch prompts{tokens, seqs};
+      model.forward_pick(cache, prompts, samp, ids, lp);  // warm; the pick waits for the step
+      const double t0 = sk::bench::now_s();
+      for (int r = 0; r < o.prefill_reps; r++) model.forward_pick(cache, prompts, samp, ids, lp);
+      const double ms = (sk::bench::now_s() - t0) * 1e3 / o.prefill_reps;
+      const double kv = static_cast<double>(B) * o.prefill * L * 2 * C * sizeof(float);
+      std::printf("%-34s %6s %5d %9.1f %9.1f %9.3f %11.1f %9s %9s\n", Model::name().c_str(),
+                  "prefill", B, wbytes / 1048576.0, kv / 1048576.0, ms, B * o.prefill * 1e3 / ms,
+                  "-", "-");
+      std::fflush(stdout);
+      if (csv)
+        std::fprintf(csv, "%s,prefill,%d,%.0f,%.0f,%.4f,%.2f,0,%.1f\n", Model::name().c_str(), B,
+                     wbytes, kv, ms, B * o.prefill * 1e3 / ms, o.bw);
+    }
     step();  // prefill
     for (const bool graphs : {false, true}) {
       std::fprintf(stderr, "%s: batch %d, %s ...\n", Model::name().c_str(), B,
@@ -116,6 +134,7 @@ int run(int argc, char** argv) {
   Opts o;
   app.add_option("--prefill", o.prefill, "prompt tokens per sequence");
   app.add_option("--decode", o.decode, "timed decode steps");
+  app.add_option("--prefill-reps", o.prefill_reps, "timed prefill steps per batch (0: none)");
   app.add_option("--batches", o.batches, "decode batch sizes");
   app.add_option("--only", o.only, "only the compositions whose name contains this, e.g. f16");
   app.add_option("--csv", o.csv, "also write the rows to this CSV file");
@@ -136,7 +155,10 @@ int run(int argc, char** argv) {
   o.bw = device_read_gbs();
   std::printf("%s, %d SMs; streaming read %.0f GB/s (measured, this run)\n", prop.name,
               prop.multiProcessorCount, o.bw);
-  std::printf("roof ms: every weight and the attended KV rows read once at that bandwidth\n");
+  std::printf(
+      "roof ms: every weight and the attended KV rows read once at that bandwidth; prefill rows:"
+      " B prompts of %d tokens in one step, tokens/s of prompt\n",
+      o.prefill);
   std::printf("%-34s %6s %5s %9s %9s %9s %11s %9s %9s\n", "composition", "mode", "batch", "wt MiB",
               "KV MiB", "ms/step", "tokens/s", "roof ms", "of roof");
   std::FILE* csv = sk::bench::open_csv(
