@@ -4,11 +4,11 @@
 # decode launches, dry. With nvcc, the same sources for a GPU: test_gpt2_cuda (the decoder on
 # backend::Cuda), test_invariants_cuda (the serving invariants on backend::Cuda),
 # test_kernels_cuda (kernel tests against the host reference), test_engine_cuda (the engine's
-# tests of test_engine_emulated and test_constrain_emulated) and test_simt_cuda (the simt tests whose kernels mean the same
-# on a GPU), built
-# wherever nvcc is (CI builds them; they need neither Boost nor a GPU to build) and run on a GPU
-# machine by scripts/gpu_check.sh from the bundle scripts/gpu_bundle.sh makes. Here, the test
-# `gpu_bundle` makes the bundle and checks it without a GPU (scripts/check_gpu_bundle.sh).
+# tests of test_engine_emulated and test_constrain_emulated) and test_simt_cuda (the simt tests
+# whose kernels mean the same on a GPU), built wherever nvcc is (CI builds them; they need
+# neither Boost nor a GPU to build) and run on a GPU machine by scripts/gpu_check.sh from the
+# bundle scripts/gpu_bundle.sh makes. Here, the test `gpu_bundle` makes the bundle and checks it
+# without a GPU (scripts/check_gpu_bundle.sh).
 if(TARGET servekit_simt)
   servekit_test(test_gpt2_device_storage LABELS emulated
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt2_device_storage.cpp LIBS servekit_simt)

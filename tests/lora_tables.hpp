@@ -3,9 +3,12 @@
 // Random LoRA tables and row plans for the LoRA kernel tests (test_kernels_lora.cpp on the device
 // kernels, test_lora_device.cpp on the host's): one linear's adapters of ranks 1..16 and the
 // rows' slots, grouped by adapter as Gpt2 groups them.
+#include <catch2/catch.hpp>
+
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "servekit/kernels/lora_args.hpp"
@@ -83,25 +86,37 @@ inline LoraParams params(float* y, const float* x, const Tables& t, const Plan& 
   return p;
 }
 // One linear's random case: N = 37 rows of x (N, K) and y (N, Nout) over a random table and
-// plan (at least 5 distinct slots), and the oracle's y + deltas.
+// plan, and the oracle's y + deltas.
 struct Case {
   Tables t;
-  int N = 37, slots = 0;
+  int N = 37;
   std::vector<float> x, y, want;
   Plan pl;
 };
 inline Case random_case(int K, int Nout, std::mt19937& rng, std::normal_distribution<float>& g) {
   Case c;
   c.t = random_tables(K, Nout, rng, g);
-  c.slots = static_cast<int>(c.t.tab.size());
   c.x.resize(std::size_t(c.N) * K);
   c.y.resize(std::size_t(c.N) * Nout);
   for (auto& v : c.x) v = g(rng);
   for (auto& v : c.y) v = g(rng);
-  c.pl = random_plan(c.N, c.slots, rng);
+  c.pl = random_plan(c.N, static_cast<int>(c.t.tab.size()), rng);
   c.want = c.y;
   servekit::kernels::ref::lora_gathered(c.want.data(), c.x.data(), c.pl.ad.data(), c.t.tab, c.N, K,
                                         Nout);
   return c;
+}
+// The oracle tests' cases, one seed: K past one pass of the segmented shrink (1024 values),
+// ranks past one register chunk (8), at least 5 distinct slots in each plan.
+template <class F>
+void each_case(F check) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.f, 0.5f);
+  for (auto [K, Nout] : {std::pair{64, 192}, std::pair{1100, 70}}) {
+    INFO("K = " << K << ", Nout = " << Nout);
+    const Case c = random_case(K, Nout, rng, g);
+    REQUIRE(c.pl.distinct.size() >= 5);
+    check(K, Nout, c);
+  }
 }
 }  // namespace lora_test
