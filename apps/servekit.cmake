@@ -5,14 +5,17 @@ if(NOT SERVEKIT_HAVE_HTTP)
 endif()
 include(${PROJECT_SOURCE_DIR}/cmake/compositions.cmake)
 
-# servekit_cli_program(target COMPOSITIONS entry... [ONE_UNIT] [DEFINITIONS def...]): the
-# servekit command with the given compositions. The entries of one model (the same weights, kv,
+# servekit_cli_program(target COMPOSITIONS entry... [ONE_UNIT] [PORTABLE] [DEFINITIONS def...]):
+# the servekit command with the given compositions. The entries of one model (the same weights, kv,
 # lora and backend: schedulers differ) share a translation unit, generated from entry.cpp.in,
 # so the model's code is compiled once; the units compile in parallel, and the cuda entries are
 # the one unit nvcc compiles. ONE_UNIT: every entry in one unit (headers parsed once; host only).
-# The list reaches serve/compiled.hpp through a generated header.
+# The list reaches serve/compiled.hpp through a generated header. PORTABLE: for another machine
+# (the GPU bundle): host code for any x86-64, no emulated entries, the CUDA runtime, libgomp and
+# ICU's character classes linked statically (only the HTTP library and what it needs stay
+# shared: scripts/gpu_bundle.sh carries them).
 function(servekit_cli_program target)
-  cmake_parse_arguments(arg "ONE_UNIT" "" "COMPOSITIONS;DEFINITIONS" ${ARGN})
+  cmake_parse_arguments(arg "ONE_UNIT;PORTABLE" "" "COMPOSITIONS;DEFINITIONS" ${ARGN})
   set(gen ${CMAKE_CURRENT_BINARY_DIR}/${target}_compositions)
   set(names "")
   foreach(e ${arg_COMPOSITIONS})
@@ -61,9 +64,14 @@ function(servekit_cli_program target)
   endif()
   add_executable(${target} ${sources})
   target_include_directories(${target} PRIVATE ${gen} ${CMAKE_CURRENT_FUNCTION_LIST_DIR})
-  target_link_libraries(${target} PRIVATE servekit::servekit servekit::http servekit_warnings
-    CLI11::CLI11)
-  if(SERVEKIT_HAVE_EMULATION)
+  if(arg_PORTABLE)
+    # The static archives first, so that --as-needed drops the shared libgomp and ICU.
+    target_link_libraries(${target} PRIVATE servekit_cuda_static_deps servekit_warning_flags)
+  else()
+    target_link_libraries(${target} PRIVATE servekit_warnings)
+  endif()
+  target_link_libraries(${target} PRIVATE servekit::servekit servekit::http CLI11::CLI11)
+  if(SERVEKIT_HAVE_EMULATION AND NOT arg_PORTABLE)
     target_link_libraries(${target} PRIVATE servekit::simt)
   endif()
   if(cuda)
@@ -86,3 +94,11 @@ message(STATUS "servekit: the CLI is compiled with ${servekit_n} compositions "
 servekit_cli_program(servekit_cli COMPOSITIONS ${servekit_cli_compositions})
 set_target_properties(servekit_cli PROPERTIES OUTPUT_NAME servekit)
 install(TARGETS servekit_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# servekit-gpu: the CLI's cuda composition alone, built to be carried to a GPU machine with the
+# GPU bundle (scripts/gpu_bundle.sh), whose server check (scripts/gpu_check.sh server) runs it.
+if(SERVEKIT_HAVE_CUDA)
+  servekit_cli_program(servekit_gpu PORTABLE
+    COMPOSITIONS f16/paged16-f16/lora-segmented/continuous/cuda)
+  set_target_properties(servekit_gpu PROPERTIES OUTPUT_NAME servekit-gpu)
+endif()

@@ -26,8 +26,9 @@ struct Opts {
   int prefill = 128, decode = 64, prefill_reps = 3;
   std::vector<int> batches{1, 8, 64};
   std::string only, csv;
-  double bw = 0;  // GB/s
-  int tiles = 0;  // column tiles a decode linear's block takes; 0: the launchers choose
+  double bw = 0;          // GB/s
+  int tiles = 0;          // column tiles a decode linear's block takes; 0: the launchers choose
+  bool no_split = false;  // the linears walk every K part in one block
 };
 
 // Each block sums a grid-strided share of the buffer in 16-byte loads.
@@ -141,12 +142,15 @@ int run(int argc, char** argv) {
   app.add_option("--tiles-per-block", o.tiles,
                  "column tiles a decode linear's block takes (0: the launchers choose)")
       ->check(CLI::Range(0, 8));
+  app.add_flag("--no-split-k", o.no_split,
+               "the linears ignore the split-K scratch (one block walks every K part)");
   CLI11_PARSE(app, argc, argv);
   if (const std::string why = sk::backend::cuda_device_missing(); !why.empty()) {
     std::fprintf(stderr, "bench_decode_cuda: no CUDA device (%s); nothing run\n", why.c_str());
     return sk::backend::kNoCudaDeviceExit;
   }
   const sk::kernels::ForceTilesPerBlock force(o.tiles);
+  const sk::kernels::ForceNoSplitK no_split(o.no_split);
   int dev = 0;
   cudaDeviceProp prop{};
   simt::check(cudaGetDevice(&dev), "cudaGetDevice");

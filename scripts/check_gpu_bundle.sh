@@ -6,7 +6,10 @@
 #  - every program starts and, finding no CUDA device, exits with status 69 and one line;
 #  - every device test lists at least one test, and exactly the tests its emulated twin runs
 #    from the same source files (less those tagged [emulator]: the emulator's own behaviour;
-#    hidden tests, [.], are listed by neither)
+#    hidden tests, [.], are listed by neither);
+#  - the server folder's servekit-gpu finds every shared library it needs beyond glibc in the
+#    folder's lib/, lists its cuda composition, and refuses --backend cuda without a device with
+#    one line that says so (not a crash)
 #   scripts/check_gpu_bundle.sh BUILD_DIR
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,7 +17,8 @@ BUILD=$(realpath "$1")
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 BUNDLE="$WORK/bundle"
-SERVEKIT_BUILD_DIR="$BUILD" bash "$ROOT/scripts/gpu_bundle.sh" --no-build "$BUNDLE"
+SERVER="$WORK/server"
+SERVEKIT_BUILD_DIR="$BUILD" bash "$ROOT/scripts/gpu_bundle.sh" --no-build "$BUNDLE" "$SERVER"
 fail=0
 
 # A device machine the bundle lands on has a GPU; this one must not, or the check means nothing.
@@ -76,4 +80,33 @@ twin test_invariants_cuda test_invariants_device_storage
 twin test_kernels_cuda test_kernels test_kernels_sampling test_kernels_u8
 twin test_engine_cuda test_engine_emulated test_constrain_emulated
 twin test_simt_cuda test_simt
+
+# servekit-gpu with the carried libraries: each one it needs beyond glibc resolves to lib/.
+gpu="$SERVER/bin/servekit-gpu"
+export LD_LIBRARY_PATH="$SERVER/lib"
+outside=$(ldd "$gpu" | awk '$2 == "=>" {print $1, $3}' |
+  grep -Ev '^(libc|libm|libdl|libpthread|librt)\.so' | grep -v " $SERVER/lib/" || true)
+if [ -n "$outside" ]; then
+  echo "FAIL: servekit-gpu needs libraries the server folder does not carry: $outside" >&2
+  fail=1
+else
+  echo "ok: servekit-gpu's shared libraries beyond glibc are in the server folder ($(ls "$SERVER/lib" | paste -sd' '))"
+fi
+if "$gpu" --version 2>&1 | grep -q "f16/paged16-f16/lora-segmented/continuous/cuda"; then
+  echo "ok: servekit-gpu --version lists its cuda composition"
+else
+  echo "FAIL: servekit-gpu --version does not list f16/paged16-f16/lora-segmented/continuous/cuda" >&2
+  fail=1
+fi
+set +e
+out=$("$gpu" generate --backend cuda --weights f16 --kv paged-f16 --lora segmented -n 2 hi 2>&1 </dev/null)
+rc=$?
+set -e
+if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [[ $out == *"no usable CUDA device"* ]]; then
+  echo "ok: servekit-gpu --backend cuda without a device: exit $rc, \"$(printf '%s\n' "$out" | tail -1)\""
+else
+  echo "FAIL: servekit-gpu --backend cuda without a device: exit $rc:" >&2
+  printf '%s\n' "$out" | head -20 >&2
+  fail=1
+fi
 exit $fail

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds, on a machine without a GPU (this one, CI), the CUDA programs the GPU check runs, and
-# collects them into .gpu-bundle/ (git-ignored) to carry to a machine that has a GPU:
-#   bash scripts/gpu_bundle.sh                    # build (scripts/build.sh -DSERVEKIT_CUDA=ON), collect
-#   bash scripts/gpu_bundle.sh --no-build [DIR]   # collect what the build folder holds into DIR
+# collects them into .gpu-bundle/ and .gpu-server/ (git-ignored) to carry to a machine that has
+# a GPU:
+#   bash scripts/gpu_bundle.sh                  # build (scripts/build.sh -DSERVEKIT_CUDA=ON), collect
+#   bash scripts/gpu_bundle.sh --no-build [DIR [SERVER_DIR]]   # collect what the build holds
 # then, on the GPU machine (the device tool's run, 10 minutes a call):
 #   run(command="bash scripts/gpu_check.sh all", carry=[".gpu-bundle"])
-# Each program is sm_80 + sm_90 code with sm_90 PTX, and links the CUDA runtime, libstdc++,
-# libgcc and libgomp statically: there it needs glibc and the driver's libcuda only, which this
-# script checks. It prints the bundle's size, which must stay under the 64 MiB carry, and that
-# of the bundle and the checkout's tracked files, which travel together.
+#   run(command="bash scripts/gpu_check.sh server", carry=[".gpu-server"])
+# Each test and bench program is sm_80 + sm_90 code with sm_90 PTX, and links the CUDA runtime,
+# libstdc++, libgcc and libgomp statically: there it needs glibc and the driver's libcuda only,
+# which this script checks. The server folder holds servekit-gpu (the CLI's cuda composition,
+# host code for any x86-64), the shared libraries of the HTTP library it links (lib/: Debian
+# builds cpp-httplib only as one, with OpenSSL, zlib and brotli; libstdc++ with them), and the
+# host backend's greedy answers to the server check's requests (expected.json). Each folder
+# travels in its own call beside the checkout's tracked files: the script prints their sizes,
+# which must stay under the 64 MiB a call carries.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD="${SERVEKIT_BUILD_DIR:-$ROOT/build}"
@@ -19,13 +25,33 @@ if [ "${1:-}" = "--no-build" ]; then
   shift
 fi
 BUNDLE=$(realpath -m "${1:-$ROOT/.gpu-bundle}")
+SERVER=$(realpath -m "${2:-$ROOT/.gpu-server}")
 LIMIT=$((64 * 1024 * 1024))
 TESTS=(test_gpt2_cuda test_invariants_cuda test_kernels_cuda test_engine_cuda test_simt_cuda)
 PROGRAMS=("${TESTS[@]}" bench_decode_cuda bench_engine_cuda)
 
 if [ $build = 1 ]; then
-  SERVEKIT_TARGETS="${PROGRAMS[*]}" bash "$ROOT/scripts/build.sh" -DSERVEKIT_CUDA=ON
+  SERVEKIT_TARGETS="${PROGRAMS[*]} servekit_gpu servekit_cli" bash "$ROOT/scripts/build.sh" \
+    -DSERVEKIT_CUDA=ON
 fi
+# The tracked files that travel beside each folder (bytes).
+tree=$(git -C "$ROOT" ls-files -z 2>/dev/null | (cd "$ROOT" && xargs -0 du -cb 2>/dev/null) |
+  tail -1 | cut -f1) || tree=""
+# size_check NAME DIR: prints DIR's size with the checkout's; fails past the carry.
+size_check() {
+  local size
+  size=$(du -sb "$2" | cut -f1)
+  echo "gpu_bundle: $1 $2: $((size / 1024 / 1024)) MiB ($size bytes) of the 64 MiB carry"
+  if [ "$size" -ge "$LIMIT" ]; then
+    echo "gpu_bundle: $2 is larger than the 64 MiB the device machine can carry" >&2
+    exit 1
+  fi
+  if [ -n "$tree" ]; then
+    echo "gpu_bundle: with the checkout's tracked files ($((tree / 1024 / 1024)) MiB): $(((size + tree) / 1024 / 1024)) MiB travel"
+    [ $((size + tree)) -lt "$LIMIT" ] ||
+      echo "gpu_bundle: warning: $2 and the checkout together pass the 64 MiB a device call carries" >&2
+  fi
+}
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin"
@@ -61,16 +87,28 @@ done
     echo
   done
 } >"$BUNDLE/manifest.txt"
-size=$(du -sb "$BUNDLE" | cut -f1)
-echo "gpu_bundle: $BUNDLE holds ${PROGRAMS[*]}: $((size / 1024 / 1024)) MiB ($size bytes) of the 64 MiB carry"
-if [ "$size" -ge "$LIMIT" ]; then
-  echo "gpu_bundle: the bundle is larger than the 64 MiB the device machine can carry" >&2
-  exit 1
-fi
-# The checkout's tracked files travel beside it, within the same 64 MiB.
-if tree=$(git -C "$ROOT" ls-files -z 2>/dev/null | (cd "$ROOT" && xargs -0 du -cb 2>/dev/null) |
-  tail -1 | cut -f1) && [ -n "$tree" ]; then
-  echo "gpu_bundle: with the checkout's tracked files ($((tree / 1024 / 1024)) MiB): $(((size + tree) / 1024 / 1024)) MiB travel"
-  [ $((size + tree)) -lt "$LIMIT" ] ||
-    echo "gpu_bundle: warning: bundle and checkout together pass the 64 MiB a device call carries" >&2
-fi
+size_check "bundle (${PROGRAMS[*]})" "$BUNDLE"
+
+# The server folder: servekit-gpu and the shared libraries it needs beyond glibc and the driver.
+f=$(find "$BUILD" -type f -name servekit-gpu -perm -u+x -print -quit)
+[ -n "$f" ] || { echo "gpu_bundle: servekit-gpu is not built in $BUILD" >&2; exit 1; }
+rm -rf "$SERVER"
+mkdir -p "$SERVER/bin" "$SERVER/lib"
+strip -o "$SERVER/bin/servekit-gpu" "$f"
+ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do
+  case "$name" in
+  libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcuda.so*) ;;
+  *) cp -L "$path" "$SERVER/lib/$name" ;;
+  esac
+done
+# What the host backend answers to the server check's greedy requests, from the host CLI.
+host_cli=$(find "$BUILD" -type f -name servekit -perm -u+x -print -quit)
+[ -n "$host_cli" ] || { echo "gpu_bundle: servekit (the host CLI) is not built in $BUILD" >&2; exit 1; }
+python3 "$ROOT/scripts/gpu_server_check.py" --bin "$host_cli" --backend host \
+  --record "$SERVER/expected.json"
+{
+  echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -n)"
+  echo "servekit-gpu $(stat -c %s "$SERVER/bin/servekit-gpu") bytes; lib: $(cd "$SERVER/lib" && ls | tr '\n' ' ')"
+} >"$SERVER/manifest.txt"
+size_check "server (servekit-gpu and its libraries)" "$SERVER"

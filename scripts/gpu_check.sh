@@ -8,7 +8,8 @@
 #   scripts/gpu_check.sh sanitize   compute-sanitizer memcheck on every device test; racecheck,
 #                                   synccheck and initcheck on the kernels and the decode steps
 #   scripts/gpu_check.sh bench      bench_decode_cuda beside the read bandwidth of the same run,
-#                                   batch 8 with one column tile a block, and bench_engine_cuda
+#                                   batch 8 with one column tile a block, batches 16-64 with and
+#                                   without split-K, and bench_engine_cuda
 #                                   (the course's workload, Poisson arrivals: TTFT, TPOT, tokens/s)
 #   scripts/gpu_check.sh hf         GPT-2 124M's shape against HF: tools/make_reference.py makes
 #                                   a seeded random 124M checkpoint and HF's logits with this
@@ -16,17 +17,23 @@
 #   scripts/gpu_check.sh profile    ncu: each decode kernel's time per launch (two warm steps) for
 #                                   f16 at batch 1, f32 at batch 8 and u8 at batch 64; the full
 #                                   report of one launch of the slowest (ncu_<name>.txt)
+#   scripts/gpu_check.sh server     servekit-gpu serve --backend cuda (.gpu-server/, carried in a
+#                                   call of its own): the real clients' subset in plain HTTP
+#                                   (greedy tokens against the host backend's, streams, two
+#                                   adapters, a JSON schema, seeds), then the course's client
+#                                   workload at 1, 8 and 32 clients (TTFT, TPOT, tokens/s)
 #   scripts/gpu_check.sh all        tests, sanitize and bench, for one call on a warm machine
 # Each step writes gpu_<step>.md (and gpu_check.log, CSVs) into $OUT if set, else .gpu-report/,
 # and fails when a program does not start, a test fails, or a test program runs no test.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUNDLE="${SERVEKIT_GPU_BUNDLE:-$ROOT/.gpu-bundle}"
+SERVER="${SERVEKIT_GPU_SERVER:-$ROOT/.gpu-server}"
 STEP=${1:-all}
 REPORT_DIR=${2:-${OUT:-$ROOT/.gpu-report}}
 LIMIT_S=${SERVEKIT_GPU_STEP_LIMIT:-200}  # per command; a hang must not eat the whole call
-case "$STEP" in tests | sanitize | bench | hf | profile | all) ;; *)
-  echo "gpu_check: unknown step '$STEP' (tests, sanitize, bench, hf, profile or all)" >&2
+case "$STEP" in tests | sanitize | bench | hf | profile | server | all) ;; *)
+  echo "gpu_check: unknown step '$STEP' (tests, sanitize, bench, hf, profile, server or all)" >&2
   exit 2
   ;;
 esac
@@ -34,14 +41,21 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_check: no NVIDIA GPU here (nvidia-smi -L failed); nothing to check" >&2
   exit 2
 fi
-if [ ! -f "$BUNDLE/manifest.txt" ]; then
+MANIFEST="$BUNDLE/manifest.txt"
+if [ "$STEP" = server ]; then
+  MANIFEST="$SERVER/manifest.txt"
+  if [ ! -f "$MANIFEST" ]; then
+    echo "gpu_check: no server folder at $SERVER: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-server" >&2
+    exit 2
+  fi
+elif [ ! -f "$MANIFEST" ]; then
   echo "gpu_check: no bundle at $BUNDLE: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-bundle" >&2
   exit 2
 fi
 # The bundle's test programs: those gpu_bundle.sh listed (bin/NAME and NAME.tests).
 TESTS=()
 for f in "$BUNDLE"/*.tests; do [ -e "$f" ] && TESTS+=("$(basename "$f" .tests)"); done
-if [ ${#TESTS[@]} -eq 0 ]; then
+if [ ${#TESTS[@]} -eq 0 ] && [ "$STEP" != server ]; then
   echo "gpu_check: the bundle at $BUNDLE lists no test program" >&2
   exit 2
 fi
@@ -60,7 +74,7 @@ header() {
   echo "# servekit GPU check: $1, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
   echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
-  echo "- bundle: $(head -1 "$BUNDLE/manifest.txt"); $(sed -n 2p "$BUNDLE/manifest.txt")"
+  echo "- bundle: $(head -1 "$MANIFEST"); $(sed -n 2p "$MANIFEST")"
   echo "- checkout here: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo
 }
@@ -168,6 +182,16 @@ step_bench() {
     "$BUNDLE/bin/bench_decode_cuda" --batches 8 --tiles-per-block 1 \
     --csv "$REPORT_DIR/decode_cuda_one_tile.csv"
   { echo; echo '```'; printf '%s\n' "$LAST_OUT"; echo '```'; echo; } >>"$r"
+  # Past 8 rows the CUDA-core linears leave the GEMV for the tiled GEMM, which splits over K up
+  # to 64 rows (16-bit: the tensor-core kernel, up to 32): those batches with the split and
+  # without it (--no-split-k), in the same run.
+  local split
+  for split in "" --no-split-k; do
+    run_step "$r" "bench_decode_cuda --batches 16 32 64 --prefill-reps 0 $split" - \
+      "$BUNDLE/bin/bench_decode_cuda" --batches 16 32 64 --prefill-reps 0 $split \
+      --csv "$REPORT_DIR/decode_cuda_split${split:+_off}.csv"
+    { echo; echo '```'; printf '%s\n' "$LAST_OUT"; echo '```'; echo; } >>"$r"
+  done
   # The engine on the device: the course's workload (static vs continuous), open-loop Poisson
   # arrivals (TTFT, TPOT, tokens/s per scheduler) and the batch sweep; its CSVs stay behind
   # (the device tool brings back few files), its printed tables go into the report.
@@ -176,7 +200,8 @@ step_bench() {
     eng=$(mktemp -d)
     run_step "$r" "bench_engine_cuda" - "$BUNDLE/bin/bench_engine_cuda" --rates 4,16 \
       --poisson-requests 32 --max-sweep 64 --out "$eng"
-    { echo; echo '```'; printf '%s\n' "$LAST_OUT"; echo '```'; } >>"$r"
+    # Less its progress lines (carriage returns).
+    { echo; echo '```'; printf '%s\n' "$LAST_OUT" | grep -v $'\r'; echo '```'; } >>"$r"
     rm -rf "$eng"
   fi
   cat "$r"
@@ -224,6 +249,19 @@ step_profile() {
   cat "$r"
 }
 
+step_server() {
+  local r="$REPORT_DIR/gpu_server.md" body
+  header "the HTTP server on the Cuda backend" >"$r"
+  echo "- server folder: $(sed -n 3p "$MANIFEST")" >>"$r"
+  body=$(mktemp)
+  run_step "$r" "gpu_server_check.py" - python3 "$ROOT/scripts/gpu_server_check.py" \
+    --bin "$SERVER/bin/servekit-gpu" --lib "$SERVER/lib" --expected "$SERVER/expected.json" \
+    --report "$body"
+  { echo; cat "$body"; } >>"$r"
+  rm -f "$body"
+  cat "$r"
+}
+
 step_hf() {
   local r="$REPORT_DIR/gpu_hf.md" dir
   header "GPT-2 124M against HF" >"$r"
@@ -245,6 +283,7 @@ case "$STEP" in
   bench) step_bench ;;
   hf) step_hf ;;
   profile) step_profile ;;
+  server) step_server ;;
   all) step_tests; step_sanitize; step_bench ;;
 esac
 exit $status

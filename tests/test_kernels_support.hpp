@@ -77,7 +77,7 @@ std::size_t row_bits_differ(int M, int N, Run&& run) {
 
 // A split-K scratch (kernels::SplitK) with room for every launch of a test, and what the
 // launches logged while it lived: how many shared K among blocks (grid.y for the GEMV, grid.z
-// for the tensor-core kernel, whose grid.y counts row tiles).
+// for the tiled and tensor-core kernels, whose grid.y counts row tiles).
 struct SplitScratch {
   // Device memory (host memory under the emulator): a GPU's kernels write it.
   servekit::simt::DeviceBuffer<float> partial{std::size_t{1} << 22};

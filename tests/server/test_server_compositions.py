@@ -137,3 +137,23 @@ def test_info_models_and_metrics_say_what_runs(server):
     assert lora.labels["running_lora_adapters"] == "r8"
     assert lora.labels["max_lora"] == "4"  # every row of a batch of 4 may carry its own
     assert abs(lora.value - time.time()) < 3600
+
+
+def test_the_gpu_server_check_passes_on_the_emulator(tmp_path):
+    """scripts/gpu_server_check.py, which `gpu_check.sh server` runs on a GPU with --backend cuda
+    and the standard library alone, here on the emulated backend against the host backend's
+    greedy answers, recorded as gpu_bundle.sh records them; the workload on the tiny fixture."""
+    script = str(FIXTURES.parents[1] / "scripts" / "gpu_server_check.py")
+    expected, report = tmp_path / "expected.json", tmp_path / "report.md"
+    subprocess.run(["python3", script, "--bin", servekit_bin(), "--backend", "host", "--record",
+                    str(expected)], check=True, timeout=300)
+    r = subprocess.run(["python3", script, "--bin", servekit_bin(), "--backend", "emulated",
+                        "--expected", str(expected), "--report", str(report), "--load-tiny",
+                        "--load-seconds", "2", "--clients", "1,4"], capture_output=True,
+                       text=True, timeout=600)
+    text = report.read_text() if report.exists() else r.stdout + r.stderr
+    assert r.returncode == 0, text
+    assert "FAILED" not in text and text.count(": passed") >= 9, text
+    rows = [l for l in text.splitlines() if l.startswith("| 1 |") or l.startswith("| 4 |")]
+    assert len(rows) == 2 and all(int(l.split("|")[3]) == 0 for l in rows), text
+

@@ -85,7 +85,7 @@ struct SimtOps {
     if constexpr (weights::family_of<Mat> == weights::LinearFamily::Dense16)
       return kernels::mma_split_size(M, K, N);
     else
-      return kernels::gemv_split_size(M, K, N);
+      return kernels::core_split_size(M, K, N);
   }
 
   template <class KvView>

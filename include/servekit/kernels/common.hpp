@@ -146,6 +146,16 @@ struct ForceTilesPerBlock {
   ForceTilesPerBlock& operator=(const ForceTilesPerBlock&) = delete;
   int before;
 };
+// A scope in which the linears ignore a split-K scratch and walk every K part in one block: for
+// the benchmarks that show what the split buys. Host-side, per thread.
+struct ForceNoSplitK {
+  static inline thread_local bool on = false;
+  explicit ForceNoSplitK(bool v) : before(on) { on = v; }
+  ~ForceNoSplitK() { on = before; }
+  ForceNoSplitK(const ForceNoSplitK&) = delete;
+  ForceNoSplitK& operator=(const ForceNoSplitK&) = delete;
+  bool before;
+};
 // How many adjacent column tiles a decode linear's block takes (1, 2, 4 .. most): a wider
 // block loads x once for all its tiles, so as many as keep the grid at kFillBlocks blocks at one
 // row of x, where the issue is filling the SMs, or at kFillBlocks / 2 from two rows on, where

@@ -148,7 +148,7 @@ struct CoreParams {
   int M, K, N;
   const float* add;  // (M, N) added before the epilogue (a LoRA delta), or nullptr
   KOrder order;      // cuda_core_order(K, N)
-  SplitK split;      // GEMV: one block per (column tile, part) when set; tiled: unused
+  SplitK split;      // one block per (column tile, part) when set (tiled: up to its BM rows)
 };
 
 template <Epilogue E, class W>
@@ -244,18 +244,14 @@ __global__ void __launch_bounds__(gemv::kThreads* gemv::kMaxWarps, 1)
   }
 }
 
-// The split-K scratch of CUDA-core launches of up to M rows over a (K, N) weight.
-inline SplitSize gemv_split_size(int M, int K, int N) {
-  return split_size(cuda_core_order(K, N), gemv::kCols, gemv::kMaxM, M, N);
-}
-
 // Launches the GEMV (M <= gemv::kMaxM), split over K when `split` has room for it, in blocks
 // of as many column tiles (warps) as keep the grid full (tiles_per_block). w_bytes: the
 // weight's bytes with its quantisation state, for the launch record.
 template <Epilogue E, class W>
 void linear_gemv(CoreParams<W> p, std::size_t w_bytes, simt::stream_handle stream) {
   const int tiles = ceil_div(p.N, gemv::kCols);
-  const bool split = p.order.parts > 1 && p.split.fits(p.order.parts, p.M, p.N, tiles);
+  const bool split =
+      p.order.parts > 1 && !ForceNoSplitK::on && p.split.fits(p.order.parts, p.M, p.N, tiles);
   if (!split) p.split = {};
   const int parts = split ? p.order.parts : 1;
   const int warps = tiles_per_block(p.M, tiles, parts, gemv::kMaxWarps);

@@ -185,7 +185,8 @@ void linear_mma(const LinearB16Params& p, simt::stream_handle stream = nullptr,
   using namespace mma_gemm;
   const KOrder o = mma_order(p.K, p.N);
   const int tiles = ceil_div(p.N, BN), row_tiles = ceil_div(p.M, BM);
-  const bool splits = o.parts > 1 && p.M <= BM && split.fits(o.parts, p.M, p.N, tiles);
+  const bool splits =
+      o.parts > 1 && p.M <= BM && !ForceNoSplitK::on && split.fits(o.parts, p.M, p.N, tiles);
   const int wide = tiles_per_block(p.M, tiles, row_tiles * (splits ? o.parts : 1), kMaxWide);
   const std::size_t mn = static_cast<std::size_t>(p.M) * p.N * sizeof(float);
   simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N,

@@ -2,9 +2,9 @@
 #pragma once
 #include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // out = epilogue(x @ W + b) for fp32 W stored (K, N), on CUDA cores: the launcher. M <= 8
-// (decode) runs linear_gemv.hpp's GEMV, split over K when the decoder hands it a scratch; more
-// rows run linear_tiled.hpp's tiled GEMM. Both take the F32Cols loader and sum K in
-// cuda_core_order (common.hpp), so a row gets the same bits from either.
+// (decode) runs linear_gemv.hpp's GEMV, more rows linear_tiled.hpp's tiled GEMM; up to 64 rows
+// both split over K when the decoder hands them a scratch. Both take the F32Cols loader and sum K
+// in cuda_core_order (common.hpp), so a row gets the same bits from either.
 #include "servekit/kernels/linear_gemv.hpp"
 #include "servekit/kernels/linear_tiled.hpp"
 
@@ -27,7 +27,7 @@ inline void check_linear(const LinearParams& p, const char* who) {
   if (ceil_div(p.M, 64) > 65535) fail(who, ": M = ", p.M, " needs more than 65535 row tiles");
 }
 
-// The GEMV for M <= 8 (split over K when `split` has room), the tiled GEMM otherwise.
+// The GEMV for M <= 8, the tiled GEMM otherwise (each split over K when `split` has room).
 template <Epilogue E>
 void linear_simt(const LinearParams& p, simt::stream_handle stream = nullptr,
                  const SplitK& split = {}) {

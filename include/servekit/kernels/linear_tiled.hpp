@@ -8,7 +8,10 @@
 // A (64 x 64) tile of out per block of 256 threads, each thread a (4 x 4) register tile; x and
 // W tiles of BK = 16 rows, so each staged element feeds 4 multiply-adds from registers.
 // Sums fold where cuda_core_order's slices and parts end (codes: also where a group ends), so a
-// row gets the GEMV's bits.
+// row gets the GEMV's bits. A launch of at most BM rows (one row tile: a decode step of 9 to 64
+// sequences) has only ceil(N / 64) blocks, 12 to 48 for GPT-2 small's linears against 132 SMs;
+// with a SplitK workspace it takes one block per (column tile, K part) instead, and the last
+// block of a tile adds the parts in order from zero, as the unsplit kernel's total does.
 #include "servekit/kernels/linear_gemv.hpp"
 
 namespace servekit::kernels {
@@ -39,7 +42,11 @@ __global__ void __launch_bounds__(tiled::kThreads) linear_tiled_kernel(const Cor
   float acc[TM][TN] = {};    // ... the current slice's (codes: its finished segments')
   float seg[TM][TN] = {};    // codes: sum x q over the current segment
   float xsum[TM] = {};       // codes: sum x over the current segment
-  for (int k0 = 0; k0 < p.K; k0 += BK) {
+  // Split: this block's part only. Parts are whole slices of whole BK steps.
+  const bool splits = p.split.partial != nullptr;
+  const int k_begin = splits ? blockIdx.z * o.part_len : 0;
+  const int k_end = splits ? imin(p.K, k_begin + o.part_len) : p.K;
+  for (int k0 = k_begin; k0 < k_end; k0 += BK) {
     // Out-of-range elements are staged as zeros: they add nothing to any sum.
 #pragma unroll
     for (int i = threadIdx.x; i < BM * BK; i += kThreads) {
@@ -103,20 +110,37 @@ __global__ void __launch_bounds__(tiled::kThreads) linear_tiled_kernel(const Cor
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
       const int n = n0 + tx * TN + j;
-      if (n < p.N)
+      if (n >= p.N) continue;
+      if (splits)
+        p.split.partial[(static_cast<int64_t>(blockIdx.z) * p.M + m) * p.N + n] = total[i][j];
+      else
         store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
                           with_addend(total[i][j] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
     }
   }
+  if (splits) split_k_finish<E>(p.split, o.parts, blockIdx.x, n0, BN, p.M, p.N, p.b, p.add, p.out);
 }
 
-// Launches the tiled kernel. w_bytes: the weight's bytes with its quantisation state, for the
-// launch record.
+// The split-K scratch of CUDA-core launches (the GEMV's and the tiled GEMM's) of up to M rows
+// over a (K, N) weight: the tiled GEMM splits launches of up to BM rows.
+inline SplitSize core_split_size(int M, int K, int N) {
+  return split_size(cuda_core_order(K, N), gemv::kCols, tiled::BM, M, N);
+}
+
+// Launches the tiled kernel, split over K when the launch is one row tile and `p.split` has
+// room for it. w_bytes: the weight's bytes with its quantisation state, for the launch record.
 template <Epilogue E, class W>
-void linear_tiled(const CoreParams<W>& p, std::size_t w_bytes, simt::stream_handle stream) {
+void linear_tiled(CoreParams<W> p, std::size_t w_bytes, simt::stream_handle stream) {
   using namespace tiled;
-  simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w_bytes, BM, BN, p.b, p.add));
-  simt::launch(simt::kernel<linear_tiled_kernel<E, W>>, dim3(ceil_div(p.N, BN), ceil_div(p.M, BM)),
+  const int tiles = ceil_div(p.N, BN);
+  const bool splits = p.order.parts > 1 && p.M <= BM && !ForceNoSplitK::on &&
+                      p.split.fits(p.order.parts, p.M, p.N, tiles);
+  if (!splits) p.split = {};
+  const int parts = splits ? p.order.parts : 1;
+  const std::size_t mn = static_cast<std::size_t>(p.M) * p.N * sizeof(float);
+  simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w_bytes, BM, BN, p.b, p.add) +
+                     (splits ? 2 * mn * parts : 0));
+  simt::launch(simt::kernel<linear_tiled_kernel<E, W>>, dim3(tiles, ceil_div(p.M, BM), parts),
                dim3(kThreads), 0, stream, p);
 }
 

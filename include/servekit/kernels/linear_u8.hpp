@@ -9,8 +9,8 @@
 // its two partial sums into its accumulator with the group's (scale, min) when k leaves a
 // segment: a group, or the part of one inside a K slice (common.hpp's order). This is the host
 // kernel's factorisation (kernels/ref/linear.hpp), so both round the same kinds of quantities.
-//  - tiled GEMM (prefill): linear_tiled.hpp with the U8Cols loader, the W tile staged as bytes
-//    (1 KiB instead of 4 KiB of shared memory per stage).
+//  - tiled GEMM (M > 8): linear_tiled.hpp with the U8Cols loader, the W tile staged as bytes
+//    (1 KiB instead of 4 KiB of shared memory per stage), split over K up to 64 rows.
 //  - GEMV (M <= 8, decode): linear_gemv.hpp with the U8Cols loader, split over K.
 // Both fold at the same k and add the same slices and parts in the same order: a row gets the
 // same bits from either.
@@ -53,7 +53,7 @@ inline void check_linear_u8(const LinearU8Params& p) {
     fail(who, ": M = ", p.M, " needs more than 65535 row tiles");
 }
 
-// The GEMV for M <= 8 (split over K when `split` has room), the tiled GEMM otherwise.
+// The GEMV for M <= 8, the tiled GEMM otherwise (each split over K when `split` has room).
 template <Epilogue E>
 void linear_u8(const LinearU8Params& p, simt::stream_handle stream = nullptr,
                const SplitK& split = {}) {
