@@ -56,22 +56,26 @@ inline void require_close(std::span<const float> got, std::span<const float> wan
   require_close(got, want, [&](std::size_t i) { return abs + std::abs(want[i]) * rel; });
 }
 
-// Floats that differ, bit for bit, between the rows of one M-row call and the same rows computed
-// in calls of 1, 3, 8, 9 and 17 rows at other offsets. run(out, r0, n) writes rows [r0, r0 + n)
-// of an (M, N) result into out: the kernels must not let a row's bits depend on the others.
+// Floats that differ, bit for bit, between the rows of one M-row reference call and the same
+// rows computed in calls of 1, 3, 8, 9 and 17 rows at other offsets, and in a second call of all
+// M rows. run(out, r0, n, reference) writes rows [r0, r0 + n) of an (M, N) result into out
+// (reference: the first call, which a test may launch differently, e.g. without a split-K
+// scratch): the kernels must not let a row's bits depend on the others or on the launch.
 template <class Run>
 std::size_t row_bits_differ(int M, int N, Run&& run) {
   auto all = poisoned(static_cast<std::size_t>(M) * N);
-  run(all.data(), 0, M);
+  run(all.data(), 0, M, true);
   std::size_t differ = 0;
+  auto compare = [&](int r0, int n_rows) {
+    auto part = poisoned(static_cast<std::size_t>(n_rows) * N);
+    run(part.data(), r0, n_rows, false);
+    for (std::size_t i = 0; i < part.size(); i++)
+      differ += std::bit_cast<uint32_t>(part[i]) !=
+                std::bit_cast<uint32_t>(all[static_cast<std::size_t>(r0) * N + i]);
+  };
   for (int n_rows : {1, 3, 8, 9, 17})
-    for (int r0 = 0; r0 + n_rows <= M; r0 += n_rows + 2) {
-      auto part = poisoned(static_cast<std::size_t>(n_rows) * N);
-      run(part.data(), r0, n_rows);
-      for (std::size_t i = 0; i < part.size(); i++)
-        differ += std::bit_cast<uint32_t>(part[i]) !=
-                  std::bit_cast<uint32_t>(all[static_cast<std::size_t>(r0) * N + i]);
-    }
+    for (int r0 = 0; r0 + n_rows <= M; r0 += n_rows + 2) compare(r0, n_rows);
+  compare(0, M);
   return differ;
 }
 

@@ -171,23 +171,25 @@ inline int tiles_per_block(int M, int tiles, int blocks_per_tile, int most) {
 
 // The split-K scratch a family's launches of up to M rows over a (K, N) weight need: the parts'
 // sums (parts x M x N floats; none when K is one part, and at most max_rows rows, the most a
-// split launch of the family takes) and one arrival counter per column tile of col_tile.
+// split launch of the family takes) and one arrival counter per tile of row_tile x col_tile.
 struct SplitSize {
   std::size_t floats;
   int counters;
 };
-inline SplitSize split_size(const KOrder& o, int col_tile, int max_rows, int M, int N) {
-  const std::size_t rows = static_cast<std::size_t>(imin(M, max_rows));
-  return {o.parts > 1 ? static_cast<std::size_t>(o.parts) * rows * N : 0, ceil_div(N, col_tile)};
+inline SplitSize split_size(const KOrder& o, int row_tile, int col_tile, int max_rows, int M,
+                            int N) {
+  const int rows = imin(M, max_rows);
+  return {o.parts > 1 ? static_cast<std::size_t>(o.parts) * rows * N : 0,
+          ceil_div(rows, row_tile) * ceil_div(N, col_tile)};
 }
 
-// Called by every thread of block (tile, part) once its part sums of columns n0 .. n0 + cols - 1
-// are in s.partial: the last block of the tile adds the parts, in part order from zero, then the
-// bias, the addend and the epilogue, as the unsplit kernels do.
+// Called by every thread of block (tile, part) once its part sums of rows m0 .. m0 + rows - 1
+// and columns n0 .. n0 + cols - 1 are in s.partial: the last block of the tile adds the parts,
+// in part order from zero, then the bias, the addend and the epilogue, as the unsplit kernels do.
 template <Epilogue E>
-__device__ SERVEKIT_SIMT_INLINE void split_k_finish(const SplitK& s, int parts, int tile, int n0,
-                                                    int cols, int M, int N, const float* b,
-                                                    const float* add, float* out) {
+__device__ SERVEKIT_SIMT_INLINE void split_k_finish(const SplitK& s, int parts, int tile, int m0,
+                                                    int rows, int n0, int cols, int M, int N,
+                                                    const float* b, const float* add, float* out) {
   SERVEKIT_SHARED(int, last);
   __threadfence();  // this block's partial sums are visible before its arrival counts
   __syncthreads();
@@ -197,9 +199,9 @@ __device__ SERVEKIT_SIMT_INLINE void split_k_finish(const SplitK& s, int parts, 
   __threadfence();  // every other block's partial sums are visible to this one
   // volatile: read from L2, not from an L1 line an earlier launch may have left on this SM.
   const volatile float* part = s.partial;
-  for (int i = threadIdx.x; i < M * cols; i += blockDim.x) {
-    const int m = i / cols, n = n0 + i % cols;
-    if (n >= N) continue;
+  for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
+    const int m = m0 + i / cols, n = n0 + i % cols;
+    if (m >= M || n >= N) continue;
     float v = 0.f;
     for (int q = 0; q < parts; ++q) v += part[(static_cast<int64_t>(q) * M + m) * N + n];
     store_epilogue<E>(out + static_cast<int64_t>(m) * N + n,

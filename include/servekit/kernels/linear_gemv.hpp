@@ -227,8 +227,8 @@ __global__ void __launch_bounds__(gemv::kThreads* gemv::kMaxWarps, 1)
   }
   if (split) {
     const int cols = warps * kCols;
-    split_k_finish<E>(p.split, o.parts, blockIdx.x, blockIdx.x * cols, cols, p.M, p.N, p.b, p.add,
-                      p.out);
+    split_k_finish<E>(p.split, o.parts, blockIdx.x, 0, p.M, blockIdx.x * cols, cols, p.M, p.N, p.b,
+                      p.add, p.out);
     return;
   }
   if (j != 0 || !in_range) return;

@@ -13,10 +13,11 @@
 // cp.async (16 bytes a copy, straight to shared memory) while slice i is multiplied, so a block
 // keeps two tiles of W in flight instead of waiting on each; one __syncthreads per slice.
 // K is summed in mma_order (common.hpp's order, one slice a part): each part's mma chain starts
-// from zero and the part sums are added in order on CUDA cores. A launch of at most BM rows
-// with a SplitK workspace takes one block per (column tile, part), >= kFillBlocks = 264 blocks
-// for every GPT-2 small linear, and the last block of a tile adds the parts; larger launches
-// walk every part in one block. Either way a row gets the same bits, whatever M.
+// from zero and the part sums are added in order on CUDA cores. A launch of at most
+// kSplitRows = 2 BM rows with a SplitK workspace takes one block per (row tile, column tile,
+// part), >= kFillBlocks = 264 blocks for every GPT-2 small linear, and the last block of a tile
+// adds the parts; larger launches walk every part in one block. Either way a row gets the same
+// bits, whatever M.
 #include "servekit/kernels/common.hpp"
 
 namespace servekit::kernels {
@@ -36,6 +37,7 @@ constexpr int BM = 32, BN = 64, BK = 32;  // BN: the column tile of the order an
 constexpr int kThreads = 128;             // kWn = 2; 64 kWn in general
 constexpr int kMaxWide = 2;               // column tiles a block takes at most (kWn = 4)
 constexpr int kStages = 3;                // slices in shared memory: one multiplied, two in flight
+constexpr int kSplitRows = 2 * BM;        // the most rows a split launch takes (decode to batch 64)
 constexpr int kChunk = 8;                 // 16-bit words per 16-byte cp.async
 // Rows padded by 8 halves (16 bytes): ldmatrix's eight row addresses then fall in different
 // banks, and every row start stays 16-byte aligned as ldmatrix requires.
@@ -166,12 +168,14 @@ __global__ void __launch_bounds__(64 * kWn)
         store_epilogue<E>(p.out + static_cast<int64_t>(m) * p.N + n,
                           with_addend(total[t][i] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
     }
-  if (splits) split_k_finish<E>(split, o.parts, blockIdx.x, n0, kBN, p.M, p.N, p.b, p.add, p.out);
+  if (splits)
+    split_k_finish<E>(split, o.parts, blockIdx.y * gridDim.x + blockIdx.x, m0, BM, n0, kBN, p.M,
+                      p.N, p.b, p.add, p.out);
 }
 
 // The split-K scratch of tensor-core launches of up to M rows over a (K, N) weight.
 inline SplitSize mma_split_size(int M, int K, int N) {
-  return split_size(mma_order(K, N), mma_gemm::BN, mma_gemm::BM, M, N);
+  return split_size(mma_order(K, N), mma_gemm::BM, mma_gemm::BN, mma_gemm::kSplitRows, M, N);
 }
 
 template <Epilogue E, bool kBf16>
@@ -185,8 +189,9 @@ void linear_mma(const LinearB16Params& p, simt::stream_handle stream = nullptr,
   using namespace mma_gemm;
   const KOrder o = mma_order(p.K, p.N);
   const int tiles = ceil_div(p.N, BN), row_tiles = ceil_div(p.M, BM);
-  const bool splits =
-      o.parts > 1 && p.M <= BM && !ForceNoSplitK::on && split.fits(o.parts, p.M, p.N, tiles);
+  // A counter per (row tile, column tile): at most that many blocks' tiles, whatever the width.
+  const bool splits = o.parts > 1 && p.M <= kSplitRows && !ForceNoSplitK::on &&
+                      split.fits(o.parts, p.M, p.N, row_tiles * tiles);
   const int wide = tiles_per_block(p.M, tiles, row_tiles * (splits ? o.parts : 1), kMaxWide);
   const std::size_t mn = static_cast<std::size_t>(p.M) * p.N * sizeof(float);
   simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N,

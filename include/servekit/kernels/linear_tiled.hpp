@@ -118,13 +118,14 @@ __global__ void __launch_bounds__(tiled::kThreads) linear_tiled_kernel(const Cor
                           with_addend(total[i][j] + (p.b ? p.b[n] : 0.f), p.add, m, n, p.N));
     }
   }
-  if (splits) split_k_finish<E>(p.split, o.parts, blockIdx.x, n0, BN, p.M, p.N, p.b, p.add, p.out);
+  if (splits)
+    split_k_finish<E>(p.split, o.parts, blockIdx.x, 0, p.M, n0, BN, p.M, p.N, p.b, p.add, p.out);
 }
 
 // The split-K scratch of CUDA-core launches (the GEMV's and the tiled GEMM's) of up to M rows
 // over a (K, N) weight: the tiled GEMM splits launches of up to BM rows.
 inline SplitSize core_split_size(int M, int K, int N) {
-  return split_size(cuda_core_order(K, N), gemv::kCols, tiled::BM, M, N);
+  return split_size(cuda_core_order(K, N), tiled::BM, gemv::kCols, tiled::BM, M, N);
 }
 
 // Launches the tiled kernel, split over K when the launch is one row tile and `p.split` has
