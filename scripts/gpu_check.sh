@@ -213,12 +213,13 @@ step_profile() {
   ncu=$(command -v ncu || echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu")
   for cfg in "f16 1" "f32 8" "u8zp 64"; do
     set -- $cfg
-    # Past the bandwidth probe, the upload and the prompt: two warm decode steps' kernels.
+    # Past the bandwidth probe, the upload and the prompt: two warm decode steps' kernels (no
+    # timed prefill steps, whose launches would come first).
     run_step "$r" "ncu bench_decode_cuda --only $1 --batches $2" - "$ncu" \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip 250 --launch-count 202 \
       -k "regex:linear|attention|lm_head|sample|layernorm|embedding|kv_append|gather" \
       --print-summary per-kernel "$BUNDLE/bin/bench_decode_cuda" --only "$1" --batches "$2" \
-      --decode 8 --prefill 64
+      --decode 8 --prefill 64 --prefill-reps 0
     {
       echo
       echo "$1, batch $2: kernel (grid) x launches | unit, min max mean of a launch"
@@ -241,7 +242,8 @@ step_profile() {
     read -r name only batches skip kernel <<<"$cfg"
     run_step "$r" "ncu --set full: $name ($only, batch $batches)" - "$ncu" --set full \
       --kernel-name-base demangled -k "regex:$kernel" --launch-skip "$skip" --launch-count 1 \
-      "$BUNDLE/bin/bench_decode_cuda" --only "$only" --batches "$batches" --decode 4 --prefill 64
+      "$BUNDLE/bin/bench_decode_cuda" --only "$only" --batches "$batches" --decode 4 --prefill 64 \
+      --prefill-reps 0
     printf '%s\n' "$LAST_OUT" >"$REPORT_DIR/ncu_$name.txt"
     grep -qE "No kernels were profiled" "$REPORT_DIR/ncu_$name.txt" &&
       echo "  - $name: **no kernel matched** $kernel" >>"$r"
