@@ -90,8 +90,8 @@ done
 size_check "bundle (${PROGRAMS[*]})" "$BUNDLE"
 
 # The server folder: servekit-gpu and the shared libraries it needs beyond glibc and the driver.
-f=$(find "$BUILD" -type f -name servekit-gpu -perm -u+x -print -quit)
-[ -n "$f" ] || { echo "gpu_bundle: servekit-gpu is not built in $BUILD" >&2; exit 1; }
+f="$BUILD/apps/servekit-gpu"
+[ -x "$f" ] || { echo "gpu_bundle: servekit-gpu is not built in $BUILD/apps" >&2; exit 1; }
 rm -rf "$SERVER"
 mkdir -p "$SERVER/bin" "$SERVER/lib"
 strip -o "$SERVER/bin/servekit-gpu" "$f"
@@ -101,9 +101,10 @@ ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name pa
   *) cp -L "$path" "$SERVER/lib/$name" ;;
   esac
 done
-# What the host backend answers to the server check's greedy requests, from the host CLI.
-host_cli=$(find "$BUILD" -type f -name servekit -perm -u+x -print -quit)
-[ -n "$host_cli" ] || { echo "gpu_bundle: servekit (the host CLI) is not built in $BUILD" >&2; exit 1; }
+# What the host backend answers to the server check's greedy requests, from the host CLI (the
+# shipped one: the build has other programs of that name, e.g. the tests' sanitizer build).
+host_cli="$BUILD/apps/servekit"
+[ -x "$host_cli" ] || { echo "gpu_bundle: servekit (the host CLI) is not built in $BUILD/apps" >&2; exit 1; }
 python3 "$ROOT/scripts/gpu_server_check.py" --bin "$host_cli" --backend host \
   --record "$SERVER/expected.json"
 {
