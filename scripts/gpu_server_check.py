@@ -21,7 +21,6 @@ import json
 import os
 import pathlib
 import random
-import re
 import statistics
 import subprocess
 import sys
@@ -29,7 +28,10 @@ import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures"
+sys.path.insert(0, str(ROOT / "tests" / "server"))
+import servekit_server  # noqa: E402  (standard library only, like this script)
+
+FIXTURES = servekit_server.FIXTURES
 PROMPT = "What is deep learning?"
 FLAGS = ["--weights", "f16", "--kv", "paged-f16", "--lora", "segmented"]
 ADAPTERS = ["r4", "r16"]
@@ -46,28 +48,13 @@ def tiny_args():
     return ["--model", str(FIXTURES / "tiny-a"), "--vocab", str(FIXTURES / "tiny-vocab")]
 
 
-class Server:
-    """`servekit serve` on a free loopback port; stderr drained so that it never blocks."""
+class Server(servekit_server.Server):
+    """`servekit serve` on a free loopback port (tests/server/servekit_server.py), spoken to in
+    plain HTTP."""
 
     def __init__(self, binary, args):
-        self.proc = subprocess.Popen([binary, "serve", "--port", "0", "-q", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     env=ENV)
-        self.lines = []
-        deadline = time.time() + 120
-        while True:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("servekit serve exited before listening:\n" + "".join(self.lines))
-            self.lines.append(line)
-            m = re.search(r"listening on http://([0-9.]+):(\d+)", line)
-            if m:
-                self.host, self.port = m.group(1), int(m.group(2))
-                break
-            if time.time() > deadline:
-                raise RuntimeError("servekit serve did not start in 120 s")
-        threading.Thread(target=lambda: [self.lines.append(l) for l in self.proc.stderr],
-                         daemon=True).start()
+        super().__init__(["-q", *args], binary=binary, env=ENV, start_s=120)
+        self.host = self.url.split("//")[1].split(":")[0]
 
     def startup_line(self):
         return next((l.strip() for l in self.lines if "listening on" in l), "")
@@ -100,11 +87,6 @@ class Server:
 
     def generate(self, prompt, **params):
         return self.request("POST", "/generate", {"inputs": prompt, "parameters": params})
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=60)
 
 
 def cli_ids(binary, backend, n, adapter=None):

@@ -26,13 +26,17 @@ def tiny_args():
 
 
 class Server:
-    def __init__(self, args, log=None, port=0):
+    """binary: the servekit program (default servekit_bin()); env: its environment; start_s: how
+    long it may take to listen."""
+
+    def __init__(self, args, log=None, port=0, binary=None, env=None, start_s=60):
         self.log_path = log
         self.log = open(log, "w") if log else subprocess.DEVNULL
-        self.proc = subprocess.Popen([servekit_bin(), "serve", "--port", str(port), *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([binary or servekit_bin(), "serve", "--port", str(port),
+                                      *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, env=env)
         self.lines = []
-        deadline = time.time() + 60
+        deadline = time.time() + start_s
         while True:
             line = self.proc.stderr.readline()
             if not line:
@@ -43,7 +47,7 @@ class Server:
                 self.url, self.port = m.group(1), int(m.group(2))
                 break
             if time.time() > deadline:
-                raise RuntimeError("servekit serve did not start in 60 s")
+                raise RuntimeError(f"servekit serve did not start in {start_s} s")
         # Keep draining stderr (one line per request) so the server never blocks on it.
         import threading
         self._t = threading.Thread(target=self._drain, daemon=True)

@@ -183,6 +183,17 @@ inline SplitSize split_size(const KOrder& o, int row_tile, int col_tile, int max
           ceil_div(rows, row_tile) * ceil_div(N, col_tile)};
 }
 
+// Whether a launch of M rows shares K among blocks: K has several parts, the launch takes at
+// most max_rows rows (the family's split tile), the scratch has room for its sums and `tiles`
+// arrival counters, and no ForceNoSplitK scope says otherwise. Every linear launcher asks here.
+inline bool splits_k(const SplitK& s, const KOrder& o, int M, int max_rows, int N, int tiles) {
+  return o.parts > 1 && M <= max_rows && !ForceNoSplitK::on && s.fits(o.parts, M, N, tiles);
+}
+// The bytes a split launch adds to its record: each part's (M, N) sums written and read back.
+inline std::size_t split_k_bytes(bool splits, int parts, int M, int N) {
+  return splits ? 2 * static_cast<std::size_t>(M) * N * sizeof(float) * parts : 0;
+}
+
 // Called by every thread of block (tile, part) once its part sums of rows m0 .. m0 + rows - 1
 // and columns n0 .. n0 + cols - 1 are in s.partial: the last block of the tile adds the parts,
 // in part order from zero, then the bias, the addend and the epilogue, as the unsplit kernels do.

@@ -250,16 +250,14 @@ __global__ void __launch_bounds__(gemv::kThreads* gemv::kMaxWarps, 1)
 template <Epilogue E, class W>
 void linear_gemv(CoreParams<W> p, std::size_t w_bytes, simt::stream_handle stream) {
   const int tiles = ceil_div(p.N, gemv::kCols);
-  const bool split =
-      p.order.parts > 1 && !ForceNoSplitK::on && p.split.fits(p.order.parts, p.M, p.N, tiles);
+  const bool split = splits_k(p.split, p.order, p.M, gemv::kMaxM, p.N, tiles);
   if (!split) p.split = {};
   const int parts = split ? p.order.parts : 1;
   const int warps = tiles_per_block(p.M, tiles, parts, gemv::kMaxWarps);
-  const std::size_t mn = static_cast<std::size_t>(p.M) * p.N * sizeof(float);
   // Every block reads its columns' W once and x's rows of its K range; a split launch also
   // writes and reads back its parts' sums.
   simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w_bytes, p.M, gemv::kCols * warps, p.b, p.add) +
-                     (split ? 2 * mn * parts : 0));
+                     split_k_bytes(split, parts, p.M, p.N));
   simt::launch(simt::kernel<linear_gemv_kernel<E, W>>, dim3(ceil_div(tiles, warps), parts),
                dim3(gemv::kThreads * warps), 0, stream, p);
 }

@@ -190,14 +190,12 @@ void linear_mma(const LinearB16Params& p, simt::stream_handle stream = nullptr,
   const KOrder o = mma_order(p.K, p.N);
   const int tiles = ceil_div(p.N, BN), row_tiles = ceil_div(p.M, BM);
   // A counter per (row tile, column tile): at most that many blocks' tiles, whatever the width.
-  const bool splits = o.parts > 1 && p.M <= kSplitRows && !ForceNoSplitK::on &&
-                      split.fits(o.parts, p.M, p.N, row_tiles * tiles);
+  const bool splits = splits_k(split, o, p.M, kSplitRows, p.N, row_tiles * tiles);
   const int wide = tiles_per_block(p.M, tiles, row_tiles * (splits ? o.parts : 1), kMaxWide);
-  const std::size_t mn = static_cast<std::size_t>(p.M) * p.N * sizeof(float);
   simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N,
                                   static_cast<std::size_t>(p.K) * p.N * sizeof(std::uint16_t), BM,
                                   BN * wide, p.b, p.add) +
-                     (splits ? 2 * mn * o.parts : 0));
+                     split_k_bytes(splits, o.parts, p.M, p.N));
   const dim3 grid(ceil_div(tiles, wide), row_tiles, splits ? o.parts : 1);
   const SplitK s = splits ? split : SplitK{};
   if (wide == 2)

@@ -134,13 +134,11 @@ template <Epilogue E, class W>
 void linear_tiled(CoreParams<W> p, std::size_t w_bytes, simt::stream_handle stream) {
   using namespace tiled;
   const int tiles = ceil_div(p.N, BN);
-  const bool splits = p.order.parts > 1 && p.M <= BM && !ForceNoSplitK::on &&
-                      p.split.fits(p.order.parts, p.M, p.N, tiles);
+  const bool splits = splits_k(p.split, p.order, p.M, BM, p.N, tiles);
   if (!splits) p.split = {};
   const int parts = splits ? p.order.parts : 1;
-  const std::size_t mn = static_cast<std::size_t>(p.M) * p.N * sizeof(float);
   simt::expect_bytes(linear_bytes(E, p.M, p.K, p.N, w_bytes, BM, BN, p.b, p.add) +
-                     (splits ? 2 * mn * parts : 0));
+                     split_k_bytes(splits, parts, p.M, p.N));
   simt::launch(simt::kernel<linear_tiled_kernel<E, W>>, dim3(tiles, ceil_div(p.M, BM), parts),
                dim3(kThreads), 0, stream, p);
 }
