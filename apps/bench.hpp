@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // `servekit bench`: one composition's measurements. The model is made once (bench_as) and kept
-// in a BenchSession, so that main() can interleave the compositions' rounds; each measure(B)
-// runs B requests of the same prompt length through a fresh engine, all submitted at once.
+// in a BenchSession, so that main() can interleave the compositions' rounds. Each measure(B)
+// runs a fresh engine: by default B requests of the same prompt length, all submitted at once;
+// with --rate, the arrivals workload (--requests requests of mixed lengths arriving at random,
+// B the engine's max batch), where the schedulers part ways: a static batch waits for its
+// longest member and admits nobody meanwhile, a continuous one refills each free slot.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "job.hpp"
@@ -38,7 +43,8 @@ class Session final : public BenchSession {
       : a_(a), tok_(tok), model_(tensors(a)), adapter_dir_(std::move(adapter_dir)) {
     std::mt19937_64 rng(a.seed + 1);
     std::uniform_int_distribution<int32_t> id(0, D::vocab - 1);
-    for (int i = 0; i < 64; i++) {  // distinct prompts: nothing is shared between requests
+    // Distinct prompts, nothing shared between the requests of a run (no prefix-cache hits).
+    for (int i = 0; i < std::max(64, a.requests); i++) {
       prompts_.emplace_back();
       for (int t = 0; t < a.prompt; t++) prompts_.back().push_back(id(rng));
     }
@@ -48,22 +54,40 @@ class Session final : public BenchSession {
     serve::EngineOptions eo{.max_batch = batch,
                             .max_batched_tokens = std::max(512, batch * a_.prompt)};
     serve::Engine<Model, typename C::Scheduler> engine(model_, tok_, eo);
-    std::vector<serve::Request> reqs(batch);
-    for (int i = 0; i < batch; i++) {
-      reqs[i].prompt_ids = prompts_[(round_ * batch + i) % prompts_.size()];
-      reqs[i].stop.max_new_tokens = a_.new_tokens;
-      reqs[i].stop.stop_at_eos = false;
-      reqs[i].sampling.temperature = 0;
+    const bool arrivals = a_.rate > 0;
+    std::mt19937_64 rng(a_.seed * 7919 + round_);  // every composition: the same workload
+    std::vector<serve::Request> reqs(arrivals ? a_.requests : batch);
+    for (std::size_t i = 0; i < reqs.size(); i++) {
+      auto& r = reqs[i];
+      r.prompt_ids = prompts_[(round_ * reqs.size() + i) % prompts_.size()];
+      r.stop.max_new_tokens = a_.new_tokens;
+      if (arrivals) {  // a quarter to all of --prompt and --new tokens
+        r.prompt_ids.resize(std::max<std::size_t>(1, r.prompt_ids.size() * (1 + rng() % 4) / 4));
+        r.stop.max_new_tokens = std::max(2, a_.new_tokens * static_cast<int>(1 + rng() % 4) / 4);
+      }
+      r.stop.stop_at_eos = false;
+      r.sampling.temperature = 0;
       if constexpr (lora::enabled<typename C::Lora>)
         if (a_.adapters > 0) {
           const std::string id = "bench-" + std::to_string(i % a_.adapters);
-          if (i < a_.adapters) engine.adapters().add(id, adapter_dir_ / id);
-          reqs[i].adapter = id;
+          if (static_cast<int>(i) < a_.adapters) engine.adapters().add(id, adapter_dir_ / id);
+          r.adapter = id;
         }
     }
     round_++;
-    const auto results = engine.run_all(std::move(reqs));
+    const double t0 = now_ms();
+    const auto results =
+        arrivals ? arrive(engine, std::move(reqs), rng) : engine.run_all(std::move(reqs));
+    const double wall = now_ms() - t0;
     BenchRow row;
+    if (arrivals) {  // throughput: every prompt and generated token over the whole run
+      long prompt = 0, generated = 0;
+      for (const auto& r : results) {
+        if (r.finish_reason == serve::finish::error) fail("bench: a request failed: ", r.error);
+        prompt += r.metrics.prompt_tokens, generated += r.metrics.generated_tokens;
+      }
+      row.prefill_tok_s = prompt / (wall / 1e3), row.decode_tok_s = generated / (wall / 1e3);
+    }
     std::vector<double> ttft, tpot;
     double last_first = 0, last_end = 0;
     long decoded = 0;
@@ -75,8 +99,10 @@ class Session final : public BenchSession {
       last_end = std::max(last_end, r.metrics.e2e_ms);
       decoded += static_cast<long>(r.tokens.size()) - 1;
     }
-    row.prefill_tok_s = batch * a_.prompt / (last_first / 1e3);
-    row.decode_tok_s = last_end > last_first ? decoded / ((last_end - last_first) / 1e3) : 0;
+    if (!arrivals) {
+      row.prefill_tok_s = batch * a_.prompt / (last_first / 1e3);
+      row.decode_tok_s = last_end > last_first ? decoded / ((last_end - last_first) / 1e3) : 0;
+    }
     row.ttft_p50_ms = percentile(ttft, 50), row.ttft_p99_ms = percentile(ttft, 99);
     row.tpot_p50_ms = percentile(tpot, 50), row.tpot_p99_ms = percentile(tpot, 99);
     row.weight_mib = static_cast<double>(footprint(model_).weights()) / (1 << 20);
@@ -87,6 +113,31 @@ class Session final : public BenchSession {
   }
 
  private:
+  static double now_ms() {
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // Submits each request at its arrival time (exponential gaps at --rate per second, so a
+  // Poisson process) and waits for every result; TTFT counts from the arrival.
+  template <class E>
+  std::vector<serve::Result> arrive(E& engine, std::vector<serve::Request> reqs,
+                                    std::mt19937_64& rng) {
+    std::exponential_distribution<double> gap(a_.rate);
+    std::vector<serve::RequestHandle> hs;
+    auto at = std::chrono::steady_clock::now();
+    for (auto& r : reqs) {
+      std::this_thread::sleep_until(at);
+      hs.push_back(engine.submit(std::move(r)));
+      at += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(gap(rng)));
+    }
+    std::vector<serve::Result> out;
+    for (auto& h : hs) out.push_back(h.get());
+    return out;
+  }
+
   static model::Gpt2Tensors tensors(const BenchArgs& a) {
     return a.model.empty() ? model::random_gpt2<D>(a.seed) : model::load_gpt2<D>(a.model);
   }

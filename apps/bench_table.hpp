@@ -3,7 +3,8 @@
 // `servekit bench`: "swap a policy, compare" from the command line. --compare AXIS=V1,V2,...
 // names the compositions (the other axes from the flags); every round runs each composition
 // at each batch size in turn, so that a machine's drift touches them alike; the medians over the
-// rounds go to a table, a CSV and a PNG beside it.
+// rounds go to a table, a CSV and a PNG beside it. --rate makes the workload arrivals over time
+// (apps/bench.hpp), the one where scheduler=... differ.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -96,10 +97,19 @@ inline int run_bench(const BenchArgs& be, const CompositionFlags& flags, const S
   if (!csv) fail("bench: cannot write ", csv_path);
   csv << "composition,batch,prefill_tok_s,decode_tok_s,ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,"
          "tpot_p99_ms,weights_mib,kv_mib\n";
-  std::printf(
-      "%d-token prompts, %d new tokens, medians of %d rounds; x: decode tokens/s over "
-      "the first composition's at the same batch\n",
-      be.prompt, be.new_tokens, be.rounds);
+  if (be.rate > 0)
+    std::printf(
+        "%d requests arriving at %g/s (Poisson), prompts of %d..%d tokens, %d..%d new tokens, "
+        "medians of %d rounds; batch: the engine's max batch; prefill/s and decode/s: every "
+        "prompt and generated token over the whole run; x: decode/s over the first "
+        "composition's at the same batch\n",
+        be.requests, be.rate, std::max(1, be.prompt / 4), be.prompt, std::max(2, be.new_tokens / 4),
+        be.new_tokens, be.rounds);
+  else
+    std::printf(
+        "%d-token prompts, %d new tokens, medians of %d rounds; x: decode tokens/s over "
+        "the first composition's at the same batch\n",
+        be.prompt, be.new_tokens, be.rounds);
   std::printf("%-48s %5s %10s %10s %6s %9s %9s %9s %9s %9s %9s\n", "composition", "batch",
               "prefill/s", "decode/s", "x", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
               "weights", "KV MiB");

@@ -250,6 +250,13 @@ struct BenchCommand {
         ->check(CLI::Range(1, 1000));
     sub->add_option("--adapters", a.adapters, "random LoRA adapters, one per request in turn")
         ->check(CLI::Range(0, 1024));
+    sub->add_option("--rate", a.rate,
+                    "requests per second arriving at random (Poisson) instead of one batch at "
+                    "once: --requests of mixed lengths, --batch the engine's max batch "
+                    "(compares schedulers)")
+        ->check(CLI::Range(0.0, 1e6));
+    sub->add_option("--requests", a.requests, "requests per run with --rate")
+        ->check(CLI::Range(1, 100000));
     sub->add_option("--out", a.out, "CSV and PNG path without extension");
     sub->add_option("--seed", seed, "seed of the random model and prompts");
   }

@@ -79,6 +79,10 @@ struct BenchArgs {
   std::vector<int> batches = {1, 8};
   int prompt = 128, new_tokens = 128, rounds = 3, adapters = 0;
   uint64_t seed = 0;
+  // > 0: an arrivals workload instead of one batch at once: `requests` requests of mixed lengths
+  // arrive at `rate` per second (Poisson), and each batch size is the engine's max batch.
+  double rate = 0;
+  int requests = 32;
 };
 
 // A bench's state for one composition: its model stays loaded between rounds, so that the

@@ -438,3 +438,68 @@ TEST_CASE(
   CHECK_THAT(got[1]["error"].get<std::string>(),
              Contains("line 2: field \"json_schema\"") && Contains("unsupported type \"objekt\""));
 }
+
+// The CSV `servekit bench` writes: one row per (composition, batch) after the header.
+static std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
+  std::ifstream f(p);
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  while (std::getline(f, line)) {
+    rows.emplace_back();
+    std::size_t start = 0;
+    for (std::size_t comma; (comma = line.find(',', start)) != std::string::npos; start = comma + 1)
+      rows.back().push_back(line.substr(start, comma - start));
+    rows.back().push_back(line.substr(start));
+  }
+  return rows;
+}
+
+TEST_CASE(
+    "bench compares compositions on one batch and schedulers on arrivals; bad flags are "
+    "clear errors") {
+  const fs::path dir = servekit::test::temp_file("servekit_cli_bench");
+  fs::create_directories(dir);
+  const std::string base = "bench --model " + kTinyA + " --vocab " + kVocab +
+                           " --prompt 12 --new 6 --rounds 1 --out " + (dir / "b").string();
+  // One batch at once, two weight formats at two batch sizes.
+  auto r = run(base + " --compare weights=f32,f16 --batch 1,2");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Contains("12-token prompts, 6 new tokens"));
+  auto rows = read_csv(dir / "b.csv");
+  REQUIRE(rows.size() == 5);
+  CHECK(rows[0][0] == "composition");
+  for (std::size_t i = 1; i < rows.size(); i++) {
+    REQUIRE(rows[i].size() == 10);
+    CHECK_THAT(rows[i][0], Contains(i <= 2 ? "f32/" : "f16/"));
+    CHECK(rows[i][1] == (i % 2 == 1 ? "1" : "2"));
+    CHECK(std::stod(rows[i][2]) > 0);  // prefill tokens/s
+    CHECK(std::stod(rows[i][3]) > 0);  // decode tokens/s
+  }
+  // Arrivals: every scheduler on the same requests of mixed lengths.
+  r = run(base +
+          " --compare scheduler=continuous,static,sequential --rate 400 --requests 6 "
+          "--batch 3");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Contains("6 requests arriving at 400/s (Poisson), prompts of 3..12 tokens"));
+  rows = read_csv(dir / "b.csv");
+  REQUIRE(rows.size() == 4);
+  const char* scheds[] = {"continuous", "static", "sequential"};
+  for (int i = 1; i <= 3; i++) {
+    CHECK_THAT(rows[i][0], Contains(std::string("/") + scheds[i - 1] + "/"));
+    CHECK(rows[i][1] == "3");
+    for (int c = 2; c <= 5; c++) CHECK(std::stod(rows[i][c]) > 0);  // throughputs, TTFT p50/p99
+  }
+  // Bad flags name what is wrong.
+  auto e = run(base + " --compare scheduler=fifo");
+  CHECK(e.code != 0);
+  CHECK_THAT(e.out, Contains("scheduler") && Contains("fifo"));
+  e = run(base + " --rate -1");
+  CHECK(e.code != 0);
+  CHECK_THAT(e.out, Contains("--rate"));
+  e = run(base + " --compare sched=static");
+  CHECK(e.code != 0);
+  CHECK_THAT(e.out, Contains("unknown axis 'sched'"));
+  fs::remove_all(dir);
+}

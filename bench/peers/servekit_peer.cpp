@@ -10,11 +10,23 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../common.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/sampling.hpp"
+
+// The compositions this program may run, named as everywhere else (serve/compiled.hpp's
+// dispatch table turns --format and --kv into one of them): each weight format the peers have,
+// with an f32 or an f16 cache (llama.cpp's default).
+#define SERVEKIT_COMPILED_COMPOSITIONS                                                    \
+  "f32/contiguous/none/continuous/host", "f32/contiguous-f16/none/continuous/host",       \
+      "f16/contiguous/none/continuous/host", "f16/contiguous-f16/none/continuous/host",   \
+      "bf16/contiguous/none/continuous/host", "bf16/contiguous-f16/none/continuous/host", \
+      "u8-channel/contiguous/none/continuous/host",                                       \
+      "u8-channel/contiguous-f16/none/continuous/host"
+#include "servekit/serve/compiled.hpp"
 
 namespace sk = servekit;
 using D = sk::dims::Gpt2Small;
@@ -123,15 +135,18 @@ nlohmann::json measure(const Opts& o, Model& model) {
   return j;
 }
 
-template <class F>
+// The composition --format and --kv name, from the dispatch table.
 nlohmann::json run(const Opts& o, sk::model::Gpt2Tensors t) {
-  auto go = [&]<class Kv>(Kv) {
-    sk::Gpt2<sk::Config<D, F, Kv>> model(std::move(t));  // quantizes here, untimed
-    nlohmann::json j = measure(o, model);
-    j["kv"] = o.kv;
-    return j;
-  };
-  return o.kv == "f16" ? go(sk::kv::ContiguousF16{}) : go(sk::kv::Contiguous{});
+  const std::string name = (o.format == "u8" ? "u8-channel" : o.format) + "/" +
+                           (o.kv == "f16" ? "contiguous-f16" : "contiguous") +
+                           "/none/continuous/host";
+  return sk::serve::dispatch_composition(
+      sk::serve::spec_from_name(name), [&]<class C>(std::type_identity<C>) {
+        sk::Gpt2<typename C::template Config<D>> model(std::move(t));  // quantizes here, untimed
+        nlohmann::json j = measure(o, model);
+        j["kv"] = o.kv;
+        return j;
+      });
 }
 
 int main(int argc, char** argv) {
@@ -158,12 +173,7 @@ int main(int argc, char** argv) {
 
   try {
     auto t = sk::model::load_gpt2<D>(o.model);
-    nlohmann::json j;
-    if (o.format == "f32") j = run<sk::weights::F32>(o, std::move(t));
-    if (o.format == "f16") j = run<sk::weights::F16>(o, std::move(t));
-    if (o.format == "bf16") j = run<sk::weights::BF16>(o, std::move(t));
-    if (o.format == "u8")
-      j = run<sk::weights::U8ZeroPoint<sk::weights::PerChannel>>(o, std::move(t));
+    const nlohmann::json j = run(o, std::move(t));
     std::printf("%s\n", j.dump().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_peers_servekit: %s\n", e.what());

@@ -32,6 +32,12 @@
 #include "servekit/serve/sampling.hpp"
 #include "servekit/text/tokenizer.hpp"
 
+// The two compositions this lesson compares, named as `servekit` names them; the dispatch
+// table (serve/compiled.hpp) turns --layout into one of them, as it does the CLI's flags.
+#define SERVEKIT_COMPILED_COMPOSITIONS \
+  "f32/contiguous/none/continuous/host", "f32/paged16/none/continuous/host"
+#include "servekit/serve/compiled.hpp"
+
 namespace fs = std::filesystem;
 namespace sk = servekit;
 
@@ -210,15 +216,16 @@ int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok, Model& model) {
 
 template <class D>
 int with_layout(const Args& a, const sk::text::Gpt2Tokenizer& tok) {
-  auto run = [&]<class K>() {
-    using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, K>>;
-    std::printf("loading %s ...\n",
-                a.model.empty() ? "random GPT-2 124M (seed 0)" : a.model.c_str());
-    auto model = a.model.empty() ? Model::random(0) : Model::load(a.model);
-    return lesson(a, tok, model);
-  };
-  if (a.layout == "paged") return run.template operator()<sk::kv::Paged<16>>();
-  return run.template operator()<sk::kv::Contiguous>();
+  const std::string name = std::string("f32/") + (a.layout == "paged" ? "paged16" : "contiguous") +
+                           "/none/continuous/host";
+  return sk::serve::dispatch_composition(
+      sk::serve::spec_from_name(name), [&]<class C>(std::type_identity<C>) {
+        using Model = sk::Gpt2<typename C::template Config<D>>;
+        std::printf("loading %s ...\n",
+                    a.model.empty() ? "random GPT-2 124M (seed 0)" : a.model.c_str());
+        auto model = a.model.empty() ? Model::random(0) : Model::load(a.model);
+        return lesson(a, tok, model);
+      });
 }
 
 int main(int argc, char** argv) {
