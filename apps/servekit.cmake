@@ -75,10 +75,10 @@ function(servekit_cli_program target)
     target_link_libraries(${target} PRIVATE servekit::simt)
   endif()
   if(cuda)
-    # The CUDA kernels for sm_80 and sm_90 (+ sm_90 PTX), with the CUDA runtime linked
+    # The CUDA kernels (SERVEKIT_CUDA_ARCHITECTURES: sm_80, sm_90, sm_90 PTX), the CUDA runtime linked
     # statically; libstdc++ stays shared, as the HTTP library's is (not servekit_cuda_program's
     # fully static bundle).
-    set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "80-real;90")
+    set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${SERVEKIT_CUDA_ARCHITECTURES}")
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20
       --Werror=all-warnings --expt-relaxed-constexpr -Xcompiler=-Wno-unknown-pragmas>)
     target_link_libraries(${target} PRIVATE CUDA::cudart_static)

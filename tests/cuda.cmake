@@ -25,7 +25,7 @@ endif()
 add_library(servekit_cuda_main OBJECT ${CMAKE_CURRENT_LIST_DIR}/cuda_main.cu)
 target_link_libraries(servekit_cuda_main PUBLIC servekit::servekit servekit_cuda_flags
   Catch2::Catch2)
-set_target_properties(servekit_cuda_main PROPERTIES CUDA_ARCHITECTURES "80-real;90")
+set_target_properties(servekit_cuda_main PROPERTIES CUDA_ARCHITECTURES "${SERVEKIT_CUDA_ARCHITECTURES}")
 
 # servekit_cuda_test(name SOURCES a.cu ..): a device test program for the bundle. Its fixtures
 # and data paths are relative to the repository root, where gpu_check.sh runs it on the GPU
