@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "device_peaks.cuh"
 #include "servekit/backend/cuda.hpp"
 #include "servekit/backend/cuda_device.hpp"
 #include "servekit/model/gpt2.hpp"
@@ -30,37 +31,6 @@ struct Opts {
   int tiles = 0;          // column tiles a decode linear's block takes; 0: the launchers choose
   bool no_split = false;  // the linears walk every K part in one block
 };
-
-// Each block sums a grid-strided share of the buffer in 16-byte loads.
-__global__ void stream_read(const float4* p, long long n, float* out) {
-  float s = 0;
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const float4 v = p[i];
-    s += v.x + v.y + v.z + v.w;
-  }
-  if (s == 12345.f) out[blockIdx.x] = s;  // keeps the loads; never true for the zeroed buffer
-}
-
-// Best of 5 reads of 2 GiB, much larger than L2: GB/s.
-double device_read_gbs() {
-  const long long n = (2ll << 30) / sizeof(float4);
-  simt::DeviceBuffer<float4> buf(static_cast<std::size_t>(n));
-  simt::DeviceBuffer<float> out(132 * 8);
-  buf.fill_bytes(0);
-  simt::Stream s;
-  double best = 0;
-  for (int r = 0; r < 6; r++) {
-    simt::Event a, b;
-    a.record(s);
-    simt::launch(simt::kernel<stream_read>, dim3(132 * 8), dim3(512), 0, s.handle(), buf.data(), n,
-                 out.data());
-    b.record(s);
-    const double ms = elapsed_ms(a, b);
-    if (r > 0) best = std::max(best, n * sizeof(float4) / (ms * 1e-3) / 1e9);
-  }
-  return best;
-}
 
 template <class F>
 void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv) {
@@ -156,7 +126,7 @@ int run(int argc, char** argv) {
   simt::check(cudaGetDevice(&dev), "cudaGetDevice");
   simt::check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
   std::fprintf(stderr, "measuring the device's read bandwidth ...\n");
-  o.bw = device_read_gbs();
+  o.bw = sk::bench::device_read_gbs();
   std::printf("%s, %d SMs; streaming read %.0f GB/s (measured, this run)\n", prop.name,
               prop.multiProcessorCount, o.bw);
   std::printf(

@@ -14,7 +14,9 @@
 // adapters shared by the rows in turn (row i on adapter i % k), e.g. 8 groups or 1 for all.
 // --ranks: "mixed" (4..16 at random) or a fixed rank; every adapter on all four linears.
 // Writes lora_step.csv and lora_step.png (each policy's step over the base step, one panel per
-// phase and ranks) into --out. Host backend, f32, random weights.
+// phase and ranks) into --out. Host backend, f32, random weights; bench/lora_cuda.cu compiles
+// the same on the Cuda backend with f16 base weights (the adapters stay f32, as PEFT saves them),
+// its floor from the device's read bandwidth and CUDA-core FMA rate (bench/device_peaks.cuh).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -29,6 +31,10 @@
 #include <vector>
 
 #include "common.hpp"
+#if defined(__CUDACC__)
+#include "device_peaks.cuh"
+#include "servekit/backend/cuda_device.hpp"
+#endif
 #include "servekit/lora/adapter.hpp"
 #include "servekit/lora/random_adapter.hpp"
 #include "servekit/model/gpt2.hpp"
@@ -38,8 +44,17 @@
 namespace fs = std::filesystem;
 namespace sk = servekit;
 using D = sk::dims::Gpt2Small;
+#if defined(__CUDACC__)
+using Weights = sk::weights::F16;
+using Backend = sk::backend::Cuda;
+constexpr const char* kWhere = "cuda f16";
+#else
+using Weights = sk::weights::F32;
+using Backend = sk::backend::Host;
+constexpr const char* kWhere = "host f32";
+#endif
 template <class L>
-using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous, L>>;
+using Model = sk::Gpt2<sk::Config<D, Weights, sk::kv::Contiguous, L, Backend>>;
 using AdapterPtr = std::shared_ptr<const sk::lora::Adapter>;
 constexpr int kContext = 32;  // decode: tokens already in each row's cache
 constexpr int kPrompt = 128;  // prefill: tokens of each row's prompt
@@ -59,7 +74,9 @@ struct Stepper {
   typename M::Cache cache;
   std::vector<int32_t> prompt, tokens, ad;
   std::vector<sk::model::SeqStep> seqs;
-  std::vector<float> logits;
+  std::vector<sk::RowSampling> samp;  // greedy
+  std::vector<int32_t> ids;
+  std::vector<float> lp, logits;
 
   Stepper(M& model, bool pre, int B, bool adapters, int reps, int k)
       : m(model), prefill(pre), cache(model.make_cache(B, kPrompt + kContext + reps + 1)) {
@@ -70,7 +87,8 @@ struct Stepper {
       for (int t = 0; t < n0; t++) prompt.push_back(static_cast<int32_t>(rng() % 50000));
       ad.push_back(adapters ? (k > 0 ? i % k : i) : -1);
     }
-    m.forward(cache, {prompt, seqs, sk::model::Logits::Last, ad}, logits);  // untimed
+    samp.resize(B), ids.resize(B), lp.resize(B);
+    step(prompt);  // untimed
   }
   double seconds(int r) {
     const int B = static_cast<int>(seqs.size());
@@ -82,8 +100,17 @@ struct Stepper {
       for (int i = 0; i < B; i++) seqs[i] = {i, kContext + r, 1}, tokens[i] = 42 + i;
     }
     const double t0 = sk::bench::now_s();
-    m.forward(cache, {tokens, seqs, sk::model::Logits::Last, ad}, logits);
+    step(tokens);
     return sk::bench::now_s() - t0;
+  }
+  // A device picks the rows' tokens itself (greedy), so that only B ids come back once the step
+  // has finished; the host returns the rows' logits.
+  void step(const std::vector<int32_t>& t) {
+    const sk::model::Batch b{t, seqs, sk::model::Logits::Last, ad};
+    if constexpr (M::kDeviceSampling)
+      m.forward_pick(cache, b, samp, ids, lp);
+    else
+      m.forward(cache, b, logits);
   }
 };
 
@@ -215,8 +242,8 @@ void plot(const fs::path& dir, const std::vector<std::string>& phases,
                    std::to_string(col - 6) + " dt " + std::to_string(dash) + " title '" + name +
                    ", " + who + "'";
       }
-      script +=
-          "set title 'GPT-2 small, host f32, " + ph + ", ranks " + rk + "'\nplot " + lines + "\n";
+      script += "set title 'GPT-2 small, " + std::string(kWhere) + ", " + ph + ", ranks " + rk +
+                "'\nplot " + lines + "\n";
     }
   sk::bench::plot(dir / "lora_step.gp", script + "unset multiplot\n");
 }
@@ -256,12 +283,23 @@ int main(int argc, char** argv) {
                       *std::max_element(prefill_batches.begin(), prefill_batches.end()));
   n_ad = std::max(n_ad, *std::max_element(shares.begin(), shares.end()));
 
+#if defined(__CUDACC__)
+  if (const std::string why = sk::backend::cuda_device_missing(); !why.empty()) {
+    std::fprintf(stderr, "bench_lora_cuda: no CUDA device (%s); nothing run\n", why.c_str());
+    return sk::backend::kNoCudaDeviceExit;
+  }
+  std::printf("device: %s\n", sk::backend::cuda_device_summary().c_str());
+  std::fprintf(stderr, "measuring the device's read bandwidth and FMA peak...\n");
+  const Machine mc{sk::bench::device_read_gbs(), sk::bench::device_fma_gflops()};
+#else
   std::fprintf(stderr, "measuring read bandwidth and FMA peak...\n");
   const Machine mc{sk::bench::read_bandwidth_gbs(), sk::bench::fma_gflops()};
+#endif
   std::fprintf(stderr, "building GPT-2 small (random weights)...\n");
   const auto tensors = sk::model::random_gpt2<D>(1);
-  std::printf("read bandwidth %.1f GB/s, FMA peak %.0f GFLOP/s (this run); base weights %.0f MB\n",
-              mc.bw_gbs, mc.fma_gflops, Model<sk::lora::None>(tensors).weight_bytes() / 1e6);
+  std::printf(
+      "%s: read bandwidth %.1f GB/s, FMA peak %.0f GFLOP/s (this run); base weights %.0f MB\n",
+      kWhere, mc.bw_gbs, mc.fma_gflops, Model<sk::lora::None>(tensors).weight_bytes() / 1e6);
   std::printf("decode: 1 new token per row, %d cached; prefill: a %d-token prompt per row\n",
               kContext, kPrompt);
   std::vector<Row> rows;

@@ -13,6 +13,9 @@
 // real model would gain at its own acceptance rate. Writes steps.csv, engine.csv and
 // speedup.png (the curve per batch size and the measured points) into --out. Host backend, f32,
 // contiguous KV; a seeded random GPT-2 124M (random weights cost what real ones do).
+// bench/speculative_cuda.cu compiles the same on the Cuda backend with f16 weights, where a
+// verify step's k + 1 rows cost little more than one (the decode linears read their weights
+// once for up to 8 rows).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -26,6 +29,10 @@
 #include <vector>
 
 #include "common.hpp"
+#if defined(__CUDACC__)
+#include "servekit/backend/cuda.hpp"
+#include "servekit/backend/cuda_device.hpp"
+#endif
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"
 
@@ -33,7 +40,12 @@ namespace fs = std::filesystem;
 namespace sk = servekit;
 namespace serve = servekit::serve;
 using D = sk::dims::Gpt2Small;
+#if defined(__CUDACC__)
+using Model = sk::Gpt2<
+    sk::Config<D, sk::weights::F16, sk::kv::Contiguous, sk::lora::None, sk::backend::Cuda>>;
+#else
 using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous>>;
+#endif
 using servekit::bench::now_s;
 using servekit::bench::plot;
 
@@ -46,14 +58,24 @@ struct Args {
 };
 
 // Seconds of one step in which each of `batch` sequences (n_past = prompt) feeds `rows` tokens
-// and gets their logits.
-double step_s(Model& m, Model::Cache& cache, int batch, int rows, int prompt) {
+// and gets their logits (on a device: a greedy pick per row, as the engine's verify does).
+// (A template, so that the branch the backend lacks is discarded.)
+template <class M>
+double step_s(M& m, typename M::Cache& cache, int batch, int rows, int prompt) {
   std::vector<sk::model::SeqStep> seqs;
   for (int i = 0; i < batch; i++) seqs.push_back({i, prompt, rows, 0, rows});
   std::vector<int32_t> tokens(static_cast<std::size_t>(batch) * rows, 464);
   static std::vector<float> logits;
+  const std::size_t n = tokens.size();
+  static std::vector<sk::RowSampling> samp;
+  static std::vector<int32_t> ids;
+  static std::vector<float> lp;
+  samp.resize(n), ids.resize(n), lp.resize(n);
   const double t0 = now_s();
-  m.forward(cache, {tokens, seqs}, logits);
+  if constexpr (M::kDeviceSampling)
+    m.forward_pick(cache, {tokens, seqs}, samp, ids, lp);
+  else
+    m.forward(cache, {tokens, seqs}, logits);
   return now_s() - t0;
 }
 
@@ -253,6 +275,14 @@ int main(int argc, char** argv) {
   app.add_option("--reps", a.reps, "steps: repetitions per step shape")->check(CLI::Range(1, 100));
   CLI11_PARSE(app, argc, argv);
   try {
+#if defined(__CUDACC__)
+    if (const std::string why = sk::backend::cuda_device_missing(); !why.empty()) {
+      std::fprintf(stderr, "bench_speculative_cuda: no CUDA device (%s); nothing run\n",
+                   why.c_str());
+      return sk::backend::kNoCudaDeviceExit;
+    }
+    std::printf("device: %s\n", sk::backend::cuda_device_summary().c_str());
+#endif
     fs::create_directories(a.out);
     auto has = [&](const char* p) {
       return ("," + a.parts + ",").find(std::string(",") + p + ",") != std::string::npos;

@@ -3,7 +3,7 @@
 # Proves the GPU bundle on a machine without a GPU (ctest `gpu_bundle`, so CI): collects it from
 # the build folder's programs (scripts/gpu_bundle.sh --no-build, which also checks their shared
 # libraries and the 64 MiB limit), then checks that
-#  - every program starts and, finding no CUDA device, exits with status 69 and one line;
+#  - every program (the bundle's and the designs folder's) starts and, finding no CUDA device, exits with status 69 and one line;
 #  - every device test lists at least one test, and exactly the tests its emulated twin runs
 #    from the same source files (less those tagged [emulator]: the emulator's own behaviour;
 #    hidden tests, [.], are listed by neither);
@@ -18,7 +18,9 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 BUNDLE="$WORK/bundle"
 SERVER="$WORK/server"
-SERVEKIT_BUILD_DIR="$BUILD" bash "$ROOT/scripts/gpu_bundle.sh" --no-build "$BUNDLE" "$SERVER"
+DESIGNS="$WORK/designs"
+SERVEKIT_BUILD_DIR="$BUILD" bash "$ROOT/scripts/gpu_bundle.sh" --no-build "$BUNDLE" "$SERVER" \
+  "$DESIGNS"
 fail=0
 
 # A device machine the bundle lands on has a GPU; this one must not, or the check means nothing.
@@ -26,7 +28,7 @@ if nvidia-smi -L >/dev/null 2>&1; then
   echo "check_gpu_bundle: this machine has a GPU; run scripts/gpu_check.sh instead" >&2
   exit 1
 fi
-for p in "$BUNDLE"/bin/*; do
+for p in "$BUNDLE"/bin/* "$DESIGNS"/bin/*; do
   name=$(basename "$p")
   set +e
   out=$("$p" 2>&1 </dev/null)

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds, on a machine without a GPU (this one, CI), the CUDA programs the GPU check runs, and
-# collects them into .gpu-bundle/ and .gpu-server/ (git-ignored) to carry to a machine that has
-# a GPU:
+# collects them into .gpu-bundle/, .gpu-server/ and .gpu-designs/ (git-ignored) to carry to a
+# machine that has a GPU:
 #   bash scripts/gpu_bundle.sh                  # build (scripts/build.sh -DSERVEKIT_CUDA=ON), collect
-#   bash scripts/gpu_bundle.sh --no-build [DIR [SERVER_DIR]]   # collect what the build holds
+#   bash scripts/gpu_bundle.sh --no-build [DIR [SERVER_DIR [DESIGNS_DIR]]]   # collect the build's
 # then, on the GPU machine (the device tool's run, 10 minutes a call):
 #   run(command="bash scripts/gpu_check.sh all", carry=[".gpu-bundle"])
 #   run(command="bash scripts/gpu_check.sh server", carry=[".gpu-server"])
+#   run(command="bash scripts/gpu_check.sh designs", carry=[".gpu-designs"])
 # Each test and bench program is sm_80 + sm_90 code with sm_90 PTX, and links the CUDA runtime,
 # libstdc++, libgcc and libgomp statically: there it needs glibc and the driver's libcuda only,
 # which this script checks. The server folder holds servekit-gpu (the CLI's cuda composition,
 # host code for any x86-64), the shared libraries of the HTTP library it links (lib/: Debian
 # builds cpp-httplib only as one, with OpenSSL, zlib and brotli; libstdc++ with them), and the
 # host backend's greedy answers to the server check's requests (expected.json). Each folder
+# designs folder holds the design comparisons' benchmarks on the device (bench_lora_cuda,
+# bench_speculative_cuda), in a folder of their own because the bundle is near the carry. Each
 # travels in its own call beside the checkout's tracked files: the script prints their sizes,
 # which must stay under the 64 MiB a call carries.
 set -euo pipefail
@@ -26,13 +29,16 @@ if [ "${1:-}" = "--no-build" ]; then
 fi
 BUNDLE=$(realpath -m "${1:-$ROOT/.gpu-bundle}")
 SERVER=$(realpath -m "${2:-$ROOT/.gpu-server}")
+DESIGNS=$(realpath -m "${3:-$ROOT/.gpu-designs}")
 LIMIT=$((64 * 1024 * 1024))
 TESTS=(test_gpt2_cuda test_invariants_cuda test_kernels_cuda test_engine_cuda test_simt_cuda)
 PROGRAMS=("${TESTS[@]}" bench_decode_cuda bench_engine_cuda)
+DESIGN_PROGRAMS=(bench_lora_cuda bench_speculative_cuda)
 
 if [ $build = 1 ]; then
-  SERVEKIT_TARGETS="${PROGRAMS[*]} servekit_gpu servekit_cli" bash "$ROOT/scripts/build.sh" \
-    -DSERVEKIT_CUDA=ON
+  # Machine code for the GPUs it runs on (a build folder CI configured holds PTX alone).
+  SERVEKIT_TARGETS="${PROGRAMS[*]} ${DESIGN_PROGRAMS[*]} servekit_gpu servekit_cli" bash "$ROOT/scripts/build.sh" \
+    -DSERVEKIT_CUDA=ON "-DSERVEKIT_CUDA_ARCHITECTURES=80-real;90"
 fi
 # The tracked files that travel beside each folder (bytes).
 tree=$(git -C "$ROOT" ls-files -z 2>/dev/null | (cd "$ROOT" && xargs -0 du -cb 2>/dev/null) |
@@ -53,22 +59,29 @@ size_check() {
   fi
 }
 
-rm -rf "$BUNDLE"
-mkdir -p "$BUNDLE/bin"
-for p in "${PROGRAMS[@]}"; do
-  f=$(find "$BUILD" -type f -name "$p" -perm -u+x -print -quit)
-  [ -n "$f" ] || { echo "gpu_bundle: $p is not built in $BUILD" >&2; exit 1; }
-  # Without the host symbol tables (a seventh of each program): the device code, and its names
-  # in a sanitizer's report, stay.
-  strip -o "$BUNDLE/bin/$p" "$f"
-  # Only glibc's libraries may be needed at run time (libcuda is opened by the runtime).
-  extra=$(readelf -d "$BUNDLE/bin/$p" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' |
-    grep -Ev '^(libc|libm|libdl|libpthread|librt|ld-linux-x86-64)\.so' || true)
-  if [ -n "$extra" ]; then
-    echo "gpu_bundle: $p needs shared libraries a GPU machine may lack: $extra" >&2
-    exit 1
-  fi
-done
+# collect DIR PROGRAM...: each program, stripped, into DIR/bin.
+collect() {
+  local dir=$1 p f extra
+  shift
+  rm -rf "$dir"
+  mkdir -p "$dir/bin"
+  for p in "$@"; do
+    f=$(find "$BUILD" -type f -name "$p" -perm -u+x -print -quit)
+    [ -n "$f" ] || { echo "gpu_bundle: $p is not built in $BUILD" >&2; exit 1; }
+    # Without the host symbol tables (a seventh of each program): the device code, and its names
+    # in a sanitizer's report, stay.
+    strip -o "$dir/bin/$p" "$f"
+    # Only glibc's libraries may be needed at run time (libcuda is opened by the runtime).
+    extra=$(readelf -d "$dir/bin/$p" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' |
+      grep -Ev '^(libc|libm|libdl|libpthread|librt|ld-linux-x86-64)\.so' || true)
+    if [ -n "$extra" ]; then
+      echo "gpu_bundle: $p needs shared libraries a GPU machine may lack: $extra" >&2
+      exit 1
+    fi
+  done
+}
+
+collect "$BUNDLE" "${PROGRAMS[@]}"
 for t in "${TESTS[@]}"; do
   # Catch2 2's listing exits with the number of tests it listed; a signal is a crash.
   rc=0
@@ -113,3 +126,12 @@ python3 "$ROOT/scripts/gpu_server_check.py" --bin "$host_cli" --backend host \
   echo "servekit-gpu $(stat -c %s "$SERVER/bin/servekit-gpu") bytes; lib: $(cd "$SERVER/lib" && ls | tr '\n' ' ')"
 } >"$SERVER/manifest.txt"
 size_check "server (servekit-gpu and its libraries)" "$SERVER"
+
+# The designs folder: the design comparisons' benchmarks on the device.
+collect "$DESIGNS" "${DESIGN_PROGRAMS[@]}"
+{
+  echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -n)"
+  for p in "${DESIGN_PROGRAMS[@]}"; do echo "$p $(stat -c %s "$DESIGNS/bin/$p") bytes"; done
+} >"$DESIGNS/manifest.txt"
+size_check "designs (${DESIGN_PROGRAMS[*]})" "$DESIGNS"

@@ -22,6 +22,12 @@
 #                                   (greedy tokens against the host backend's, streams, two
 #                                   adapters, a JSON schema, seeds), then the course's client
 #                                   workload at 1, 8 and 32 clients (TTFT, TPOT, tokens/s)
+#   scripts/gpu_check.sh designs    the design comparisons on the device (.gpu-designs/, carried
+#                                   in a call of its own): bench_lora_cuda (each LoRA dispatch
+#                                   beside the base step and the floor, decode and prefill, 1 / 8
+#                                   / 64 rows on their own, 8 shared and one adapter) and
+#                                   bench_speculative_cuda (n-gram speculation: step costs,
+#                                   acceptance and speedup at batches 1 / 4 / 16)
 #   scripts/gpu_check.sh all        tests, sanitize and bench, for one call on a warm machine
 # Each step writes gpu_<step>.md (and gpu_check.log, CSVs) into $OUT if set, else .gpu-report/,
 # and fails when a program does not start, a test fails, or a test program runs no test.
@@ -29,11 +35,12 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUNDLE="${SERVEKIT_GPU_BUNDLE:-$ROOT/.gpu-bundle}"
 SERVER="${SERVEKIT_GPU_SERVER:-$ROOT/.gpu-server}"
+DESIGNS="${SERVEKIT_GPU_DESIGNS:-$ROOT/.gpu-designs}"
 STEP=${1:-all}
 REPORT_DIR=${2:-${OUT:-$ROOT/.gpu-report}}
 LIMIT_S=${SERVEKIT_GPU_STEP_LIMIT:-200}  # per command; a hang must not eat the whole call
-case "$STEP" in tests | sanitize | bench | hf | profile | server | all) ;; *)
-  echo "gpu_check: unknown step '$STEP' (tests, sanitize, bench, hf, profile, server or all)" >&2
+case "$STEP" in tests | sanitize | bench | hf | profile | server | designs | all) ;; *)
+  echo "gpu_check: unknown step '$STEP' (tests, sanitize, bench, hf, profile, server, designs or all)" >&2
   exit 2
   ;;
 esac
@@ -48,6 +55,12 @@ if [ "$STEP" = server ]; then
     echo "gpu_check: no server folder at $SERVER: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-server" >&2
     exit 2
   fi
+elif [ "$STEP" = designs ]; then
+  MANIFEST="$DESIGNS/manifest.txt"
+  if [ ! -f "$MANIFEST" ]; then
+    echo "gpu_check: no designs folder at $DESIGNS: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-designs" >&2
+    exit 2
+  fi
 elif [ ! -f "$MANIFEST" ]; then
   echo "gpu_check: no bundle at $BUNDLE: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-bundle" >&2
   exit 2
@@ -55,7 +68,7 @@ fi
 # The bundle's test programs: those gpu_bundle.sh listed (bin/NAME and NAME.tests).
 TESTS=()
 for f in "$BUNDLE"/*.tests; do [ -e "$f" ] && TESTS+=("$(basename "$f" .tests)"); done
-if [ ${#TESTS[@]} -eq 0 ] && [ "$STEP" != server ]; then
+if [ ${#TESTS[@]} -eq 0 ] && [ "$STEP" != server ] && [ "$STEP" != designs ]; then
   echo "gpu_check: the bundle at $BUNDLE lists no test program" >&2
   exit 2
 fi
@@ -264,6 +277,20 @@ step_server() {
   cat "$r"
 }
 
+step_designs() {
+  local r="$REPORT_DIR/gpu_designs.md"
+  header "design comparisons on the Cuda backend" >"$r"
+  # Their CSVs come back in $REPORT_DIR/lora and /speculative (no gnuplot there: plotted here).
+  run_step "$r" "bench_lora_cuda" - "$DESIGNS/bin/bench_lora_cuda" --batches 1,8,64 \
+    --shares 0,8,1 --phases decode,prefill --ranks mixed,16 --reps 5 --out "$REPORT_DIR/lora"
+  # Less each progress line (up to its last carriage return) before the row it shares a line with.
+  { echo; echo '```'; printf '%s\n' "$LAST_OUT" | sed 's/.*\r//'; echo '```'; echo; } >>"$r"
+  run_step "$r" "bench_speculative_cuda" - "$DESIGNS/bin/bench_speculative_cuda" \
+    --vocab "$ROOT/data/gpt2" --batches 1,4,16 --rounds 2 --out "$REPORT_DIR/speculative"
+  { echo; echo '```'; printf '%s\n' "$LAST_OUT" | sed 's/.*\r//'; echo '```'; } >>"$r"
+  cat "$r"
+}
+
 step_hf() {
   local r="$REPORT_DIR/gpu_hf.md" dir
   header "GPT-2 124M against HF" >"$r"
@@ -286,6 +313,7 @@ case "$STEP" in
   hf) step_hf ;;
   profile) step_profile ;;
   server) step_server ;;
+  designs) step_designs ;;
   all) step_tests; step_sanitize; step_bench ;;
 esac
 exit $status

@@ -344,11 +344,12 @@ TEMPLATE_TEST_CASE("a warm decode step's launches, copies and allocations, count
                               << c.allocs << " allocations");
 }
 
-// Each attention row takes the kernel of its kind, whatever the step's size: a sequence's one
-// new token the split-rows decode kernel, a prompt's rows the prefill kernel; a step of both
-// launches both, each over its own rows. The decode rows' tokens do not depend on a prompt
-// sharing their step.
-TEST_CASE("decode rows take the decode attention kernel, prompt rows the prefill kernel",
+// Each attention row takes the kernel of its kind, whatever the step's size: the rows of a
+// sequence with few new tokens (a decode's one, a speculative verify's k + 1: at most
+// model::kFewRows) the split-rows decode kernel, a longer prompt's rows the prefill kernel; a
+// step of both launches both, each over its own rows. The decode rows' tokens do not depend on
+// a prompt sharing their step.
+TEST_CASE("decode and verify rows take the decode attention kernel, prompt rows the prefill kernel",
           "[device][attention]") {
   using D = sk::dims::TinyA;
   constexpr int L = D::n_layer, S = 20;  // more rows than a small batch
@@ -364,9 +365,10 @@ TEST_CASE("decode rows take the decode attention kernel, prompt rows the prefill
   auto alone = model.make_cache(S + 1), shared = model.make_cache(S + 1);
   std::vector<int32_t> prompt_tokens;
   std::vector<SeqStep> prompts;
+  constexpr int P = sk::model::kFewRows + 1;  // a prompt too long for the few-rows kernel
   for (int i = 0; i < S; i++) {
-    prompts.push_back({i, 0, 3});
-    for (int j = 0; j < 3; j++) prompt_tokens.push_back(static_cast<int32_t>(11 * i + j));
+    prompts.push_back({i, 0, P});
+    for (int j = 0; j < P; j++) prompt_tokens.push_back(static_cast<int32_t>(11 * i + j));
   }
   std::vector<sk::kernels::RowSampling> rows(S);
   std::vector<int32_t> ids(S);
@@ -379,7 +381,7 @@ TEST_CASE("decode rows take the decode attention kernel, prompt rows the prefill
   model.forward_pick(shared, {prompt_tokens, prompts}, rows, ids, lp);
   std::vector<int32_t> next(ids);
   std::vector<SeqStep> decode;
-  for (int i = 0; i < S; i++) decode.push_back({i, 3, 1});
+  for (int i = 0; i < S; i++) decode.push_back({i, P, 1});
   log.take();
   model.forward_pick(alone, {next, decode}, rows, ids, lp);
   launched = log.take();
@@ -387,11 +389,11 @@ TEST_CASE("decode rows take the decode attention kernel, prompt rows the prefill
   CHECK(count(launched, "attention_prefill") == 0);
   const std::vector<int32_t> ids_alone = ids;
   const std::vector<float> lp_alone = lp;
-  // The same decode rows with a 5-token prompt after them.
+  // The same decode rows with a prompt after them.
   auto mixed_tokens = next;
   auto mixed = decode;
-  mixed.push_back({S, 0, 5});
-  for (int32_t t : {3, 1, 4, 1, 5}) mixed_tokens.push_back(t);
+  mixed.push_back({S, 0, P});
+  for (int j = 0; j < P; j++) mixed_tokens.push_back(static_cast<int32_t>(3 + j % 5));
   std::vector<sk::kernels::RowSampling> mrows(S + 1);
   std::vector<int32_t> mids(S + 1);
   std::vector<float> mlp(S + 1);
@@ -403,6 +405,26 @@ TEST_CASE("decode rows take the decode attention kernel, prompt rows the prefill
     INFO("sequence " << i);
     CHECK(mids[i] == ids_alone[i]);
     CHECK(std::bit_cast<uint32_t>(mlp[i]) == std::bit_cast<uint32_t>(lp_alone[i]));
+  }
+  // A verify step: each sequence's next token and two more, logits for all three; its first
+  // row is the decode row above, so gets the same bits from the same kernel.
+  std::vector<int32_t> verify_tokens;
+  std::vector<SeqStep> verify;
+  for (int i = 0; i < S; i++) {
+    verify.push_back({i, P, 3, 0, 3});
+    for (int32_t t : {next[i], 7, 9}) verify_tokens.push_back(t);
+  }
+  std::vector<sk::kernels::RowSampling> vrows(3 * S);
+  std::vector<int32_t> vids(3 * S);
+  std::vector<float> vlp(3 * S);
+  model.forward_pick(shared, {verify_tokens, verify}, vrows, vids, vlp);
+  launched = log.take();
+  CHECK(count(launched, "attention_decode") == L);
+  CHECK(count(launched, "attention_prefill") == 0);
+  for (int i = 0; i < S; i++) {
+    INFO("sequence " << i);
+    CHECK(vids[3 * i] == ids_alone[i]);
+    CHECK(std::bit_cast<uint32_t>(vlp[3 * i]) == std::bit_cast<uint32_t>(lp_alone[i]));
   }
 }
 

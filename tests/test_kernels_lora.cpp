@@ -5,6 +5,7 @@
 // untouched. Run by the emulator (test_kernels) and, compiled by nvcc, by a GPU
 // (test_kernels_cuda).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -105,4 +106,63 @@ TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][
         for (int n = 0; n < Nout; n++)
           REQUIRE(got[std::size_t(r) * Nout + n] == y[std::size_t(r) * Nout + n]);
   });
+}
+
+// A segment longer than a block's rows (kernels::kSegRows) is cut into chunks, each a block:
+// every row still gets its delta, and the bits it gets alone, whichever chunk holds it.
+TEST_CASE("segmented LoRA: a long segment's rows get the bits they get in a short one",
+          "[lora][emulated]") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.f, 0.5f);
+  constexpr int K = 64, Nout = 192, N = 2 * sk::kernels::kSegRows + 22;
+  const Tables t = random_tables(K, Nout, rng, g);
+  const int slots = static_cast<int>(t.tab.size());
+  std::vector<float> x(std::size_t(N) * K), y(std::size_t(N) * Nout);
+  for (auto& v : x) v = g(rng);
+  for (auto& v : y) v = g(rng);
+  // run(rows): y + the deltas of rows `rows` of x, all on adapter 3 (rank 16; one segment), row by
+  // row.
+  auto run = [&](const std::vector<int>& rows, int seg_rows) {
+    const int n = static_cast<int>(rows.size());
+    std::vector<float> xs, ys;
+    for (int r : rows) {
+      xs.insert(xs.end(), x.begin() + std::size_t(r) * K, x.begin() + std::size_t(r + 1) * K);
+      ys.insert(ys.end(), y.begin() + std::size_t(r) * Nout, y.begin() + std::size_t(r + 1) * Nout);
+    }
+    const Plan pl = plan_of(std::vector<int32_t>(n, 3));
+    std::vector<float> v(std::size_t(n) * 16, -1e30f);
+    {
+      const DeviceTables dt(t, K, Nout);
+      auto y_d = on(ys), v_d = on(v);
+      auto x_d = on(std::as_const(xs));
+      auto ad_d = on(pl.ad), order_d = on(std::as_const(pl.order)),
+           start_d = on(std::as_const(pl.seg_start)), seg_d = on(std::as_const(pl.seg_ad));
+      LoraParams p{y_d, x_d, ad_d, dt.tab.data(), slots, v_d, n, K, Nout, 16};
+      p.order = order_d, p.seg_start = start_d, p.seg_ad = seg_d, p.n_seg = 1;
+      p.seg_rows = seg_rows;
+      DeviceOps::lora<sk::lora::Segmented>(p, pl.distinct);
+    }
+    return ys;
+  };
+  std::vector<int> all(N), few;
+  for (int r = 0; r < N; r++) all[r] = r;
+  for (int r : {0, 1, 63, 64, 65, 127, 128, N - 1}) few.push_back(r);
+  const auto whole = run(all, N), also = run(all, 0), alone = run(few, 8);
+  // Every row has its delta: against the oracle within the float bound.
+  std::vector<float> want = y;
+  const Plan pl = plan_of(std::vector<int32_t>(N, 3));
+  sk::kernels::ref::lora_gathered(want.data(), x.data(), pl.ad.data(), t.tab, N, K, Nout);
+  const std::vector<float> bound = error_bound(t, x, y, pl.ad, N, K, Nout);
+  float worst = 0;
+  for (std::size_t i = 0; i < y.size(); i++)
+    worst = std::max(worst, std::abs(whole[i] - want[i]) / bound[i]);
+  INFO("worst error: " << worst << " of the bound");
+  CHECK(worst <= 1.f);
+  CHECK(whole == also);  // the longest segment given or taken as N
+  for (std::size_t i = 0; i < few.size(); i++)
+    for (int n = 0; n < Nout; n++) {
+      INFO("row " << few[i] << ", column " << n);
+      REQUIRE(std::bit_cast<uint32_t>(whole[std::size_t(few[i]) * Nout + n]) ==
+              std::bit_cast<uint32_t>(alone[i * Nout + n]));
+    }
 }

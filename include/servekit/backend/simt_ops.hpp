@@ -101,11 +101,12 @@ struct SimtOps {
     return kernels::decode_workspace_floats(decode_rows, C, n_head,
                                             kernels::decode_splits(max_rows));
   }
-  // Query row r attends to cache rows first[r]..row[r]; max_rows bounds their count. Decode
-  // rows (a sequence's one new token) take the split-rows decode kernel, the others the
-  // prefill kernel, whatever the step's size: by_kind holds the n_decode decode rows, then the
-  // others (null when all rows are of one kind). Both kernels sum in one order, so the choice
-  // changes no bit. workspace: attention_workspace(C, n_head, max_rows, n_decode) floats.
+  // Query row r attends to cache rows first[r]..row[r]; max_rows bounds their count. The rows
+  // of sequences with few new tokens (model::kFewRows: a decode's one, a speculative verify's)
+  // take the split-rows decode kernel, the others the prefill kernel, whatever the step's
+  // size: by_kind holds the n_decode such rows, then the others (null when all rows are of one
+  // kind). Both kernels sum in one order, so the choice changes no bit. workspace:
+  // attention_workspace(C, n_head, max_rows, n_decode) floats.
   template <class KvView>
   static void attention(float* out, const float* qkv, const KvView& kv, const int32_t* slot,
                         const int32_t* first, const int32_t* row, int N, int C, int n_head,

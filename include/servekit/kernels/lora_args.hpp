@@ -33,6 +33,7 @@ struct LoraParams {
   const int32_t* seg_start = nullptr;  // (n_seg + 1) bounds in `order`
   const int32_t* seg_ad = nullptr;     // (n_seg) slot of each segment
   int n_seg = 0;
+  int seg_rows = 0;  // the longest segment's rows (0: as many as N)
 };
 
 }  // namespace SERVEKIT_DEVICE_ABI

@@ -111,6 +111,9 @@ class AdapterRegistry {
         p.lora_distinct.push_back(ad[order[i]]);
       }
     seg_start[p.lora_n_seg] = n;
+    p.lora_seg_rows = 0;
+    for (int g = 0; g < p.lora_n_seg; g++)
+      p.lora_seg_rows = std::max(p.lora_seg_rows, seg_start[g + 1] - seg_start[g]);
   }
 
   // Does an adapter of the step adapt linear lt (layer * kTargets + target)?

@@ -259,7 +259,7 @@ class Gpt2 {
       linear<E::Store>(r.qkv.data(), r.ln.data(), w.attn, w.attn_b.data(), l, T::Attn);  // (N, 3C)
       Ops::kv_append(kv, r.qkv.data(), slot, row, N, C);
       Ops::attention(r.att.data(), r.qkv.data(), kv, slot, first, row, N, C, H, cache.max_len(),
-                     r.attn_ws.data(), by_kind, p.n_decode);
+                     r.attn_ws.data(), by_kind, p.n_few);
       linear<E::Residual>(x, r.att.data(), w.attn_proj, w.attn_proj_b.data(), l, T::AttnProj);
       Ops::layernorm(r.ln.data(), x, w.ln_2_w.data(), w.ln_2_b.data(), N, C, w_.eps);
       linear<E::Gelu>(r.fc.data(), r.ln.data(), w.fc, w.fc_b.data(), l, T::Fc);  // (N, 4C)
@@ -311,6 +311,7 @@ class Gpt2 {
                               adapters_.max_rank()};
         q.order = ix + p.at.lora_order, q.seg_start = ix + p.at.lora_seg_start;
         q.seg_ad = ix + p.at.lora_seg_slot, q.n_seg = p.lora_n_seg;
+        q.seg_rows = p.lora_seg_rows;
         if constexpr (fused) {
           Ops::template linear_lora<E, Lora>(out, in, W, bias, N, q);
         } else {

@@ -32,7 +32,7 @@ struct StepLayout {
   // LoRA: (N) each row's adapter slot (-1: none), (N) the adapted rows grouped by slot (batch
   // order within a group), (N + 1) the groups' bounds in that order, (N) each group's slot.
   std::size_t lora_slot = 0, lora_order = 0, lora_seg_start = 0, lora_seg_slot = 0;
-  std::size_t by_kind = 0;  // (N) the rows by kind for the attention: decode rows, then others
+  std::size_t by_kind = 0;  // (N) the rows by kind for the attention: few-row ones, then others
   std::size_t size = 0;     // int32s in all
 
   static StepLayout make(int n, bool lora) {
@@ -52,10 +52,19 @@ struct StepLayout {
   }
 };
 
+// A sequence of at most kFewRows new tokens (a decode's one, a speculative verify's k + 1, a
+// short chunk) takes the attention kernel made for few query rows: its grid is over rows, heads
+// and splits of the cache, where the prefill kernel's is over query tiles of 64 rows, so a few
+// rows a sequence left a dozen blocks on the device (an H100, a batch-4 verify of 2 rows a
+// sequence: 2.7 ms of prefill attention in a step, where a plain step's decode attention took
+// 0.45 ms). The two kernels sum a row in the same order: the choice changes no bit.
+inline constexpr int kFewRows = 16;
+
 struct StepPlan {
   int N = 0, S = 0, M = 0;  // new tokens, sequences, rows that get logits
   bool all = false;         // Logits::All: the M = N rows in order, no gather
   int n_decode = 0;         // rows that are their sequence's one new token
+  int n_few = 0;            // rows of sequences of at most kFewRows new tokens (by_kind's first)
   StepLayout at;
   std::vector<int32_t> idx;  // (at.size) the packed index arrays
   // forward_pick: (M) each logits row's sampling; the rows masks apply to, and the (n_masks,
@@ -65,7 +74,7 @@ struct StepPlan {
   std::span<const uint32_t> masks;
   // LoRA, on the host: the distinct adapter slots of the step and its number of groups.
   std::vector<int32_t> lora_distinct;
-  int lora_n_seg = 0;
+  int lora_n_seg = 0, lora_seg_rows = 0;  // and the longest group's rows
 
   bool decode() const { return n_decode == N; }
   int32_t* section(std::size_t offset) { return idx.data() + offset; }
@@ -141,10 +150,11 @@ void build_plan(StepPlan& p, const Cache& cache, const Batch& b, HasAdapter&& ha
   int32_t *first = p.section(p.at.first), *row = p.section(p.at.row);
   int32_t* pick = p.section(p.at.pick);  // (M)
   std::copy_n(b.tokens.begin(), N, tok);
-  int r = 0, n_decode = 0, k = 0;
+  int r = 0, n_decode = 0, n_few = 0, k = 0;
   for (int i = 0; i < S; i++) {
     const auto& s = b.seqs[i];
     n_decode += s.n_new == 1;
+    n_few += s.n_new <= kFewRows ? s.n_new : 0;
     for (int j = 0; j < s.n_new; j++, r++) {
       slot[r] = s.slot, pos[r] = s.n_past + j;
       first[r] = s.row_offset, row[r] = s.row_offset + s.n_past + j;
@@ -152,11 +162,11 @@ void build_plan(StepPlan& p, const Cache& cache, const Batch& b, HasAdapter&& ha
     if (!all)
       for (int j = s.n_logits; j > 0; j--) pick[k++] = r - j;
   }
-  p.n_decode = n_decode;
-  int32_t *dec = p.section(p.at.by_kind), *pre = dec + n_decode;
+  p.n_decode = n_decode, p.n_few = n_few;
+  int32_t *few = p.section(p.at.by_kind), *pre = few + n_few;
   r = 0;
   for (const auto& s : b.seqs)
-    for (int j = 0; j < s.n_new; j++, r++) *(s.n_new == 1 ? dec++ : pre++) = r;
+    for (int j = 0; j < s.n_new; j++, r++) *(s.n_new <= kFewRows ? few++ : pre++) = r;
   p.sampling = {}, p.masks = {};
   p.mask_rows.clear();
 }

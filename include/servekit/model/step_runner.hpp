@@ -70,7 +70,8 @@ class StepRunner {
     resize(max_tokens);
     reserve_split(max_tokens);
     if (logits.size() < S * V) logits.resize(S * V);
-    reserve_attention(max_len, max_seqs);
+    // Each sequence's rows take the few-rows attention kernel's workspace up to kFewRows.
+    reserve_attention(max_len, std::min(max_tokens, max_seqs * kFewRows));
     if constexpr (!Storage::is_host) {
       if (picks.size() < 2 * S) picks.resize(2 * S);
       // What stage() puts: the plan's index arrays, the rows' sampling parameters, a mask and
@@ -103,7 +104,7 @@ class StepRunner {
     reserve_rows(cache, b);
     resize(plan.N);
     reserve_split(plan.N);
-    reserve_attention(cache.max_len(), plan.n_decode);
+    reserve_attention(cache.max_len(), plan.n_few);
     if constexpr (kLora) {
       const std::size_t N = plan.N;
       const std::size_t v = N * std::max(max_rank, 1), d = N * 4 * C;  // c_fc is the widest
