@@ -35,6 +35,7 @@ struct GenerateCommand {
   CLI::App* sub;
   GenerateArgs a;
   CompositionFlags flags;
+  SpeculativeFlags spec;
   bool merge = false;
   std::string positional;
   std::optional<text::Gpt2Tokenizer> tok;
@@ -76,6 +77,7 @@ struct GenerateCommand {
                     "log-probabilities of the K best alternatives per token (a JSON field with "
                     "--json, else a table after the text)")
         ->check(CLI::NonNegativeNumber);
+    add_speculative_flags(sub, spec);
   }
 
   Job job() {
@@ -90,6 +92,9 @@ struct GenerateCommand {
         sub->count("--temperature") + sub->count("--top-k") + sub->count("--top-p") == 0)
       a.greedy = true;  // no sampling option given: greedy, the reproducible default
     if (merge) detail::take(flags.lora, "--lora", "merge", "--merge");
+    a.speculative = parse_speculative(spec);
+    if (a.speculative.on() && a.no_cache)
+      fail("--speculative verifies proposals against the KV cache: it cannot go with --no-cache");
     Job job;
     job.choice = resolve(flags, {.lora = a.adapter.empty() ? "none" : "gathered"}, true);
     if (job.choice.merge && a.adapter.empty())

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // `servekit generate`: one prompt through the composition main() picked, printed as it comes
-// (or one JSON object with --json).
+// (or one JSON object with --json). With --speculative the request runs through the engine,
+// where speculation lives (one request, n-gram proposals verified a step at a time): the tokens
+// are the same, only sooner.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -16,6 +18,7 @@
 #include "servekit/model/load_gpt2.hpp"
 #include "servekit/model/merge_lora.hpp"
 #include "servekit/model/random_gpt2.hpp"
+#include "servekit/serve/engine.hpp"
 #include "servekit/serve/generate.hpp"
 
 namespace servekit::cli {
@@ -38,6 +41,29 @@ model::Gpt2Tensors base_tensors(const GenerateArgs& a) {
   std::fprintf(stderr, " %.1f s\n",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return t;
+}
+
+// opt's request through a one-request engine with a.speculative on; an unmerged --adapter is
+// registered with the engine's store (the model holds none of its own).
+template <class Model>
+serve::Result speculate(Model& model, const GenerateArgs& a, const text::Gpt2Tokenizer& tok,
+                        std::span<const int32_t> prompt, const serve::GenerateOptions& opt,
+                        const serve::StreamCallback& stream, bool merged) {
+  serve::Engine<Model, serve::sched::Continuous> engine(
+      model, tok, {.max_batch = 1, .speculative = a.speculative});
+  serve::Request req;
+  req.prompt_ids.assign(prompt.begin(), prompt.end());
+  req.sampling = opt.sampling, req.stop = opt.stop, req.top_logprobs = opt.top_logprobs;
+  req.json_schema = opt.json_schema, req.on_piece = stream;
+  if (!a.adapter.empty() && !merged) {
+    if constexpr (lora::enabled<typename Model::Config::Lora>) {
+      engine.adapters().add("adapter", a.adapter);
+      req.adapter = "adapter";
+    }
+  }
+  auto r = engine.generate(std::move(req));
+  if (r.finish_reason == serve::finish::error) fail(r.error);
+  return r;
 }
 
 template <class Model>
@@ -80,7 +106,8 @@ int generate_with(Model& model, const GenerateArgs& a, const text::Gpt2Tokenizer
       return true;
     };
   }
-  auto r = serve::generate(model, tok, prompt, opt, stream);
+  auto r = a.speculative.on() ? speculate(model, a, tok, prompt, opt, stream, merged)
+                              : serve::generate(model, tok, prompt, opt, stream);
   const double decode_ms = r.metrics.e2e_ms - r.metrics.ttft_ms;
   const double tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / (decode_ms / 1e3) : 0.0;
   if (!a.as_json) {
@@ -102,6 +129,9 @@ int generate_with(Model& model, const GenerateArgs& a, const text::Gpt2Tokenizer
         stderr, "[%s] %zu prompt + %zu new tokens, finish: %s, TTFT %.1f ms, %.2f tok/s after it\n",
         Model::name().c_str(), prompt.size(), r.tokens.size(), r.finish_reason.c_str(),
         r.metrics.ttft_ms, tps);
+    if (a.speculative.on())
+      std::fprintf(stderr, "[speculative] %d tokens proposed, %d accepted\n",
+                   r.metrics.spec_proposed, r.metrics.spec_accepted);
     return 0;
   }
   json j;
@@ -113,6 +143,9 @@ int generate_with(Model& model, const GenerateArgs& a, const text::Gpt2Tokenizer
   j["generated_ids"] = r.ids();
   j["text"] = r.text;
   j["finish_reason"] = r.finish_reason;
+  if (a.speculative.on())
+    j["speculative"] = {{"proposed", r.metrics.spec_proposed},
+                        {"accepted", r.metrics.spec_accepted}};
   json ms = json::array();
   for (auto& t : r.tokens) ms.push_back(t.ms);
   j["timings"] = {{"ttft_ms", r.metrics.ttft_ms},
@@ -157,7 +190,8 @@ int generate_as(const Job& job) {
   }
   if constexpr (lora::enabled<typename C::Lora>) {
     Model model(std::move(t));
-    const int slot = model.add_adapter(std::move(adapter));
+    // Speculating, the engine's adapter store loads it (speculate()).
+    const int slot = a.speculative.on() ? -1 : model.add_adapter(std::move(adapter));
     return generate_with(model, a, *job.tok, slot, false);
   } else {
     fail("--adapter needs a LoRA dispatch: --lora gathered, loop, segmented or merge");

@@ -40,6 +40,7 @@ struct GenerateArgs {
   float temperature = 1.f, top_p = 1.f;
   uint64_t seed = 0;
   std::vector<std::string> stop;
+  serve::Speculation speculative;  // --speculative; k = 0: off (then the engine runs it)
 };
 
 struct BatchArgs {

@@ -461,8 +461,9 @@ TEST_CASE(
   fs::create_directories(dir);
   const std::string base = "bench --model " + kTinyA + " --vocab " + kVocab +
                            " --prompt 12 --new 6 --rounds 1 --out " + (dir / "b").string();
-  // One batch at once, two weight formats at two batch sizes.
-  auto r = run(base + " --compare weights=f32,f16 --batch 1,2");
+  // One batch at once, two LoRA dispatches (no adapters) at two batch sizes: compositions
+  // every build of the CLI has, the sanitizer's too.
+  auto r = run(base + " --compare lora=none,gathered --batch 1,2");
   INFO(r.out);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Contains("12-token prompts, 6 new tokens"));
@@ -471,7 +472,7 @@ TEST_CASE(
   CHECK(rows[0][0] == "composition");
   for (std::size_t i = 1; i < rows.size(); i++) {
     REQUIRE(rows[i].size() == 10);
-    CHECK_THAT(rows[i][0], Contains(i <= 2 ? "f32/" : "f16/"));
+    CHECK_THAT(rows[i][0], Contains(i <= 2 ? "/none/" : "/lora-gathered/"));
     CHECK(rows[i][1] == (i % 2 == 1 ? "1" : "2"));
     CHECK(std::stod(rows[i][2]) > 0);  // prefill tokens/s
     CHECK(std::stod(rows[i][3]) > 0);  // decode tokens/s
@@ -502,4 +503,35 @@ TEST_CASE(
   CHECK(e.code != 0);
   CHECK_THAT(e.out, Contains("unknown axis 'sched'"));
   fs::remove_all(dir);
+}
+
+TEST_CASE(
+    "generate --speculative: the tokens and logprobs of plain generate, greedy, seeded and "
+    "with an adapter; the proposals counted") {
+  // A motif repeated: the prompt's own n-grams give proposals from the first step.
+  const std::string base = "generate --model " + kTinyA + " --vocab " + kVocab +
+                           " --json -n 24 --top-logprobs 1 --prompt-ids 5,9,2,7,5,9,2,7,5,9,2,7";
+  for (const std::string& opts :
+       {std::string(" --greedy"), std::string(" --temperature 1 --seed 7"),
+        " --greedy --adapter " + kTinyA + "/lora/r16"}) {
+    INFO(opts);
+    auto plain = run(base + opts), spec = run(base + opts + " --speculative ngram:3,4");
+    INFO(plain.out << "\n" << spec.out);
+    REQUIRE(plain.code == 0);
+    REQUIRE(spec.code == 0);
+    const json p = json::parse(plain.out), s = json::parse(spec.out);
+    CHECK(s["generated_ids"] == p["generated_ids"]);
+    REQUIRE(s["tokens"].size() == p["tokens"].size());
+    for (std::size_t i = 0; i < p["tokens"].size(); i++)
+      CHECK(s["tokens"][i]["logprob"].get<double>() == p["tokens"][i]["logprob"].get<double>());
+    CHECK(s["speculative"]["proposed"].get<int>() > 0);
+    CHECK(s["speculative"]["accepted"].get<int>() <= s["speculative"]["proposed"].get<int>());
+    CHECK_FALSE(p.contains("speculative"));
+  }
+  auto e = run(base + " --speculative ngram --no-cache");
+  CHECK(e.code != 0);
+  CHECK_THAT(e.out, Contains("--speculative") && Contains("--no-cache"));
+  e = run(base + " --speculative ngram:0,4");
+  CHECK(e.code != 0);
+  CHECK_THAT(e.out, Contains("--speculative"));
 }
