@@ -182,6 +182,11 @@ int generate_as(const Job& job) {
     Model model(std::move(t));
     return generate_with(model, a, *job.tok, -1, false);
   }
+  if constexpr (lora::enabled<typename C::Lora>)
+    if (a.speculative.on() && !job.choice.merge) {  // the engine's adapter store loads it
+      Model model(std::move(t));
+      return generate_with(model, a, *job.tok, -1, false);
+    }
   auto adapter = lora::load_adapter<D>(a.adapter);
   if (job.choice.merge) {
     lora::merge(t, adapter);
@@ -190,8 +195,7 @@ int generate_as(const Job& job) {
   }
   if constexpr (lora::enabled<typename C::Lora>) {
     Model model(std::move(t));
-    // Speculating, the engine's adapter store loads it (speculate()).
-    const int slot = a.speculative.on() ? -1 : model.add_adapter(std::move(adapter));
+    const int slot = model.add_adapter(std::move(adapter));
     return generate_with(model, a, *job.tok, slot, false);
   } else {
     fail("--adapter needs a LoRA dispatch: --lora gathered, loop, segmented or merge");
