@@ -200,6 +200,14 @@ struct ServeCommand {
                     "seconds admitted requests may run after SIGINT/SIGTERM before they are "
                     "cancelled")
         ->check(CLI::NonNegativeNumber);
+    sub->add_option("--read-timeout", a.read_timeout_s,
+                    "seconds a connection has to send a whole request (from its start, or from "
+                    "the previous answer); then it is closed (408 if it had begun)")
+        ->check(CLI::Range(0.01, 3600.0));
+    sub->add_option("--max-waiting-per-client", a.max_waiting_per_client,
+                    "connections one client address may hold before their requests are whole; "
+                    "past it, its oldest is closed")
+        ->check(CLI::Range(1, 1 << 20));
     sub->add_flag("--no-adapter-paths", a.no_adapter_paths,
                   "refuse adapter_source \"local\" (requests naming a folder on this machine)");
     sub->add_flag("-q,--quiet", a.quiet, "no log line per request");

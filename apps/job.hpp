@@ -58,7 +58,8 @@ struct ServeArgs {
   std::string model, vocab, host = "127.0.0.1", model_id;
   int port = 8080, max_batch = 16, max_batched_tokens = 512, kv_blocks = 0, max_pending = 128;
   int default_max_new_tokens = 100;
-  double shutdown_grace_s = 10;
+  double shutdown_grace_s = 10, read_timeout_s = 10;
+  int max_waiting_per_client = 4096;  // connections one address may hold before a whole request
   uint64_t seed = 0;                  // the random model's, without --model
   std::vector<std::string> adapters;  // ID=DIR, an adapter folder, or a folder of adapters
   bool no_adapter_paths = false, quiet = false, no_prefix_caching = false;

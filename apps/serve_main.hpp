@@ -4,6 +4,7 @@
 // composition built (serve.hpp), until SIGINT or SIGTERM (main() blocked both before any thread
 // started). Compiled once, whatever the composition.
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <csignal>
@@ -32,11 +33,20 @@ inline int run_server(serve::EngineRef& engine, const std::string& device,
   if (ho.model_id.empty()) ho.model_id = "gpt2";
   ho.max_pending = a.max_pending;
   ho.shutdown_grace_s = a.shutdown_grace_s;
+  ho.read_timeout_s = a.read_timeout_s;
+  ho.max_waiting_per_peer = static_cast<std::size_t>(a.max_waiting_per_client);
   ho.adapter_paths = !a.no_adapter_paths;
   ho.log_requests = !a.quiet;
   ho.version = SERVEKIT_VERSION;
   ho.limits.default_max_new_tokens = a.default_max_new_tokens;
   ho.device = device;
+  // Each connection is a descriptor, idle ones included (the waiting room holds thousands):
+  // the soft limit (often 1024) goes up to the hard one.
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
   serve::http::HttpServer server(engine, tok, ho);
   const int port = server.bind();
   std::fprintf(stderr,

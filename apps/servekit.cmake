@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 if(NOT SERVEKIT_HAVE_HTTP)
-  message(FATAL_ERROR "servekit's CLI serves HTTP with cpp-httplib: install libcpp-httplib-dev "
-    "and pkg-config (scripts/setup.sh does)")
+  message(FATAL_ERROR "servekit's CLI serves HTTP with Boost.Beast's request parser: install "
+    "libboost-dev (scripts/setup.sh does)")
 endif()
 include(${PROJECT_SOURCE_DIR}/cmake/compositions.cmake)
 
@@ -12,8 +12,8 @@ include(${PROJECT_SOURCE_DIR}/cmake/compositions.cmake)
 # the one unit nvcc compiles. ONE_UNIT: every entry in one unit (headers parsed once; host only).
 # The list reaches serve/compiled.hpp through a generated header. PORTABLE: for another machine
 # (the GPU bundle): host code for any x86-64, no emulated entries, the CUDA runtime, libgomp and
-# ICU's character classes linked statically (only the HTTP library and what it needs stay
-# shared: scripts/gpu_bundle.sh carries them).
+# ICU's character classes linked statically (what stays shared, libstdc++ among them,
+# scripts/gpu_bundle.sh carries).
 function(servekit_cli_program target)
   cmake_parse_arguments(arg "ONE_UNIT;PORTABLE" "" "COMPOSITIONS;DEFINITIONS" ${ARGN})
   set(gen ${CMAKE_CURRENT_BINARY_DIR}/${target}_compositions)
@@ -76,8 +76,7 @@ function(servekit_cli_program target)
   endif()
   if(cuda)
     # The CUDA kernels (SERVEKIT_CUDA_ARCHITECTURES: sm_80, sm_90, sm_90 PTX), the CUDA runtime linked
-    # statically; libstdc++ stays shared, as the HTTP library's is (not servekit_cuda_program's
-    # fully static bundle).
+    # statically; libstdc++ stays shared (not servekit_cuda_program's fully static bundle).
     set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${SERVEKIT_CUDA_ARCHITECTURES}")
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20
       --Werror=all-warnings --expt-relaxed-constexpr -Xcompiler=-Wno-unknown-pragmas>)

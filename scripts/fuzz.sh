@@ -16,7 +16,8 @@ else
   shift || true
 fi
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(tokenizer_encode safetensors_file hf_config vocab_files adapter_config http_request json_schema)
+[ ${#targets[@]} -gt 0 ] || targets=(tokenizer_encode safetensors_file hf_config vocab_files adapter_config http_request json_schema
+  http_transport)
 build="${SERVEKIT_BUILD_DIR:-$root/build}/fuzz"
 if ! command -v clang++ >/dev/null; then
   echo "fuzz: clang++ not found (Debian: clang, libclang-rt-14-dev)" >&2

@@ -12,12 +12,11 @@
 # Each test and bench program is sm_80 + sm_90 code with sm_90 PTX, and links the CUDA runtime,
 # libstdc++, libgcc and libgomp statically: there it needs glibc and the driver's libcuda only,
 # which this script checks. The server folder holds servekit-gpu (the CLI's cuda composition,
-# host code for any x86-64), the shared libraries of the HTTP library it links (lib/: Debian
-# builds cpp-httplib only as one, with OpenSSL, zlib and brotli; libstdc++ with them), and the
-# host backend's greedy answers to the server check's requests (expected.json). Each folder
-# designs folder holds the design comparisons' benchmarks on the device (bench_lora_cuda,
-# bench_speculative_cuda), in a folder of their own because the bundle is near the carry. Each
-# travels in its own call beside the checkout's tracked files: the script prints their sizes,
+# host code for any x86-64), the shared libraries it links beyond glibc (lib/: libstdc++ and
+# libgcc_s), and the host backend's greedy answers to the server check's requests
+# (expected.json). The designs folder holds the design comparisons' benchmarks on the device
+# (bench_lora_cuda, bench_speculative_cuda), in a folder of their own because the bundle is near
+# the carry. Each travels in its own call beside the checkout's tracked files: the script prints their sizes,
 # which must stay under the 64 MiB a call carries.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

@@ -3,8 +3,8 @@
 # Installs the Debian packages servekit's build, tests and examples need, only those missing,
 # and says which. Needs root (or sudo) only when something is missing.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ pkg-config catch2 nlohmann-json3-dev libcli11-dev libboost-context-dev libicu-dev
-  libcpp-httplib-dev gnuplot-nox clang libclang-rt-14-dev)
+pkgs=(cmake ninja-build g++ pkg-config catch2 nlohmann-json3-dev libcli11-dev libboost-context-dev libboost1.74-dev
+  libicu-dev gnuplot-nox clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,55 +1,47 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// ElasticPool: cpp-httplib's connection threads, started as connections arrive (up to a cap)
-// and ended after a while without work. httplib's own pool starts every thread at once and
-// keeps it: a stack that served one connection under load stays resident forever. Here an idle
+// ElasticPool: the server's worker threads (transport.hpp), started as requests arrive (up to
+// a cap) and ended after a while without work. A fixed pool starts every thread at once and
+// keeps it: a stack that served one request under load stays resident forever. Here an idle
 // server goes back to a few threads, and glibc gives an ending thread's stack pages back.
-#include <httplib.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
-#include <list>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 namespace servekit::serve::http {
 
-class ElasticPool : public httplib::TaskQueue {
+class ElasticPool {
  public:
   ElasticPool(std::size_t max_threads, std::chrono::milliseconds linger)
       : max_(max_threads), linger_(linger) {}
-  ~ElasticPool() override { shutdown(); }
+  ~ElasticPool() { shutdown(); }
 
-  void enqueue(std::function<void()> fn) override {
+  void enqueue(std::function<void()> fn) {
     std::lock_guard lk(mu_);
     jobs_.push_back(std::move(fn));
-    reap();  // join threads that have ended
     if (idle_ < jobs_.size() && live_ < max_) {
       live_++;
-      threads_.emplace_back();
-      auto it = std::prev(threads_.end());
-      *it = std::thread([this, it] { work(it); });
+      // Detached, so that a thread's stack goes back to the system when it ends, not when
+      // someone joins it: after a burst of 1,000 streams nothing may come to join them.
+      std::thread([this] { work(); }).detach();
     }
     cv_.notify_one();
   }
 
-  // Runs what is queued, then joins every thread.
-  void shutdown() override {
+  // Runs what is queued, then waits for every thread to end.
+  void shutdown() {
     std::unique_lock lk(mu_);
     stop_ = true;
     cv_.notify_all();
     gone_cv_.wait(lk, [&] { return live_ == 0; });
-    reap();
   }
 
  private:
-  using Slot = std::list<std::thread>::iterator;
-
-  void work(Slot self) {
+  void work() {
     std::unique_lock lk(mu_);
     while (true) {
       idle_++;
@@ -65,17 +57,9 @@ class ElasticPool : public httplib::TaskQueue {
       }
       if (stop_ || !woke) break;  // shutting down, or nothing came for linger_
     }
-    ended_.push_back(self);  // joined by the next enqueue() or by shutdown()
+    // The last use of the pool: shutdown() returns only once it holds mu_ after this.
     live_--;
     gone_cv_.notify_all();
-  }
-
-  void reap() {  // mu_ held
-    for (Slot s : ended_) {
-      if (s->joinable()) s->join();
-      threads_.erase(s);
-    }
-    ended_.clear();
   }
 
   const std::size_t max_;
@@ -83,8 +67,6 @@ class ElasticPool : public httplib::TaskQueue {
   mutable std::mutex mu_;
   std::condition_variable cv_, gone_cv_;
   std::deque<std::function<void()>> jobs_;
-  std::list<std::thread> threads_;
-  std::vector<Slot> ended_;
   std::size_t live_ = 0, idle_ = 0;
   bool stop_ = false;
 };

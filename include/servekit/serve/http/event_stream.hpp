@@ -4,8 +4,6 @@
 // its tokens. The routes say how a token and the end are spelled (TGI's events, OpenAI's
 // chunks); this runs the stream: waiting on the Flow, noticing a client that went away, and
 // the bookkeeping once the request is done.
-#include <httplib.h>
-
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -17,25 +15,25 @@
 namespace servekit::serve::http {
 
 // Writes `data:{json}\n\n`; false if the client is gone.
-inline bool write_event(httplib::DataSink& sink, const std::string& data) {
+inline bool write_event(Sink& sink, const std::string& data) {
   const std::string s = "data:" + data + "\n\n";
   return sink.write(s.data(), s.size());
 }
 
-// Runs the stream on the connection's thread: httplib calls the provider once and it writes
+// Runs the stream on the connection's thread: the transport calls the provider once and it writes
 // every event. Events are written as the engine streams tokens; the one marked `ends` waits
 // for the result, which the engine sets right after.
 //
 //   on_token(sink, token, piece, last) -> bool: last is the result with the final token, else
 //   null. on_end(sink, result) -> bool: what follows the tokens. false: the client is gone.
 template <class WriteToken, class WriteEnd>
-void stream_flow(ServerCore& core, httplib::Response& res, std::shared_ptr<ServerCore::Job> job,
+void stream_flow(ServerCore& core, HttpResponse& res, std::shared_ptr<ServerCore::Job> job,
                  WriteToken on_token, WriteEnd on_end) {
   auto done = std::make_shared<std::atomic<bool>>(false);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [&core, job, on_token, on_end, done](std::size_t, httplib::DataSink& sink) {
+      [&core, job, on_token, on_end, done](std::size_t, Sink& sink) {
         Flow& f = *job->flow;
         std::size_t sent = 0;
         bool ok = true;

@@ -4,8 +4,6 @@
 // events ending in [DONE]) and GET /v1/models. `model` names the base model or a registered
 // adapter. openai.hpp parses the requests and spells the answers; this admits, submits and
 // answers them through the server's ServerCore. Errors are OpenAI's error objects.
-#include <httplib.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,7 +19,7 @@ class OpenAiRoutes {
  public:
   explicit OpenAiRoutes(ServerCore& core) : core_(core) {}
 
-  void completions(const httplib::Request& q, httplib::Response& res) {
+  void completions(const HttpRequest& q, HttpResponse& res) {
     try {
       auto ticket = core_.admit();
       CompletionCall c;
@@ -96,13 +94,13 @@ class OpenAiRoutes {
 
   // One chunk per token (with echo, the first carries the prompt too); then, as the request
   // asked, a chunk with the finish reason when no token came, a usage chunk, and [DONE].
-  void completions_stream(httplib::Response& res, std::shared_ptr<CompletionCall> c,
+  void completions_stream(HttpResponse& res, std::shared_ptr<CompletionCall> c,
                           std::shared_ptr<Job> job, int64_t created) {
     auto offset = std::make_shared<std::size_t>(c->echo ? job->prompt_text.size() : 0);
     auto first = std::make_shared<bool>(true);
     stream_flow(
         core_, res, job,
-        [this, c, job, created, offset, first](httplib::DataSink& sink, const GeneratedToken& t,
+        [this, c, job, created, offset, first](Sink& sink, const GeneratedToken& t,
                                                const std::string& piece, const Result* last) {
           json ch = openai_chunk(*c, job->handle.id, created);
           std::string text = (*first && c->echo ? job->prompt_text : "") + piece;
@@ -124,7 +122,7 @@ class OpenAiRoutes {
           ch["choices"] = json::array({choice});
           return write_event(sink, dump_json(ch));
         },
-        [c, job, created](httplib::DataSink& sink, const Result& r) {
+        [c, job, created](Sink& sink, const Result& r) {
           if (r.finish_reason == finish::error || r.finish_reason == finish::cancelled) {
             const std::string msg =
                 r.finish_reason == finish::error ? r.error : "the request was cancelled";

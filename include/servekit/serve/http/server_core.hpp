@@ -8,8 +8,6 @@
 // HttpServer (server.hpp) owns one and hands it to the route families (tgi_routes.hpp,
 // openai_routes.hpp); it lives in its own header so those can use it without including the
 // server that includes them.
-#include <httplib.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -25,6 +23,7 @@
 #include "servekit/serve/engine_ref.hpp"
 #include "servekit/serve/http/api_error.hpp"
 #include "servekit/serve/http/json_fields.hpp"
+#include "servekit/serve/http/message.hpp"
 #include "servekit/serve/http/metrics.hpp"
 #include "servekit/serve/http/openai.hpp"
 #include "servekit/serve/http/tgi.hpp"
@@ -39,8 +38,10 @@ struct HttpOptions {
   int max_pending = 128;           // admitted requests (waiting + running); more get 429
   std::size_t max_body_bytes = std::size_t{1} << 20;
   double shutdown_grace_s = 10;  // stop(): how long admitted requests may still run
-  bool adapter_paths = true;     // adapter_source "local": a request may name a folder
-  bool log_requests = true;      // one line per request on stderr
+  double read_timeout_s = 10;    // a request must be whole this long after its connection
+  std::size_t max_waiting_per_peer = 4096;  // connections of one address before a whole request
+  bool adapter_paths = true;                // adapter_source "local": a request may name a folder
+  bool log_requests = true;                 // one line per request on stderr
   std::string version = "0";
   std::string device = "cpu";  // where the kernels run, in words (the CPU or GPU's name)
   ApiLimits limits;
@@ -58,7 +59,7 @@ struct Flow {
 
 // A refusal as its API spells it: TGI's {"error", "error_type"}, or OpenAI's error object,
 // where a 422 is a 400 as OpenAI's clients expect.
-inline void send_error(httplib::Response& res, const ApiError& e, bool openai = false) {
+inline void send_error(HttpResponse& res, const ApiError& e, bool openai = false) {
   res.status = openai && e.status == 422 ? 400 : e.status;
   json body = openai ? openai_error(ApiError(res.status, e.type, e.what()))
                      : json{{"error", e.what()}, {"error_type", e.type}};

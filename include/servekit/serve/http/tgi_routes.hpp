@@ -4,8 +4,6 @@
 // (server-sent events) and / (where LoRAX's and TGI's Python clients post; "stream" in the
 // body picks the answer), and GET /info. tgi.hpp parses the requests and spells the answers;
 // this admits, submits and answers them through the server's ServerCore.
-#include <httplib.h>
-
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -25,7 +23,7 @@ class TgiRoutes {
 
   // route: the path, for the log line. stream: answer with events. compat: POST /, where the
   // body's "stream" decides and an unstreamed answer is a one-element list.
-  void generate(const httplib::Request& q, httplib::Response& res, const char* route, bool stream,
+  void generate(const HttpRequest& q, HttpResponse& res, const char* route, bool stream,
                 bool compat) {
     try {
       auto ticket = core_.admit();
@@ -127,7 +125,7 @@ class TgiRoutes {
   }
 
   // TGI's x-* headers on an unstreamed answer: where the request's time went.
-  static void timing_headers(httplib::Response& res, const Result& r) {
+  static void timing_headers(HttpResponse& res, const Result& r) {
     const auto& m = r.metrics;
     auto ms = [](double v) { return std::to_string(static_cast<long long>(v + 0.5)); };
     res.set_header("x-compute-type", "cpu+servekit");
@@ -142,18 +140,18 @@ class TgiRoutes {
 
   // One event per token, the last with the whole text; a failed or cancelled request ends
   // with an error event.
-  void generate_stream(httplib::Response& res, std::shared_ptr<GenerateCall> c,
+  void generate_stream(HttpResponse& res, std::shared_ptr<GenerateCall> c,
                        std::shared_ptr<Job> job) {
     const int32_t eos = core_.tok().eos_id();
     stream_flow(
         core_, res, job,
-        [this, c, eos](httplib::DataSink& sink, const GeneratedToken& t, const std::string& piece,
+        [this, c, eos](Sink& sink, const GeneratedToken& t, const std::string& piece,
                        const Result* last) {
           std::vector<std::string> alts;
           for (const auto& a : t.top) alts.push_back(core_.token_text(a.id));
           return write_event(sink, dump_json(tgi_stream_event(*c, t, piece, eos, last, alts)));
         },
-        [](httplib::DataSink& sink, const Result& r) {
+        [](Sink& sink, const Result& r) {
           if (r.finish_reason == finish::error)
             return write_event(sink, dump_json({{"error", r.error}, {"error_type", "generation"}}));
           if (r.finish_reason == finish::cancelled)
