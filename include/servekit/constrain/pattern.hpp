@@ -184,6 +184,10 @@ inline Pattern compile_pattern(const std::string& re, const std::string& at) {
         i = close + 1;
       }
     }
+    // Checked before expanding: a count such as {77777741} would otherwise take gigabytes.
+    if (atoms.size() + (hi < 0 ? static_cast<std::size_t>(lo) + 1 : static_cast<std::size_t>(hi)) >
+        63)
+      err("it expands to more than 63 positions");
     for (int k = 0; k < lo; k++) atoms.push_back({a.set, false, false});
     if (hi < 0)
       atoms.push_back({a.set, true, true});
