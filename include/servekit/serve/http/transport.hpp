@@ -60,7 +60,7 @@ struct TransportOptions {
 
 // What the room has done, for /metrics and the hostile-load test.
 struct TransportCounts {
-  std::atomic<long> accepted{0}, answered{0}, timed_out{0}, evicted{0}, refused{0};
+  std::atomic<long> accepted{0}, timed_out{0}, evicted{0}, refused{0};
   std::atomic<long> waiting{0};  // connections in the room now
 };
 
@@ -186,8 +186,7 @@ class Transport {
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if ((errno == EMFILE || errno == ENFILE) && !order_.empty()) {
-          drop(*order_.front(), 0, "");  // out of descriptors: the oldest waiter gives its up
-          counts_.evicted++;
+          evict(*order_.front());  // out of descriptors: the oldest waiter gives its up
           continue;
         }
         if (errno == EMFILE || errno == ENFILE) {  // none to give: stop accepting a moment
@@ -222,6 +221,8 @@ class Transport {
     held_ += c->reader.held();
     counts_.waiting++;
     watch(c->fd);
+    if (c->reader.state() == RequestReader::failed)  // a pipelined request it could not read
+      refuse(*c, c->reader.error_status(), c->reader.error());
   }
 
   // Out of the room (the connection stays open).
@@ -277,7 +278,6 @@ class Transport {
     }
     const bool keep = q.keep_alive && !stop_;
     const bool ok = write_response(c->fd, res, keep);
-    counts_.answered++;
     if (!ok || !keep) return close_conn(c);
     c->continued = false;
     c->reader.next();
