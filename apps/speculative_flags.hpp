@@ -6,7 +6,10 @@
 //   --speculative ngram            k = 4 proposed tokens, suffixes of 3 down to 1 token
 //   --speculative ngram:N,K        suffixes of N down to 1 token, K proposed tokens
 //   --speculative-config '{"method": "ngram", "num_speculative_tokens": 4,
-//                          "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
+//                          "prompt_lookup_max": 3, "prompt_lookup_min": 1, "rule": "cost"}'
+// rule (servekit's own field): "cost" (the default: a sequence proposes only while its
+// acceptance makes the step's time per token fall, by the engine's measured step cost) or
+// "always".
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,7 +30,9 @@ inline void add_speculative_flags(CLI::App* sub, SpeculativeFlags& f) {
                   "of plain decoding. Default: none");
   sub->add_option("--speculative-config", f.config,
                   "vLLM's JSON form: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
-                  "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M}");
+                  "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M}, and \"rule\": "
+                  "\"cost\" (default: propose only while it lowers the time per token at the "
+                  "batch's measured step cost) or \"always\"");
 }
 
 // The engine's Speculation from the flags, checked; an error names the flag and the value.
@@ -51,13 +56,23 @@ inline serve::Speculation parse_speculative(const SpeculativeFlags& f) {
                "offered yet)");
         continue;
       }
+      if (key == "rule") {
+        if (v == "cost")
+          s.rule = serve::SpecRule::cost;
+        else if (v == "always")
+          s.rule = serve::SpecRule::always;
+        else
+          fail("--speculative-config: rule ", v.dump(), " is not one of \"cost\", \"always\"");
+        continue;
+      }
       int* field = key == "num_speculative_tokens" ? &s.k
                    : key == "prompt_lookup_max"    ? &s.ngram_max
                    : key == "prompt_lookup_min"    ? &s.ngram_min
                                                    : nullptr;
       if (!field)
         fail("--speculative-config: unknown field '", key,
-             "' (known: method, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min)");
+             "' (known: method, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
+             "rule)");
       if (!v.is_number_integer()) fail("--speculative-config: ", key, " must be a whole number");
       *field = v.get<int>();
     }

@@ -2,10 +2,11 @@
 // Speculative decoding (n-gram prompt lookup) against plain decoding, in one run:
 //   steps   what a step costs the model: a plain decode step (one row per sequence) and a
 //           verify step (k + 1 rows per sequence) at each batch size, medians of --reps;
-//   engine  decode tokens/s without and with speculation (k = --k), rounds alternating, for
-//           requests whose prompts repeat a motif, at several temperatures: greedy loops are
-//           accepted almost always, hotter sampling less. Each point: the measured acceptance
-//           rate and speedup, beside the speedup predicted from the measured step costs.
+//   engine  decode tokens/s without and with speculation (k = --k; proposing always, and under
+//           the engine's cost rule), rounds alternating, for requests whose prompts repeat a
+//           motif, at several temperatures: greedy loops are accepted almost always, hotter
+//           sampling less. Each point: the measured acceptance rate and speedup, beside the
+//           speedup predicted from the measured step costs.
 // The prediction: a proposal of k tokens, each accepted with probability a while the ones
 // before it were, yields E = (1 - a^(k+1)) / (1 - a) tokens per verify step, so
 // speedup(a) = E * t(decode) / t(verify k). Random weights make acceptance artificial (a random
@@ -158,17 +159,17 @@ std::vector<serve::Request> requests(const Args& a, int batch, float T) {
 
 struct Measured {
   double seconds = 0;  // decoding: from the last first token to the end
-  long generated = 0, proposed = 0, accepted = 0;
+  long generated = 0, proposed = 0, accepted = 0, declined = 0, verifies = 0;
 };
 
 // rs through a fresh engine, all at once (one prefill step for every prompt). Only the decode
 // part counts: the tokens after each request's first, over the time after the last first token.
 Measured run(Model& m, const sk::text::Gpt2Tokenizer& tok, const std::vector<serve::Request>& rs,
-             int k) {
+             int k, serve::SpecRule rule) {
   serve::EngineOptions o{.max_batch = static_cast<int>(rs.size()),
                          .max_batched_tokens = 4096,
                          .memory_limit = std::size_t{4} << 30,
-                         .speculative = {.k = k}};
+                         .speculative = {.k = k, .rule = rule}};
   serve::Engine<Model, serve::sched::Continuous> e(m, tok, o);
   const double t0 = now_s();
   const auto results = e.run_all(rs);
@@ -183,44 +184,60 @@ Measured run(Model& m, const sk::text::Gpt2Tokenizer& tok, const std::vector<ser
   x.seconds = wall - first;
   const auto s = e.stats();
   x.proposed = s.spec_proposed, x.accepted = s.spec_accepted;
+  x.declined = s.spec_declined, x.verifies = s.spec_verifies;
   return x;
 }
 
+// Three ways, rounds alternating: plain; n-gram proposing whenever its pace allows (rule
+// "always"); n-gram under the cost rule, which proposes only where the engine's measured step
+// cost says the rows pay (serve/step_cost.hpp): it should track the better of the other two.
 void engine(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a,
             const std::vector<StepCosts>& costs) {
   std::printf(
       "\n== engine: %d-token prompts (a motif repeated), %d new tokens, k = %d, %d rounds "
-      "(tokens/s)\n",
+      "(tokens/s; ngram: rule always, cost: the cost rule)\n",
       a.prompt, a.new_tokens, a.k, a.rounds);
-  std::printf("%6s %6s %10s %10s %9s %11s %11s\n", "batch", "temp", "plain", "ngram", "accept",
-              "speedup", "predicted");
+  std::printf("%6s %6s %10s %10s %9s %11s %11s %10s %9s %10s\n", "batch", "temp", "plain", "ngram",
+              "accept", "speedup", "predicted", "cost", "speedup", "declined");
   std::ofstream f(fs::path(a.out) / "engine.csv");
-  f << "batch,temperature,plain_tok_s,ngram_tok_s,acceptance,speedup,predicted\n";
+  f << "batch,temperature,plain_tok_s,ngram_tok_s,acceptance,speedup,predicted,cost_tok_s,"
+       "cost_speedup,cost_acceptance,cost_declined_share\n";
+  const serve::SpecRule always = serve::SpecRule::always, cost = serve::SpecRule::cost;
   for (const StepCosts& c : costs)
     for (float T : a.temperatures) {
       const auto rs = requests(a, c.batch, T);
-      Measured off, on;
+      Measured sum[3];  // plain, always, cost
       for (int r = 0; r < a.rounds; r++) {
-        // Alternate which goes first, so that neither always finds the machine warmer.
-        for (int i = 0; i < 2; i++) {
-          const bool spec = (r + i) % 2 == 1;
-          const Measured x = run(m, tok, rs, spec ? a.k : 0);
-          Measured& acc = spec ? on : off;
+        // Rotate which goes first, so that none always finds the machine warmer.
+        for (int i = 0; i < 3; i++) {
+          const int way = (r + i) % 3;
+          const Measured x = run(m, tok, rs, way == 0 ? 0 : a.k, way == 2 ? cost : always);
+          Measured& acc = sum[way];
           acc.seconds += x.seconds, acc.generated += x.generated;
           acc.proposed += x.proposed, acc.accepted += x.accepted;
+          acc.declined += x.declined, acc.verifies += x.verifies;
           std::fprintf(stderr, "\r  batch %d T %.1f round %d/%d %s  ", c.batch, T, r + 1, a.rounds,
-                       spec ? "ngram" : "plain");
+                       way == 0   ? "plain"
+                       : way == 1 ? "ngram"
+                                  : "cost");
         }
       }
       std::fprintf(stderr, "\r%60s\r", "");
-      const double plain = off.generated / off.seconds, spec = on.generated / on.seconds;
-      const double acc = on.proposed > 0 ? double(on.accepted) / on.proposed : 0;
-      const double pred = predicted(c, acc, a.k);
-      std::printf("%6d %6.1f %10.1f %10.1f %9.2f %10.2fx %10.2fx\n", c.batch, T, plain, spec, acc,
-                  spec / plain, pred);
+      auto rate = [](const Measured& x) { return x.generated / x.seconds; };
+      auto acceptance = [](const Measured& x) {
+        return x.proposed > 0 ? double(x.accepted) / x.proposed : 0;
+      };
+      const double plain = rate(sum[0]), spec = rate(sum[1]), ruled = rate(sum[2]);
+      const double acc = acceptance(sum[1]), pred = predicted(c, acc, a.k);
+      // Of the times a sequence could have proposed, the share the rule said no to.
+      const long asked = sum[2].declined + sum[2].verifies;
+      const double declined = asked > 0 ? double(sum[2].declined) / asked : 0;
+      std::printf("%6d %6.1f %10.1f %10.1f %9.2f %10.2fx %10.2fx %10.1f %8.2fx %9.0f%%\n", c.batch,
+                  T, plain, spec, acc, spec / plain, pred, ruled, ruled / plain, 100 * declined);
       std::fflush(stdout);
       f << c.batch << "," << T << "," << plain << "," << spec << "," << acc << "," << spec / plain
-        << "," << pred << "\n";
+        << "," << pred << "," << ruled << "," << ruled / plain << "," << acceptance(sum[2]) << ","
+        << declined << "\n";
     }
 }
 
@@ -270,7 +287,7 @@ int main(int argc, char** argv) {
   app.add_option("--k", a.k, "proposed tokens per step")->check(CLI::Range(1, 16));
   app.add_option("--prompt", a.prompt, "prompt tokens")->check(CLI::Range(8, 768));
   app.add_option("--new", a.new_tokens, "new tokens")->check(CLI::Range(1, 256));
-  app.add_option("--rounds", a.rounds, "engine: rounds (plain and ngram each, alternating)")
+  app.add_option("--rounds", a.rounds, "engine: rounds (plain, ngram and cost each, in turn)")
       ->check(CLI::Range(1, 100));
   app.add_option("--reps", a.reps, "steps: repetitions per step shape")->check(CLI::Range(1, 100));
   CLI11_PARSE(app, argc, argv);

@@ -511,11 +511,15 @@ TEST_CASE(
   // A motif repeated: the prompt's own n-grams give proposals from the first step.
   const std::string base = "generate --model " + kTinyA + " --vocab " + kVocab +
                            " --json -n 24 --top-logprobs 1 --prompt-ids 5,9,2,7,5,9,2,7,5,9,2,7";
+  // rule "always", so that proposals are made on every run (the default rule reads step times).
+  const std::string kAlways =
+      " --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+      "\"prompt_lookup_max\": 3, \"rule\": \"always\"}'";
   for (const std::string& opts :
        {std::string(" --greedy"), std::string(" --temperature 1 --seed 7"),
         " --greedy --adapter " + kTinyA + "/lora/r16"}) {
     INFO(opts);
-    auto plain = run(base + opts), spec = run(base + opts + " --speculative ngram:3,4");
+    auto plain = run(base + opts), spec = run(base + opts + kAlways);
     INFO(plain.out << "\n" << spec.out);
     REQUIRE(plain.code == 0);
     REQUIRE(spec.code == 0);
@@ -527,6 +531,14 @@ TEST_CASE(
     CHECK(s["speculative"]["proposed"].get<int>() > 0);
     CHECK(s["speculative"]["accepted"].get<int>() <= s["speculative"]["proposed"].get<int>());
     CHECK_FALSE(p.contains("speculative"));
+    // The short form and the default rule: the same tokens and logprobs, whatever it proposed.
+    auto cost = run(base + opts + " --speculative ngram:3,4");
+    REQUIRE(cost.code == 0);
+    const json c = json::parse(cost.out);
+    CHECK(c["generated_ids"] == p["generated_ids"]);
+    REQUIRE(c["tokens"].size() == p["tokens"].size());
+    for (std::size_t i = 0; i < p["tokens"].size(); i++)
+      CHECK(c["tokens"][i]["logprob"].get<double>() == p["tokens"][i]["logprob"].get<double>());
   }
   auto e = run(base + " --speculative ngram --no-cache");
   CHECK(e.code != 0);

@@ -186,7 +186,10 @@ TEST_CASE("constrained rows that speculate get their tokens alone", "[constrain]
     want.push_back(serve::generate(model, tok(), tok().encode(r.prompt), o));
   }
   serve::Engine<Host, serve::sched::Continuous> engine(
-      model, tok(), {.max_batch = 4, .max_batched_tokens = 32, .speculative = {.k = 4}});
+      model, tok(),
+      {.max_batch = 4,
+       .max_batched_tokens = 32,
+       .speculative = {.k = 4, .rule = serve::SpecRule::always}});
   auto got = engine.run_all(rs);
   for (std::size_t i = 0; i < rs.size(); i++) {
     INFO("request " << i << ": " << want[i].text << " vs " << got[i].text);

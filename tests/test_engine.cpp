@@ -174,6 +174,57 @@ TEST_CASE("the n-gram proposer copies what followed the latest earlier match", "
   CHECK(propose({3, 1, 2, 7, 3}, 3).empty());
 }
 
+TEST_CASE("the step cost: a line through recent decode steps, and when drafting pays", "[spec]") {
+  serve::StepCost c;
+  // Not known before kMinSteps steps nor while the rows do not vary: drafting always pays.
+  for (int i = 0; i < 20; i++) c.observe(4, 0.010);
+  CHECK_FALSE(c.fitted());
+  CHECK(c.drafting_pays(0.0, 16, 16));
+  // seconds = 2 ms + 0.5 ms per row, rows 1..16: the line comes back.
+  serve::StepCost d;
+  for (int i = 0; i < serve::StepCost::kMinSteps - 1; i++)
+    d.observe(1 + i % 16, 0.002 + 0.0005 * (1 + i % 16));
+  CHECK_FALSE(d.fitted());
+  for (int i = serve::StepCost::kMinSteps - 1; i < 64; i++)
+    d.observe(1 + i % 16, 0.002 + 0.0005 * (1 + i % 16));
+  REQUIRE(d.fitted());
+  CHECK(d.a() == Catch::Detail::Approx(0.002).margin(1e-9));
+  CHECK(d.b() == Catch::Detail::Approx(0.0005).margin(1e-9));
+  // Batch 1 (one row, one token): a proposal pays when rate * 2.5 ms > 0.5 ms, rate > 0.2.
+  CHECK(d.drafting_pays(0.25, 1, 1));
+  CHECK_FALSE(d.drafting_pays(0.15, 1, 1));
+  // Batch 16: rate * 10 ms > 8 ms, rate > 0.8; rows already drafted raise the bar a little
+  // (16 + 4 rows worth 16 + 3.6 tokens: rate * 12 ms > 9.8 ms, rate > 0.817).
+  CHECK(d.drafting_pays(0.85, 16, 16));
+  CHECK_FALSE(d.drafting_pays(0.75, 16, 16));
+  CHECK(d.drafting_pays(0.83, 20, 19.6));
+  CHECK_FALSE(d.drafting_pays(0.80, 20, 19.6));
+  // The line follows the machine: rows now cost twice as much.
+  for (int i = 0; i < 400; i++) d.observe(1 + i % 16, 0.002 + 0.001 * (1 + i % 16));
+  CHECK(d.b() == Catch::Detail::Approx(0.001).epsilon(0.01));
+  // Steps that stop varying their rows (a batch that stopped speculating) keep the last line.
+  for (int i = 0; i < 400; i++) d.observe(8, 0.010);
+  CHECK(d.fitted());
+  CHECK(d.b() == Catch::Detail::Approx(0.001).epsilon(0.01));
+  // Noise that tilts the line downhill: rows are free, never a negative cost.
+  serve::StepCost f;
+  for (int i = 0; i < 32; i++) f.observe(1 + i % 8, 0.010 - 0.0001 * (i % 8));
+  REQUIRE(f.fitted());
+  CHECK(f.b() == 0);
+  CHECK(f.drafting_pays(0.01, 8, 8));
+}
+
+TEST_CASE("a sequence's acceptance rate: hopeful until tried, then a running average", "[spec]") {
+  serve::SpecPace p;
+  CHECK(p.rate == 1.0f);
+  p.verified(4, 0, 4);
+  CHECK(p.rate == Catch::Detail::Approx(1 - serve::SpecPace::kRateWeight));
+  for (int i = 0; i < 40; i++) p.verified(4, 1, 4);
+  CHECK(p.rate == Catch::Detail::Approx(0.25).margin(1e-4));
+  p.verified(0, 0, 4);  // nothing proposed: nothing learnt
+  CHECK(p.rate == Catch::Detail::Approx(0.25).margin(1e-4));
+}
+
 TEST_CASE("a sequence's pace: grows on full acceptance, shrinks on rejection, pauses", "[spec]") {
   serve::SpecPace p;
   CHECK(p.allowance(4) == 4);
@@ -210,7 +261,9 @@ TEMPLATE_TEST_CASE("speculation: every request gets its tokens alone, proposals 
         make_repetitive_requests({.n = 24, .max_new = 90, .sample = sample}, D::vocab, 31 + sample);
     rs[3].speculate = false;  // a request may opt out
     const auto want = alone(m, rs);
-    serve::EngineOptions opt{.max_batch = 8, .max_batched_tokens = 64, .speculative = {.k = 4}};
+    serve::EngineOptions opt{.max_batch = 8,
+                             .max_batched_tokens = 64,
+                             .speculative = {.k = 4, .rule = serve::SpecRule::always}};
     std::vector<serve::Result> got;
     auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt, &got);
     CHECK(s.spec_proposed > 0);
@@ -229,6 +282,14 @@ TEMPLATE_TEST_CASE("speculation: every request gets its tokens alone, proposals 
     auto plain = run_and_compare<TestType, sched::Continuous>(m, rs, want, off);
     CHECK(plain.spec_proposed == 0);
     CHECK(s.steps < plain.steps);
+    {
+      INFO("the cost rule: whatever the step times led it to propose, the same tokens");
+      auto cost = opt;
+      cost.speculative.rule = serve::SpecRule::cost;
+      auto q = run_and_compare<TestType, sched::Continuous>(m, rs, want, cost);
+      CHECK(q.spec_accepted <= q.spec_proposed);
+      CHECK(q.spec_verifies + q.spec_declined > 0);  // the rule was asked
+    }
     {
       INFO("one request at a time");
       auto q = run_and_compare<TestType, sched::Sequential<>>(m, rs, want, opt);
@@ -290,8 +351,8 @@ TEST_CASE("streamed pieces add up to the text; stop strings and EOS end a reques
     auto rs = make_repetitive_requests({.n = 9, .max_new = 40}, D::vocab, 5);
     for (auto& r : rs) r.stop.max_new_tokens = 40;
     auto want = alone(m, rs);
-    serve::Engine<Paged, sched::Continuous> engine(m, tokenizer(),
-                                                   {.max_batch = 4, .speculative = {.k = k}});
+    serve::Engine<Paged, sched::Continuous> engine(
+        m, tokenizer(), {.max_batch = 4, .speculative = {.k = k, .rule = serve::SpecRule::always}});
     std::vector<std::string> streamed(rs.size());
     for (std::size_t i = 0; i < rs.size(); i++) {
       rs[i].on_piece = [&streamed, i](std::string_view p, const serve::GeneratedToken&) {

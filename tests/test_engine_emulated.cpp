@@ -67,7 +67,9 @@ TEMPLATE_TEST_CASE("device kernels: speculation changes no token or logprob",
     auto rs =
         make_repetitive_requests({.n = 10, .max_new = 40, .sample = sample}, D::vocab, 9 + sample);
     auto want = alone(m, rs);
-    serve::EngineOptions opt{.max_batch = 4, .max_batched_tokens = 24, .speculative = {.k = 4}};
+    serve::EngineOptions opt{.max_batch = 4,
+                             .max_batched_tokens = 24,
+                             .speculative = {.k = 4, .rule = serve::SpecRule::always}};
     if constexpr (std::is_same_v<TestType, Paged>) opt.kv_blocks = 16;
     auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt);
     CHECK(s.spec_accepted > 0);

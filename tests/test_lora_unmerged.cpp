@@ -236,8 +236,10 @@ TEMPLATE_TEST_CASE("speculation with adapters changes no token or logprob", "[lo
     for (auto& r : rs)
       if (rng() % 5) r.adapter = names[rng() % names.size()];
     const auto want = alone_with_adapters(model, rs);
-    sk::serve::EngineOptions opt{
-        .max_batch = 8, .max_batched_tokens = 64, .kv_blocks = 24, .speculative = {.k = 4}};
+    sk::serve::EngineOptions opt{.max_batch = 8,
+                                 .max_batched_tokens = 64,
+                                 .kv_blocks = 24,
+                                 .speculative = {.k = 4, .rule = sk::serve::SpecRule::always}};
     sk::serve::Engine<Model, sched::Continuous> engine(model, tokenizer(), opt);
     auto got = engine.run_all(rs);
     for (std::size_t i = 0; i < rs.size(); i++) {

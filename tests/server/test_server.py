@@ -339,7 +339,10 @@ def test_speculation_changes_no_token_and_is_counted():
     seeded = {"max_tokens": 24, "temperature": 0.7, "seed": 5, "logprobs": 1,
               "extra_body": {"ignore_eos": True}}
     args = tiny_args() + ["-q"]
-    with Server(args + ["--speculative", "ngram:3,4"]) as s, Server(args) as off:
+    # rule "always": proposals on every run (the default rule reads the machine's step times)
+    always = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, ' \
+        '"rule": "always"}'
+    with Server(args + ["--speculative-config", always]) as s, Server(args) as off:
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="none")
         o = openai.OpenAI(base_url=off.url + "/v1", api_key="none")
         before = metrics(s.url)
@@ -358,6 +361,7 @@ def test_speculation_changes_no_token_and_is_counted():
         assert 0 < d("servekit:spec_decode_num_accepted_tokens_total") <= \
             d("servekit:spec_decode_num_draft_tokens_total")
         assert d("servekit:spec_decode_num_drafts_total") > 0
+        assert d("servekit:spec_decode_num_declined_total") == 0  # rule "always" declines none
         assert metrics(off.url).get("servekit:spec_decode_num_draft_tokens_total", 0) == 0
 
 

@@ -237,17 +237,23 @@ class Engine {
 
   // One step: schedule -> drafts -> build the batch -> execute -> update (vLLM's schedule /
   // propose / execute_model / update_from_output). Returns false when there was nothing to run.
+  // A step in which every row brings its logits (decode rows and drafts, no prompt chunk) is
+  // timed into cost_, the line speculation's rule reads.
   bool step() {
     if (!schedule()) return false;
-    add_drafts(plan_, core_, opt_.speculative, opt_.max_batched_tokens, cache_.max_len(),
+    add_drafts(plan_, core_, opt_.speculative, cost_, opt_.max_batched_tokens, cache_.max_len(),
                Model::kDeviceSampling);
     const auto t0 = Clock::now();
     batch_.build(plan_, opt_.pad_id, Model::kDeviceSampling, kMaskWords, core_.counters);
+    const int rows = batch_.rows();
+    const bool decode_only = rows == batch_.tokens();
     if (execute()) {
       core_.counters.steps++;
       update();
     }
-    busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    busy_s_ += s;
+    if (decode_only && opt_.speculative.on()) cost_.observe(rows, s);
     return true;
   }
 
@@ -393,6 +399,7 @@ class Engine {
 
   void publish_stats() {
     EngineStats s = snapshot(core_, cache_, busy_s_);
+    if (cost_.fitted()) s.step_a_s = cost_.a(), s.step_b_s = cost_.b();
     if constexpr (kLora) parking_->add_stats(s, core_.running(), core_.waiting());
     std::lock_guard lk(stats_mu_);
     stats_ = s;
@@ -421,7 +428,8 @@ class Engine {
   std::vector<Work> plan_;
   std::vector<float> logits_;
   double busy_s_ = 0;
-  Mailbox mail_;  // shared with submitting threads and the adapter store's loader
+  StepCost cost_;  // decode steps' seconds against their rows (speculating engines)
+  Mailbox mail_;   // shared with submitting threads and the adapter store's loader
   mutable std::mutex stats_mu_;
   EngineStats stats_;
   // LoRA: the adapter tiers and the requests parked until their adapter is on the device.

@@ -40,8 +40,13 @@ struct EngineStats {
   long prefix_cache_queries = 0, prefix_cache_hits = 0;  // prompt tokens looked up / found
   // speculation: tokens proposed, accepted, and the sequence-steps that verified a draft
   long spec_proposed = 0, spec_accepted = 0, spec_verifies = 0;
+  long spec_declined = 0;  // times a sequence did not propose: its rows would cost more than
+                           // they save (SpecRule::cost)
   int slots = 0, slots_free = 0;
   double busy_s = 0;  // time spent in steps
+  // Speculating engines, once learnt: a decode step's seconds = step_a_s + step_b_s * rows
+  // (serve/step_cost.hpp); 0 and 0 before.
+  double step_a_s = 0, step_b_s = 0;
   AdapterStats adapters;
   // LoRA: the adapters of the running and of the waiting requests, each named once
   std::vector<std::string> running_adapters, waiting_adapters;
@@ -74,7 +79,7 @@ EngineStats snapshot(const Core<Cache>& core, const Cache& cache, double busy_s)
   s.prefix_caching = core.prefix_caching();
   s.prefix_cache_queries = c.prefix_queries, s.prefix_cache_hits = c.prefix_hits;
   s.spec_proposed = c.spec_proposed, s.spec_accepted = c.spec_accepted;
-  s.spec_verifies = c.spec_verifies;
+  s.spec_verifies = c.spec_verifies, s.spec_declined = c.spec_declined;
   if constexpr (Core<Cache>::paged) {
     s.cache_blocks = cache.n_blocks();
     s.cache_blocks_free = cache.free_blocks();

@@ -17,11 +17,17 @@
 
 namespace servekit::serve {
 
+// When a sequence's proposals ride in a step: `cost` when they lower the step's time per token,
+// by the engine's measured step cost (serve/step_cost.hpp; off at batch sizes where a row costs
+// more than its expected tokens save); `always` (a test's or a benchmark's fixed choice).
+enum class SpecRule { cost, always };
+
 // EngineOptions::speculative. k = 0: no speculation.
 struct Speculation {
   int k = 0;          // proposed tokens per sequence and step at most
   int ngram_max = 3;  // the longest suffix looked up first...
   int ngram_min = 1;  // ...down to this one
+  SpecRule rule = SpecRule::cost;
 
   bool on() const { return k > 0; }
   void validate() const {
@@ -37,11 +43,14 @@ struct Speculation {
 // costs a row of the step for nothing. After a verify that accepted everything it grows by
 // one (up to k); after a rejection it becomes what was accepted + 1; after kPatience verifies
 // in a row that accepted nothing it pauses for 2, 4, ... 64 of its decode steps, then tries
-// one token again.
+// one token again. `rate` follows the share of its proposed tokens accepted (an average over
+// its last few verifies), which the cost rule weighs against what a row costs.
 struct SpecPace {
   static constexpr int kPatience = 4, kMaxPause = 64;
+  static constexpr float kRateWeight = 0.3f;  // of the latest verify in `rate`
   int k = -1;  // tokens it may propose next (-1: not yet set: the engine's k)
   int misses = 0, pause = 0, backoff = 2;
+  float rate = 1;  // untried: hopeful, so that every sequence tries once
 
   // The tokens it may propose this step (0: paused).
   int allowance(int k_max) {
@@ -53,6 +62,8 @@ struct SpecPace {
     return std::min(k, k_max);
   }
   void verified(int proposed, int accepted, int k_max) {
+    if (proposed > 0)
+      rate += kRateWeight * (static_cast<float>(accepted) / static_cast<float>(proposed) - rate);
     if (accepted == proposed) {
       k = std::min(k_max, k + 1), misses = 0, backoff = 2;
       return;

@@ -18,6 +18,7 @@
 
 #include "servekit/serve/ngram_proposer.hpp"
 #include "servekit/serve/sched/core.hpp"
+#include "servekit/serve/step_cost.hpp"
 
 namespace servekit::serve {
 
@@ -28,17 +29,23 @@ namespace servekit::serve {
 // made before the step, so constrained requests (whose later masks depend on the tokens
 // accepted) do not speculate there.
 // Each sequence proposes what its SpecPace allows, so a request whose proposals keep failing
-// stops paying rows for them.
+// stops paying rows for them; under SpecRule::cost, only when its acceptance rate makes the
+// step's time per token fall by `cost`'s line (rows so far R, tokens expected T: a sequence's
+// rows add b per row and rate per row in tokens), so a batch large enough that rows cost what
+// they save stops speculating, and starts again as it shrinks.
 template <class Cache>
-void add_drafts(std::vector<Work>& plan, const Core<Cache>& core, const Speculation& sp,
-                int max_batched_tokens, int max_len, bool device_sampling) {
+void add_drafts(std::vector<Work>& plan, Core<Cache>& core, const Speculation& sp,
+                const StepCost& cost, int max_batched_tokens, int max_len, bool device_sampling) {
   for (Work& w : plan) w.seq->draft.clear();
   if (!sp.on()) return;
   int budget = max_batched_tokens, blocks = core.free_blocks();
+  double rows = 0, tokens = 0;
   for (const Work& w : plan) {
     if (w.pad > 0) return;  // a static batch's first step: all prompts
     budget -= w.n_new;
     blocks -= core.blocks_needed(*w.seq, w.n_new);
+    rows += w.n_new;
+    tokens += !w.seq->ghost && w.seq->uncached() == w.n_new;  // it draws a token this step
   }
   for (Work& w : plan) {
     if (budget <= 0) return;
@@ -52,6 +59,10 @@ void add_drafts(std::vector<Work>& plan, const Core<Cache>& core, const Speculat
     if (left <= 0) continue;
     const int k = std::min({s->pace.allowance(sp.k), budget, left});
     if (k <= 0) continue;
+    if (sp.rule == SpecRule::cost && !cost.drafting_pays(s->pace.rate, rows, tokens)) {
+      core.counters.spec_declined++;
+      continue;
+    }
     propose_ngram(st.tokens(), sp, k, s->draft);
     int d = static_cast<int>(s->draft.size()), extra = 0;
     while (d > 0 && (extra = core.blocks_needed(*s, 1 + d) - core.blocks_needed(*s, 1)) > blocks)
@@ -59,6 +70,7 @@ void add_drafts(std::vector<Work>& plan, const Core<Cache>& core, const Speculat
     s->draft.resize(d);
     w.n_new += d;
     budget -= d;
+    rows += d, tokens += s->pace.rate * d;
     blocks -= d > 0 ? extra : 0;
   }
 }

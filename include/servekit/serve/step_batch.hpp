@@ -74,6 +74,7 @@ class StepBatch {
   // The (first) row of the step's logits (and ids) of plan[i].
   int row(std::size_t i) const { return out_row_[i]; }
   int rows() const { return n_rows_; }
+  int tokens() const { return static_cast<int>(tokens_.size()); }  // the step's input rows
   // Whether the step must bring its logits back: the host samples from them, or a request
   // wants its top logprobs.
   bool with_logits() const { return with_logits_; }

@@ -129,6 +129,10 @@ inline std::string metrics_text(const EngineRef& engine, int admitted, const Ser
   counter("servekit:spec_decode_num_accepted_tokens_total",
           "Proposed tokens accepted (each a token without a step of its own).",
           static_cast<double>(s.spec_accepted));
+  counter("servekit:spec_decode_num_declined_total",
+          "Times a sequence did not propose: by the engine's step cost its rows would cost more "
+          "than they save.",
+          static_cast<double>(s.spec_declined));
   gauge("servekit:kv_cache_blocks_cached",
         "KV-cache blocks named in the prefix cache, held or free.",
         static_cast<double>(s.cache_blocks_cached));

@@ -99,6 +99,7 @@ struct Counters {
   // speculation: tokens proposed and accepted (vLLM's spec_decode_num_draft_tokens /
   // num_accepted_tokens), and the steps in which sequences verified a draft
   long spec_proposed = 0, spec_accepted = 0, spec_verifies = 0;
+  long spec_declined = 0;  // a sequence's proposals kept out of a step by the cost rule
 };
 
 template <class Cache>
