@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Builds the libFuzzer targets (fuzz/, clang) and runs each for a while from the committed seed
 # corpus. Fails if any finds a crash, a sanitizer report, a leak or a timeout; the input that
-# did it is left in build/fuzz/crashes. Prints each target's executions and coverage.
+# did it is left in build/fuzz/crashes. Prints each target's executions and coverage, and adds
+# a line per run to build/fuzz/campaign.csv: a target's executions add up over the runs that
+# grew the same corpus (a campaign of several sittings), as continuous fuzzing counts them.
 #   usage: scripts/fuzz.sh [SECONDS per target, default 60] [TARGET ...]
 #          scripts/fuzz.sh --runs N [TARGET ...]   N inputs each from seed 1: the same inputs on
 #                                                  every machine, so a CI failure reproduces
@@ -32,15 +34,28 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus"
   cp -n "$root/fuzz/corpus/$t/"* "$corpus/" 2>/dev/null || true
   log="$build/$t.log"
+  start=$(date +%s)
   if "$build/fuzz_$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
        -artifact_prefix="$build/crashes/$t-" "$corpus" >"$log" 2>&1; then
+    result=none
     done_line=$(grep -E "^Done [0-9]+ runs" "$log" | tail -1)
     cov=$(grep -oE "cov: [0-9]+ ft: [0-9]+" "$log" | tail -1)
     echo "fuzz $t: ${done_line:-?}; ${cov:-?}; corpus $(ls "$corpus" | wc -l) inputs"
   else
+    result=FAILED
     echo "fuzz $t: FAILED (log: $log)" >&2
     grep -E "ERROR|SUMMARY|runtime error|terminate|Test unit written" "$log" | head -20 >&2
     status=1
   fi
+  # The ledger: executions from libFuzzer's "Done N runs", or its last status line (#N) when
+  # something stopped the run.
+  runs=$(grep -oE "^Done [0-9]+" "$log" | tail -1 | cut -d' ' -f2)
+  [ -n "$runs" ] || runs=$(grep -oE "^#[0-9]+" "$log" | tail -1 | tr -d '#')
+  cov=$(grep -oE "cov: [0-9]+ ft: [0-9]+" "$log" | tail -1 | awk '{print $2 "," $4}')
+  ledger="$build/campaign.csv"
+  [ -s "$ledger" ] || echo "date,target,executions,seconds,cov,ft,corpus,finding" >"$ledger"
+  echo "$(date -u +%FT%TZ),$t,${runs:-0},$(($(date +%s) - start)),${cov:-,},$(ls "$corpus" | wc -l),$result" >>"$ledger"
+  total=$(awk -F, -v t="$t" '$2 == t {n += $3} END {print n + 0}' "$ledger")
+  echo "fuzz $t: $total executions over the runs in $ledger"
 done
 exit $status
