@@ -3,6 +3,7 @@
 // gets alone (greedy and seeded sampling), with preemption and chunked prefill forced; static
 // batching's step count; 8 threads submitting and cancelling; bad requests.
 #include <atomic>
+#include <cmath>
 #include <set>
 #include <thread>
 
@@ -223,6 +224,11 @@ TEST_CASE("a sequence's acceptance rate: hopeful until tried, then a running ave
   CHECK(p.rate == Catch::Detail::Approx(0.25).margin(1e-4));
   p.verified(0, 0, 4);  // nothing proposed: nothing learnt
   CHECK(p.rate == Catch::Detail::Approx(0.25).margin(1e-4));
+  // Kept out by the cost rule, it regains hope: a tenth of the way back to 1 each time.
+  p.declined();
+  CHECK(p.rate == Catch::Detail::Approx(0.325).margin(1e-4));
+  for (int i = 0; i < 6; i++) p.declined();
+  CHECK(p.rate == Catch::Detail::Approx(1 - 0.75 * std::pow(0.9, 7)).margin(1e-4));
 }
 
 TEST_CASE("a sequence's pace: grows on full acceptance, shrinks on rejection, pauses", "[spec]") {

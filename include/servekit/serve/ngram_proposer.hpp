@@ -44,10 +44,14 @@ struct Speculation {
 // one (up to k); after a rejection it becomes what was accepted + 1; after kPatience verifies
 // in a row that accepted nothing it pauses for 2, 4, ... 64 of its decode steps, then tries
 // one token again. `rate` follows the share of its proposed tokens accepted (an average over
-// its last few verifies), which the cost rule weighs against what a row costs.
+// its last few verifies), which the cost rule weighs against what a row costs. A sequence the
+// rule keeps out regains hope a little each time (declined()), so it tries again after a few
+// steps where rows are cheap and after more where they are dear: text that did not repeat a
+// while ago may loop now.
 struct SpecPace {
   static constexpr int kPatience = 4, kMaxPause = 64;
   static constexpr float kRateWeight = 0.3f;  // of the latest verify in `rate`
+  static constexpr float kRegain = 0.1f;      // of the way back to 1, per step declined
   int k = -1;  // tokens it may propose next (-1: not yet set: the engine's k)
   int misses = 0, pause = 0, backoff = 2;
   float rate = 1;  // untried: hopeful, so that every sequence tries once
@@ -61,6 +65,7 @@ struct SpecPace {
     }
     return std::min(k, k_max);
   }
+  void declined() { rate += kRegain * (1 - rate); }
   void verified(int proposed, int accepted, int k_max) {
     if (proposed > 0)
       rate += kRateWeight * (static_cast<float>(accepted) / static_cast<float>(proposed) - rate);

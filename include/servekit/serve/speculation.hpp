@@ -61,6 +61,7 @@ void add_drafts(std::vector<Work>& plan, Core<Cache>& core, const Speculation& s
     if (k <= 0) continue;
     if (sp.rule == SpecRule::cost && !cost.drafting_pays(s->pace.rate, rows, tokens)) {
       core.counters.spec_declined++;
+      s->pace.declined();
       continue;
     }
     propose_ngram(st.tokens(), sp, k, s->draft);
