@@ -40,8 +40,8 @@ struct EngineStats {
   long prefix_cache_queries = 0, prefix_cache_hits = 0;  // prompt tokens looked up / found
   // speculation: tokens proposed, accepted, and the sequence-steps that verified a draft
   long spec_proposed = 0, spec_accepted = 0, spec_verifies = 0;
-  long spec_declined = 0;  // times a sequence did not propose: its rows would cost more than
-                           // they save (SpecRule::cost)
+  long spec_declined = 0;  // times a sequence the pace let propose did not: its rows would
+                           // cost more than they save (SpecRule::cost; asked before the lookup)
   int slots = 0, slots_free = 0;
   double busy_s = 0;  // time spent in steps
   // Speculating engines, once learnt: a decode step's seconds = step_a_s + step_b_s * rows
