@@ -67,6 +67,12 @@ def walk(matcher_mask, allowed, advance, tokens, eos):
     return us, True
 
 
+def has_bit(words, t, width):
+    """Whether token t's bit is set in a bitmask of `width`-bit words (bit t % width of word
+    t // width, the layout every engine here writes)."""
+    return (int(words[t // width]) >> (t % width)) & 1 == 1
+
+
 class LLGuidance:
     name = "llguidance"
 
@@ -88,11 +94,8 @@ class LLGuidance:
 
     def run(self, schema, tokens):
         m = self.compile(schema)
-
-        def allowed(mask, t):
-            return (mask[t // 8] >> (t % 8)) & 1 == 1
-
-        return walk(m.compute_bitmask, allowed, lambda t: m.consume_token(t), tokens, self.eos)
+        return walk(m.compute_bitmask, lambda b, t: has_bit(b, t, 8),
+                    lambda t: m.consume_token(t), tokens, self.eos)
 
 
 class XGrammar:
@@ -119,10 +122,8 @@ class XGrammar:
             m.fill_next_token_bitmask(bm)
             return bm
 
-        def allowed(b, t):
-            return (int(b[0, t // 32]) >> (t % 32)) & 1 == 1
-
-        return walk(mask, allowed, lambda t: m.accept_token(t), tokens, self.eos)
+        return walk(mask, lambda b, t: has_bit(b[0], t, 32), lambda t: m.accept_token(t),
+                    tokens, self.eos)
 
 
 class OutlinesCore:
@@ -156,10 +157,8 @@ class OutlinesCore:
             g.write_mask_into(bm.ctypes.data, bm.size, 4)
             return bm
 
-        def allowed(b, t):
-            return (int(b[t // 32]) >> (t % 32)) & 1 == 1
-
-        return walk(mask, allowed, lambda t: g.advance(t), tokens, self.eos)
+        return walk(mask, lambda b, t: has_bit(b, t, 32), lambda t: g.advance(t), tokens,
+                    self.eos)
 
 
 def peer_rows(engine, docs, reps):
