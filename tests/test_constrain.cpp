@@ -4,7 +4,9 @@
 // budget-forced closing.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 
@@ -216,6 +218,110 @@ TEST_CASE("a mask allows exactly the tokens whose bytes keep the text valid") {
     REQUIRE(ids.size() == 1);
     CHECK((w[ids[0] >> 5] >> (ids[0] & 31) & 1));
   }
+}
+
+namespace {
+
+// Every token fed on its own from s: allowed if a thread survives it and the text can still be
+// completed within budget - 1 more tokens. Returns the allowed count; max_fin: the largest
+// min_finish() among them.
+int brute_mask(const Matcher& m, const Vocab& v, const State& s, int budget,
+               std::vector<uint32_t>& words, int& max_fin) {
+  words.assign(v.words(), 0);
+  max_fin = 0;
+  int allowed = 0;
+  const bool complete = m.complete(s);
+  for (int32_t id = 0; id < v.V; id++) {
+    bool ok;
+    if (id == v.eos) {
+      ok = complete || m.accepts(s);
+    } else if (complete || tok().token_view(id).empty()) {
+      ok = false;
+    } else {
+      State a, b;
+      a.copy_from(s);
+      for (char ch : tok().token_view(id)) {
+        m.feed(a, static_cast<uint8_t>(ch), b);
+        std::swap(a, b);
+        if (a.dead()) break;
+      }
+      ok = !a.dead() && m.min_finish(a) <= budget - 1;
+      if (ok) max_fin = std::max(max_fin, m.min_finish(a));
+    }
+    if (ok) words[id >> 5] |= 1u << (id & 31), allowed++;
+  }
+  return allowed;
+}
+
+}  // namespace
+
+TEST_CASE("masks equal feeding every token, along random texts of every schema of the corpus",
+          "[corpus]") {
+  // Strings take their precomputed tokens (string_tokens.hpp), the rest walk the trie: both
+  // against the brute force, with and without a budget, in strings of bounded and free length,
+  // keys, numbers and structure.
+  std::ifstream in(std::filesystem::path(SERVEKIT_SOURCE_TESTS) / "constrain" / "schemas.json");
+  REQUIRE(in);
+  const json corpus = json::parse(in);
+  const auto v = Vocab::of(tok(), tok().vocab_size(), tok().eos_id());
+  std::mt19937 rng(11);
+  int points = 0, in_strings = 0, in_patterns = 0;
+  for (std::size_t k = 0; k < corpus.size(); k++) {
+    std::shared_ptr<const Grammar> g;
+    try {
+      g = compile_json_schema(corpus[k]);
+    } catch (const Error&) {
+      continue;
+    }
+    Matcher m(*g);
+    MaskMaker maker(*g, *v);
+    State s, n;
+    m.start(s);
+    for (int step = 0; step < 16 && !m.complete(s); step++) {
+      const int fin = m.min_finish(s);
+      for (int budget : {kInf, fin + 1 + static_cast<int>(rng() % 3)}) {
+        std::vector<uint32_t> want;
+        int want_fin = 0;
+        const int want_n = brute_mask(m, *v, s, budget, want, want_fin);
+        const MaskEntry got = maker.make(s, budget);
+        INFO("schema " << k << " step " << step << " budget " << budget);
+        REQUIRE(got.words == want);
+        CHECK(got.allowed == want_n);
+        CHECK(got.max_fin >= want_fin);
+        points++;
+      }
+      for (int i = 0; i < s.size; i++) {
+        const Node& nd = g->nodes[s.t[i].top().node];
+        in_strings += nd.kind == Kind::String;
+        in_patterns += nd.kind == Kind::String && nd.pattern >= 0;
+      }
+      // The next token: half the time one that leaves a string or a value (a quote or a
+      // delimiter in it), so that the walk gets past long strings.
+      std::vector<uint32_t> words;
+      int unused = 0;
+      brute_mask(m, *v, s, kInf, words, unused);
+      std::vector<int32_t> any, leaving;
+      for (int32_t id = 0; id < v->V; id++)
+        if (id != v->eos && (words[id >> 5] >> (id & 31) & 1)) {
+          any.push_back(id);
+          if (tok().token_view(id).find_first_of("\",:}]") != std::string_view::npos)
+            leaving.push_back(id);
+        }
+      if (any.empty()) break;
+      const auto& pick = !leaving.empty() && rng() % 2 ? leaving : any;
+      const int32_t id = pick[rng() % pick.size()];
+      for (char ch : tok().token_view(id)) {
+        m.feed(s, static_cast<uint8_t>(ch), n);
+        std::swap(s, n);
+      }
+      REQUIRE(!s.dead());
+    }
+  }
+  CHECK(points > 300);
+  INFO(points << " points, " << in_strings << " threads in strings, " << in_patterns
+              << " in patterns");
+  CHECK(in_strings > 40);
+  CHECK(in_patterns > 8);
 }
 
 TEST_CASE("with a budget the mask closes open structures in time, and never strands a text") {
