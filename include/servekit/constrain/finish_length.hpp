@@ -17,19 +17,15 @@ inline int len(const Grammar& g, int n) {
 }
 
 // Integers: with a range, the magnitude so far must still be able to grow into it.
-inline __int128 pow10(int k) {
-  __int128 p = 1;
-  while (k-- > 0) p *= 10;
-  return p;
-}
 // The fewest more digits that give a value in range (kInf: none).
 inline int int_more_digits(const Node& nd, const Frame& f) {
   if (!nd.bounded()) return 0;
   const bool neg = f.a != 0;
   const __int128 m = static_cast<__int128>(f.bits);
   const int kmax = f.phase == phase::I_ZERO ? 0 : 18 - f.count;
-  for (int k = 0; k <= kmax; k++) {
-    const __int128 p = pow10(k), lo_m = m * p, hi_m = m * p + p - 1;
+  __int128 p = 1;  // 10^k
+  for (int k = 0; k <= kmax; k++, p *= 10) {
+    const __int128 lo_m = m * p, hi_m = m * p + p - 1;
     const __int128 lo = neg ? -hi_m : lo_m, hi = neg ? -lo_m : hi_m;
     if (hi >= nd.lo && lo <= nd.hi) return k;
   }
