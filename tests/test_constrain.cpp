@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -58,8 +60,14 @@ const json kPerson = json::parse(R"j({"title": "Person", "type": "object",
 }  // namespace
 
 TEST_CASE("a schema the compiler cannot honour is an error naming the keyword and where") {
-  CHECK_THAT(error_of(R"j({"type": "string", "format": "date-time"})j"),
-             Catch::Contains("unsupported keyword \"format\"") && Catch::Contains("at /"));
+  CHECK_THAT(error_of(R"j({"type": "object", "properties": {"h": {"format": "hostname",
+                                                                  "type": "string"}}})j"),
+             Catch::Contains("format \"hostname\" is not supported") &&
+                 Catch::Contains("at /properties/h") && Catch::Contains("date-time"));
+  CHECK_THAT(error_of(R"j({"type": "string", "format": "date", "pattern": "^2"})j"),
+             Catch::Contains("'format' beside 'pattern'"));
+  CHECK_THAT(error_of(R"j({"type": "string", "format": 7})j"),
+             Catch::Contains("format must be a string"));
   CHECK_THAT(
       error_of(R"j({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}})j"),
       Catch::Contains("at /properties/a") && Catch::Contains("'minimum'") &&
@@ -67,8 +75,20 @@ TEST_CASE("a schema the compiler cannot honour is an error naming the keyword an
   CHECK_THAT(error_of(R"j({"type": "object", "properties": {"a": {}}, "required": ["b"]})j"),
              Catch::Contains("\"b\", which is not in properties"));
   CHECK_THAT(error_of(R"j({"oneOf": [{"type": "string"}]})j"), Catch::Contains("\"oneOf\""));
-  CHECK_THAT(error_of(R"j({"type": "string", "pattern": "(a|b)"})j"),
-             Catch::Contains("groups and alternation"));
+  CHECK_THAT(error_of(R"j({"type": "string", "pattern": "(?=a)b"})j"),
+             Catch::Contains("lookaround"));
+  CHECK_THAT(error_of(R"j({"type": "string", "pattern": "(a)\\1"})j"),
+             Catch::Contains("backreferences"));
+  CHECK_THAT(error_of(R"j({"type": "string", "pattern": "(ab"})j"),
+             Catch::Contains("unterminated group"));
+  CHECK_THAT(error_of(R"j({"type": "string", "pattern": "ab)"})j"),
+             Catch::Contains("unmatched ')'"));
+  CHECK_THAT(error_of(R"j({"type": "string", "pattern": "a|^b"})j"),
+             Catch::Contains("'^' or '$' inside"));
+  CHECK_THAT(error_of(R"j({"type": "string", "pattern": "a**"})j"),
+             Catch::Contains("a quantifier after a quantifier"));
+  CHECK_THAT(error_of(R"j({"type": "string", "pattern": "^(a{0})$x"})j"),
+             Catch::Contains("'^' or '$' inside"));
   CHECK_THAT(error_of(R"j({"type": "string", "pattern": "[a-z"})j"),
              Catch::Contains("unterminated class"));
   // Refused before it is expanded (the fuzz target's: 77 M positions took over 2 GiB).
@@ -97,6 +117,177 @@ TEST_CASE("a schema the compiler cannot honour is an error naming the keyword an
       error_of(R"j({"$defs": {"n": {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}},
                           "required": ["n"]}}, "$ref": "#/$defs/n"})j"),
       Catch::Contains("no finite JSON text"));
+}
+
+namespace {
+
+// Whether the pattern (compile_pattern) matches the whole string s.
+bool pattern_matches(const Pattern& p, std::string_view s) {
+  uint64_t st = p.start();
+  for (char c : s) {
+    st = p.step(st, static_cast<uint8_t>(c));
+    if (st == 0) return false;
+  }
+  return p.accepts(st);
+}
+
+// A string the pattern matches, drawn by walking its automaton: at each step a random character
+// that keeps a match reachable, stopping where one is complete with probability 1/4 (or once
+// the string is long and the shortest way to a match is taken).
+std::string draw(const Pattern& p, std::mt19937& rng) {
+  std::string s;
+  uint64_t st = p.start();
+  while (true) {
+    if (p.accepts(st) && (rng() % 4 == 0 || s.size() > 40)) return s;
+    std::vector<std::pair<char, uint64_t>> next;
+    for (int c = 0x20; c < 0x7f; c++) {
+      const uint64_t t = p.step(st, static_cast<uint8_t>(c));
+      if (t == 0 || p.chars_needed(t) >= kInf) continue;
+      if (s.size() > 40 && p.chars_needed(t) >= p.chars_needed(st)) continue;
+      next.emplace_back(static_cast<char>(c), t);
+    }
+    if (next.empty()) return s;  // accepts: nothing may follow
+    const auto& [c, t] = next[rng() % next.size()];
+    s += c, st = t;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("patterns match what ECMAScript regular expressions match") {
+  // Groups, alternation, quantified groups, counted and lazy repetition, empty alternatives:
+  // against std::regex (ECMAScript) on random strings over the patterns' characters and on
+  // strings drawn from the patterns themselves. Unanchored ends search, as JSON schema's do.
+  const char* res[] = {"^(ab|cd)+e?$",
+                       "^(a|b)*abb$",
+                       "^(?:x{2,3}|y)z*$",
+                       "^([a-c]d|e){2}$",
+                       "^((a|b)c)?d$",
+                       "^a(b|)c$",
+                       "^[0-9]{1,3}(\\.[0-9]{1,3}){0,2}$",
+                       "b(a|c)",
+                       "^(a+|b+)+c$",
+                       "^x(y(z|a)*)?$",
+                       "^(ab)*?c+?$",
+                       "^[^a-c]\\d?(e|f){1,}$",
+                       "a{2}$"};
+  std::mt19937 rng(5);
+  const std::string alphabet = "abcdefxyz0123.";
+  for (const char* re_text : res) {
+    INFO(re_text);
+    const Pattern p = compile_pattern(re_text, "");
+    const std::regex ref(re_text, std::regex::ECMAScript);
+    const bool anchored = re_text[0] == '^';
+    auto ref_ok = [&](const std::string& s) {
+      return anchored ? std::regex_match(s, ref) : std::regex_search(s, ref);
+    };
+    int matched = 0;
+    for (int k = 0; k < 3000; k++) {
+      std::string s;
+      for (int n = static_cast<int>(rng() % 9); n > 0; n--) s += alphabet[rng() % alphabet.size()];
+      INFO(s);
+      REQUIRE(pattern_matches(p, s) == ref_ok(s));
+      matched += ref_ok(s);
+    }
+    for (int k = 0; k < 300; k++) {
+      const std::string s = draw(p, rng);
+      INFO(s);
+      REQUIRE(ref_ok(s));
+      REQUIRE(pattern_matches(p, s));
+    }
+    // The fewest characters to a match, from the start.
+    int shortest = kInf;
+    for (int k = 0; k < 2000; k++) {
+      std::string s;
+      for (int n = static_cast<int>(rng() % 7); n > 0; n--) s += alphabet[rng() % alphabet.size()];
+      if (ref_ok(s)) shortest = std::min(shortest, static_cast<int>(s.size()));
+    }
+    CHECK(p.chars_needed(p.start()) <= shortest);
+    (void)matched;
+  }
+  CHECK(compile_pattern("^(ab|cd)+e?$", "").chars_needed(1) == 2);
+  CHECK(compile_pattern("^([a-c]d|e){2}$", "").chars_needed(1) == 2);
+  CHECK(compile_pattern("^x(y(z|a)*)?$", "").chars_needed(1) == 1);
+  CHECK(compile_pattern("^(a{3}|b{2})c$", "").chars_needed(1) == 3);
+}
+
+TEST_CASE("formats generate only valid strings of their format") {
+  // Every string drawn from a format's pattern, checked by an independent test of the format.
+  std::mt19937 rng(9);
+  auto num = [](const std::string& s, std::size_t at, std::size_t n) {
+    return std::stoi(s.substr(at, n));
+  };
+  auto days_in = [](int y, int m) {
+    static const int d[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return m == 2 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0) ? 29 : d[m - 1];
+  };
+  auto date_ok = [&](const std::string& s) {
+    if (s.size() != 10 || s[4] != '-' || s[7] != '-') return false;
+    const int y = num(s, 0, 4), m = num(s, 5, 2), d = num(s, 8, 2);
+    return y >= 1 && m >= 1 && m <= 12 && d >= 1 && d <= days_in(y, m);
+  };
+  const std::regex time_re(
+      "([0-9]{2}):([0-9]{2}):([0-9]{2})(\\.[0-9]+)?(Z|[+-]([0-9]{2}):([0-9]{2}))");
+  auto time_ok = [&](const std::string& s) {
+    std::smatch m;
+    if (!std::regex_match(s, m, time_re)) return false;
+    if (std::stoi(m[1]) > 23 || std::stoi(m[2]) > 59 || std::stoi(m[3]) > 59) return false;
+    return m[6].length() == 0 || (std::stoi(m[6]) <= 23 && std::stoi(m[7]) <= 59);
+  };
+  auto ipv4_ok = [](const std::string& s) {
+    int parts = 0;
+    std::size_t i = 0;
+    while (i <= s.size()) {
+      const std::size_t j = std::min(s.find('.', i), s.size());
+      const std::string o = s.substr(i, j - i);
+      if (o.empty() || o.size() > 3 || (o.size() > 1 && o[0] == '0') ||
+          o.find_first_not_of("0123456789") != std::string::npos || std::stoi(o) > 255)
+        return false;
+      parts++, i = j + 1;
+    }
+    return parts == 4;
+  };
+  const std::regex uuid_re(
+      "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}");
+  const std::regex ipv6_re("[0-9a-fA-F]{1,4}(:[0-9a-fA-F]{1,4}){7}");
+  const std::regex email_re("[^@\\s]+@[^@\\s.]+(\\.[^@\\s.]+)+");
+  const std::regex uri_re("[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#\\s]+(/[^?#\\s]*)?");
+  struct Case {
+    const char* name;
+    std::function<bool(const std::string&)> ok;
+  };
+  const Case cases[] = {
+      {"date", date_ok},
+      {"time", time_ok},
+      {"date-time",
+       [&](const std::string& s) {
+         return s.size() > 11 && s[10] == 'T' && date_ok(s.substr(0, 10)) && time_ok(s.substr(11));
+       }},
+      {"email", [&](const std::string& s) { return std::regex_match(s, email_re); }},
+      {"uuid", [&](const std::string& s) { return std::regex_match(s, uuid_re); }},
+      {"ipv4", ipv4_ok},
+      {"ipv6", [&](const std::string& s) { return std::regex_match(s, ipv6_re); }},
+      {"uri", [&](const std::string& s) { return std::regex_match(s, uri_re); }},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    const char* re = format_pattern(c.name);
+    REQUIRE(re != nullptr);
+    const Pattern p = compile_pattern(re, "");
+    for (int k = 0; k < 500; k++) {
+      const std::string s = draw(p, rng);
+      INFO(s);
+      REQUIRE(c.ok(s));
+    }
+  }
+  // And through a schema: the matcher takes a valid one and refuses an invalid one.
+  CHECK(fits(json::parse(R"j({"type": "string", "format": "date"})j"), R"j("2024-02-28")j"));
+  CHECK_FALSE(fits(json::parse(R"j({"type": "string", "format": "date"})j"), R"j("2024-02-30")j"));
+  CHECK(fits(json::parse(R"j({"type": "string", "format": "ipv4"})j"), R"j("192.168.0.255")j"));
+  CHECK_FALSE(
+      fits(json::parse(R"j({"type": "string", "format": "ipv4"})j"), R"j("192.168.0.256")j"));
+  CHECK(fits(json::parse(R"j({"type": "string", "format": "date-time"})j"),
+             R"j("2026-11-27T22:30:00.5+01:00")j"));
 }
 
 TEST_CASE("the matcher takes valid texts and refuses the others") {

@@ -6,7 +6,8 @@
 //   object      properties, required, additionalProperties (false or absent: only the listed
 //               keys; true or a schema: other keys too), keys in any order
 //   array       items, minItems, maxItems
-//   string      minLength, maxLength (characters), pattern (see Pattern), enum, const
+//   string      minLength, maxLength (characters), pattern (a regular expression: see
+//               constrain/pattern.hpp), format (constrain/formats.hpp), enum, const
 //   integer     minimum, maximum, exclusiveMinimum, exclusiveMaximum
 //   number, boolean, null
 //   enum, const of any JSON value; anyOf; allOf of one schema; type as a list; local $ref
@@ -35,6 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "servekit/constrain/formats.hpp"
 #include "servekit/constrain/grammar_graph.hpp"
 #include "servekit/constrain/min_length.hpp"
 #include "servekit/constrain/pattern.hpp"
@@ -166,6 +168,7 @@ class Compiler {
                                   "minLength",
                                   "maxLength",
                                   "pattern",
+                                  "format",
                                   "enum",
                                   "const",
                                   "minimum",
@@ -271,7 +274,7 @@ class Compiler {
     if (type == "object" || type == "json_object")
       return {"properties", "required", "additionalProperties"};
     if (type == "array") return {"items", "minItems", "maxItems"};
-    if (type == "string") return {"minLength", "maxLength", "pattern"};
+    if (type == "string") return {"minLength", "maxLength", "pattern", "format"};
     if (type == "integer") return {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
     return {};
   }
@@ -346,7 +349,18 @@ class Compiler {
             "minLength " + std::to_string(n.min_len) + " > maxLength " + std::to_string(n.max_len));
       if (s.contains("pattern")) {
         if (!s["pattern"].is_string()) bad(at, "pattern must be a string");
+        if (s.contains("format")) bad(at, "'format' beside 'pattern' is not supported");
         g_->patterns.push_back(compile_pattern(s["pattern"].get<std::string>(), at));
+        n.pattern = static_cast<int>(g_->patterns.size()) - 1;
+      }
+      if (s.contains("format")) {
+        if (!s["format"].is_string()) bad(at, "format must be a string");
+        const std::string f = s["format"].get<std::string>();
+        const char* re = format_pattern(f);
+        if (!re)
+          bad(at, "format " + json_brief(s["format"]) +
+                      " is not supported (supported: " + kFormatNames + ")");
+        g_->patterns.push_back(compile_pattern(re, at + "/format"));
         n.pattern = static_cast<int>(g_->patterns.size()) - 1;
       }
       return add(std::move(n));

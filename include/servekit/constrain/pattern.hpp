@@ -1,12 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// A JSON schema's string pattern as the matcher runs it: a sequence of character classes, each
-// once, optional or repeated, stepped as a set of positions (constrain/grammar.hpp compiles
-// the schema, constrain/matcher.hpp walks it).
+// A JSON schema's string pattern (or a format's) as the matcher runs it: a regular expression
+// compiled to its Glushkov automaton, stepped as a set of positions (constrain/grammar.hpp
+// compiles the schema, constrain/matcher.hpp walks it, constrain/pattern_dfa.hpp numbers its
+// sets for the masks).
+//
+// A position is one occurrence of a character class in the expression, after counted
+// repetitions are written out; a state is the set of positions that may have matched the last
+// character (bit 0: none yet), so it fits the 64 bits of a matcher frame: at most 63
+// positions. Characters are printable ASCII other than '"' and '\', so that a matching string
+// is written in JSON without escapes.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,57 +27,323 @@ namespace servekit::constrain {
 
 inline constexpr int kInf = std::numeric_limits<int>::max() / 4;
 
-// A string pattern: a sequence of character classes, each once, optional, or repeated; no
-// groups or alternation. Its characters are printable ASCII other than '"' and '\', so that a
-// matching string is written without escapes. States are sets of positions (bit i: the next
-// atom to match is i; bit n: matched), at most 63 atoms after {m,n} is expanded.
 struct Pattern {
-  struct Atom {
-    std::array<uint64_t, 2> set{};  // ASCII characters it matches
-    bool optional = false, loop = false;
-  };
-  std::vector<Atom> atoms;
-  std::vector<int> need;  // (n + 1) mandatory atoms from position i to the end
+  int n = 0;                            // positions 1..n
+  std::array<uint64_t, 128> by_char{};  // positions whose class holds character c
+  std::vector<uint64_t> follow;         // (n + 1) positions that may come after p; [0]: first
+  uint64_t last = 0;                    // positions a match may end on (bit 0: the empty one)
+  std::vector<int> dist;                // (n + 1) fewest characters from p to a match
 
-  int n() const { return static_cast<int>(atoms.size()); }
-  uint64_t closure(uint64_t s) const {
-    for (int i = 0; i < n(); i++)
-      if ((s >> i & 1) && atoms[i].optional) s |= uint64_t(1) << (i + 1);
-    return s;
-  }
-  uint64_t start() const { return closure(1); }
+  uint64_t start() const { return 1; }
   uint64_t step(uint64_t s, uint8_t c) const {
     if (c >= 128) return 0;
     uint64_t t = 0;
-    for (int i = 0; i < n(); i++)
-      if ((s >> i & 1) && (atoms[i].set[c >> 6] >> (c & 63) & 1)) {
-        t |= uint64_t(1) << (i + 1);
-        if (atoms[i].loop) t |= uint64_t(1) << i;
-      }
-    return closure(t);
+    for (uint64_t r = s; r != 0; r &= r - 1) t |= follow[std::countr_zero(r)];
+    return t & by_char[c];
   }
-  bool accepts(uint64_t s) const { return s >> n() & 1; }
+  bool accepts(uint64_t s) const { return (s & last) != 0; }
   int chars_needed(uint64_t s) const {
     int best = kInf;
-    for (int i = 0; i <= n(); i++)
-      if (s >> i & 1) best = std::min(best, need[i]);
+    for (uint64_t r = s; r != 0; r &= r - 1) best = std::min(best, dist[std::countr_zero(r)]);
     return best;
   }
 };
 
-// ^? atom quantifier? ... $?; an unanchored end allows any characters there, as JSON
-// schema's pattern matches anywhere in the string.
-inline Pattern compile_pattern(const std::string& re, const std::string& at) {
-  using Set = std::array<uint64_t, 2>;
-  auto add_char = [](Set& s, int c) {
+namespace pattern_detail {
+
+using Set = std::array<uint64_t, 2>;  // ASCII characters
+
+struct Node {
+  enum Kind { Chars, Cat, Alt, Repeat } kind = Chars;
+  Set set{};
+  std::vector<std::unique_ptr<Node>> kids;
+  int lo = 1, hi = 1;  // Repeat: hi -1 unbounded
+};
+
+// Positions the node expands to (saturating: checked before anything is written out).
+inline long positions(const Node& n) {
+  constexpr long kCap = 1L << 20;
+  switch (n.kind) {
+    case Node::Chars:
+      return 1;
+    case Node::Cat:
+    case Node::Alt: {
+      long s = 0;
+      for (const auto& k : n.kids) s = std::min(kCap, s + positions(*k));
+      return s;
+    }
+    case Node::Repeat: {
+      const long copies = n.hi < 0 ? std::max(n.lo, 1) : n.hi;
+      return std::min<long>(kCap, positions(*n.kids[0]) * std::min<long>(copies, kCap));
+    }
+  }
+  return 0;
+}
+
+// Glushkov's construction: first, last and nullable of a node, follow sets filled in.
+struct Part {
+  uint64_t first = 0, last = 0;
+  bool nullable = true;
+};
+
+class Builder {
+ public:
+  explicit Builder(Pattern& p) : p_(p) {}
+
+  Part build(const Node& n) {
+    switch (n.kind) {
+      case Node::Chars: {
+        const int pos = ++p_.n;
+        p_.follow.push_back(0);
+        for (int c = 0; c < 128; c++)
+          if (n.set[c >> 6] >> (c & 63) & 1) p_.by_char[c] |= uint64_t(1) << pos;
+        return {uint64_t(1) << pos, uint64_t(1) << pos, false};
+      }
+      case Node::Cat: {
+        Part r;
+        for (const auto& k : n.kids) r = cat(r, build(*k));
+        return r;
+      }
+      case Node::Alt: {
+        Part r{0, 0, false};
+        for (const auto& k : n.kids) {
+          const Part q = build(*k);
+          r.first |= q.first, r.last |= q.last, r.nullable |= q.nullable;
+        }
+        return r;
+      }
+      case Node::Repeat: {
+        Part r;
+        const Node& x = *n.kids[0];
+        for (int i = 0; i < n.lo - (n.hi < 0 && n.lo > 0 ? 1 : 0); i++) r = cat(r, build(x));
+        if (n.hi < 0) {  // one more copy that loops; optional when lo is 0
+          Part q = build(x);
+          link(q.last, q.first);
+          if (n.lo == 0) q.nullable = true;
+          r = cat(r, q);
+        } else {
+          for (int i = n.lo; i < n.hi; i++) {
+            Part q = build(x);
+            q.nullable = true;
+            r = cat(r, q);
+          }
+        }
+        return r;
+      }
+    }
+    return {};
+  }
+
+  Part cat(const Part& a, const Part& b) {
+    link(a.last, b.first);
+    return {a.first | (a.nullable ? b.first : 0), b.last | (b.nullable ? a.last : 0),
+            a.nullable && b.nullable};
+  }
+
+ private:
+  void link(uint64_t from, uint64_t to) {
+    for (uint64_t r = from; r != 0; r &= r - 1) p_.follow[std::countr_zero(r)] |= to;
+  }
+  Pattern& p_;
+};
+
+// Recursive descent over the expression: alternation of concatenations of quantified atoms.
+class Parser {
+ public:
+  Parser(const std::string& re, const std::string& at) : re_(re), at_(at) {
+    range(any_, 0x20, 0x7e);
+  }
+
+  std::unique_ptr<Node> parse_all(bool& head, bool& tail) {
+    head = i_ < re_.size() && re_[i_] == '^';
+    if (head) i_++;
+    auto n = alt();
+    tail = false;
+    if (i_ < re_.size() && re_[i_] == '$' && i_ + 1 == re_.size()) tail = true, i_++;
+    if (i_ < re_.size()) {
+      if (re_[i_] == ')') err("an unmatched ')'");
+      err("'$' before the end");
+    }
+    return n;
+  }
+
+  std::unique_ptr<Node> chars(const Set& s) {
+    auto n = std::make_unique<Node>();
+    n->set = s;
+    return n;
+  }
+  const Set& any() const { return any_; }
+
+  [[noreturn]] void err(const std::string& what) const {
+    fail("json schema: at ", at_.empty() ? std::string("/") : at_, ": pattern ", string_brief(re_),
+         ": ", what,
+         " (supported: ^ and $ at the ends, literal characters, ., [classes], \\d \\w \\s and "
+         "their negations, (groups), (?:groups), |, and ? * + {n} {n,} {n,m} after each)");
+  }
+
+ private:
+  bool at_end_of_alt() const {
+    return i_ >= re_.size() || re_[i_] == '|' || re_[i_] == ')' ||
+           (re_[i_] == '$' && i_ + 1 == re_.size());
+  }
+
+  std::unique_ptr<Node> alt() {
+    auto n = std::make_unique<Node>();
+    n->kind = Node::Alt;
+    n->kids.push_back(cat());
+    while (i_ < re_.size() && re_[i_] == '|') {
+      i_++;
+      n->kids.push_back(cat());
+    }
+    if (n->kids.size() == 1) return std::move(n->kids[0]);
+    return n;
+  }
+
+  std::unique_ptr<Node> cat() {
+    auto n = std::make_unique<Node>();
+    n->kind = Node::Cat;
+    while (!at_end_of_alt()) n->kids.push_back(quantified());
+    return n;
+  }
+
+  std::unique_ptr<Node> quantified() {
+    auto a = atom();
+    if (i_ >= re_.size()) return a;
+    int lo = 1, hi = 1;
+    const char q = re_[i_];
+    if (q == '?')
+      lo = 0, hi = 1, i_++;
+    else if (q == '*')
+      lo = 0, hi = -1, i_++;
+    else if (q == '+')
+      lo = 1, hi = -1, i_++;
+    else if (q == '{')
+      braces(lo, hi);
+    else
+      return a;
+    if (i_ < re_.size() && re_[i_] == '?') i_++;  // lazy: the same strings match
+    if (i_ < re_.size() && (re_[i_] == '*' || re_[i_] == '+' || re_[i_] == '?' || re_[i_] == '{'))
+      err("a quantifier after a quantifier");
+    auto r = std::make_unique<Node>();
+    r->kind = Node::Repeat, r->lo = lo, r->hi = hi;
+    r->kids.push_back(std::move(a));
+    return r;
+  }
+
+  void braces(int& lo, int& hi) {
+    const auto close = re_.find('}', i_);
+    if (close == std::string::npos) err("an unterminated {");
+    const std::string body = re_.substr(i_ + 1, close - i_ - 1);
+    const auto comma = body.find(',');
+    try {
+      std::size_t used = 0;
+      const std::string a = body.substr(0, comma);
+      lo = std::stoi(a, &used);
+      if (used != a.size()) throw std::invalid_argument(a);
+      if (comma == std::string::npos) {
+        hi = lo;
+      } else if (comma + 1 == body.size()) {
+        hi = -1;
+      } else {
+        const std::string b = body.substr(comma + 1);
+        hi = std::stoi(b, &used);
+        if (used != b.size()) throw std::invalid_argument(b);
+      }
+    } catch (const std::exception&) {
+      err("a malformed {n,m}");
+    }
+    if (lo < 0 || (hi >= 0 && hi < lo)) err("a malformed {n,m}");
+    i_ = close + 1;
+  }
+
+  std::unique_ptr<Node> atom() {
+    const char c = re_[i_];
+    if (c == '(') {
+      i_++;
+      if (i_ < re_.size() && re_[i_] == '?') {
+        if (i_ + 1 < re_.size() && re_[i_ + 1] == ':')
+          i_ += 2;
+        else
+          err("lookaround and named groups are not supported");
+      }
+      auto n = alt();
+      if (i_ >= re_.size() || re_[i_] != ')') err("an unterminated group");
+      i_++;
+      return n;
+    }
+    if (c == '*' || c == '+' || c == '?' || c == '{') err("a quantifier with nothing before it");
+    if (c == '^' || c == '$') err("'^' or '$' inside the pattern (only at its ends)");
+    Set s{};
+    if (c == '.') {
+      s = any_, i_++;
+    } else if (c == '\\') {
+      if (i_ + 1 >= re_.size()) err("it ends with a lone backslash");
+      escape(re_[i_ + 1], s);
+      i_ += 2;
+    } else if (c == '[') {
+      s = klass();
+    } else {
+      add_char(s, static_cast<unsigned char>(c));
+      i_++;
+    }
+    if (s[0] == 0 && s[1] == 0)
+      err("an atom matches no printable ASCII character other than '\"' and '\\'");
+    return chars(s);
+  }
+
+  void escape(char e, Set& s) const {
+    if (shorthand(e, s)) return;
+    if (e == 'b' || e == 'B') err("word boundaries are not supported");
+    if (e >= '1' && e <= '9') err("backreferences are not supported");
+    if (e == 'n' || e == 't' || e == 'r' || e == 'f' || e == 'v' || e == '0')
+      err("a control character cannot be written unescaped in a JSON string");
+    if (e == 'u' || e == 'x' || e == 'p' || e == 'P' || e == 'c' || e == 'k')
+      err(std::string("\\") + e + " escapes are not supported");
+    add_char(s, static_cast<unsigned char>(e));
+  }
+
+  Set klass() {
+    std::size_t j = i_ + 1;
+    const bool neg = j < re_.size() && re_[j] == '^';
+    if (neg) j++;
+    Set s{};
+    bool first = true;
+    while (j < re_.size() && (re_[j] != ']' || first)) {
+      first = false;
+      int lo = static_cast<unsigned char>(re_[j]);
+      if (re_[j] == '\\') {
+        if (j + 1 >= re_.size()) err("an unterminated class");
+        if (shorthand(re_[j + 1], s)) {
+          j += 2;
+          continue;
+        }
+        lo = static_cast<unsigned char>(re_[j + 1]);
+        j++;
+      }
+      j++;
+      if (j + 1 < re_.size() && re_[j] == '-' && re_[j + 1] != ']') {
+        int hi = static_cast<unsigned char>(re_[j + 1]);
+        if (re_[j + 1] == '\\' && j + 2 < re_.size())
+          hi = static_cast<unsigned char>(re_[j + 2]), j++;
+        if (hi < lo) err("a class range runs backwards");
+        range(s, lo, hi);
+        j += 2;
+      } else {
+        add_char(s, lo);
+      }
+    }
+    if (j >= re_.size()) err("an unterminated class");
+    i_ = j + 1;
+    return neg ? Set{any_[0] & ~s[0], any_[1] & ~s[1]} : s;
+  }
+
+  static void add_char(Set& s, int c) {
     if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') s[c >> 6] |= uint64_t(1) << (c & 63);
-  };
-  auto range = [&](Set& s, int a, int b) {
+  }
+  static void range(Set& s, int a, int b) {
     for (int c = a; c <= b; c++) add_char(s, c);
-  };
-  Set any{};
-  range(any, 0x20, 0x7e);
-  auto shorthand = [&](char e, Set& s) {
+  }
+  bool shorthand(char e, Set& s) const {
     Set t{};
     switch (e) {
       case 'd':
@@ -85,122 +361,58 @@ inline Pattern compile_pattern(const std::string& re, const std::string& at) {
       default:
         return false;
     }
-    if (e >= 'A' && e <= 'Z') t = {any[0] & ~t[0], any[1] & ~t[1]};
+    if (e >= 'A' && e <= 'Z') t = {any_[0] & ~t[0], any_[1] & ~t[1]};
     s[0] |= t[0], s[1] |= t[1];
     return true;
-  };
-  auto err = [&](const std::string& what) {
-    fail("json schema: at ", at.empty() ? std::string("/") : at, ": pattern ", string_brief(re),
-         ": ", what,
-         " (supported: ^, $, literal characters, ., [classes], \\d \\w \\s, and ? * + {n} {n,} "
-         "{n,m} after each)");
-  };
-  Pattern p;
-  std::size_t i = 0;
-  const bool head = !re.empty() && re[0] == '^';
-  if (head) i = 1;
-  bool tail = false;
-  std::vector<Pattern::Atom> atoms;
-  if (!head) atoms.push_back({any, true, true});
-  while (i < re.size()) {
-    const char c = re[i];
-    if (c == '$' && i + 1 == re.size()) {
-      tail = true;
-      i++;
-      break;
-    }
-    Pattern::Atom a;
-    if (c == '(' || c == ')' || c == '|') err("groups and alternation are not supported");
-    if (c == '*' || c == '+' || c == '?' || c == '{') err("a quantifier with nothing before it");
-    if (c == '.') {
-      a.set = any, i++;
-    } else if (c == '\\') {
-      if (i + 1 >= re.size()) err("it ends with a lone backslash");
-      const char e = re[i + 1];
-      if (!shorthand(e, a.set)) add_char(a.set, e);
-      i += 2;
-    } else if (c == '[') {
-      std::size_t j = i + 1;
-      const bool neg = j < re.size() && re[j] == '^';
-      if (neg) j++;
-      Set s{};
-      bool first = true;
-      while (j < re.size() && (re[j] != ']' || first)) {
-        first = false;
-        int lo = static_cast<unsigned char>(re[j]);
-        if (re[j] == '\\') {
-          if (j + 1 >= re.size()) err("an unterminated class");
-          if (shorthand(re[j + 1], s)) {
-            j += 2;
-            continue;
-          }
-          lo = static_cast<unsigned char>(re[j + 1]);
-          j++;
-        }
-        j++;
-        if (j + 1 < re.size() && re[j] == '-' && re[j + 1] != ']') {
-          int hi = static_cast<unsigned char>(re[j + 1]);
-          if (re[j + 1] == '\\' && j + 2 < re.size())
-            hi = static_cast<unsigned char>(re[j + 2]), j++;
-          if (hi < lo) err("a class range runs backwards");
-          range(s, lo, hi);
-          j += 2;
-        } else {
-          add_char(s, lo);
-        }
-      }
-      if (j >= re.size()) err("an unterminated class");
-      a.set = neg ? Set{any[0] & ~s[0], any[1] & ~s[1]} : s;
-      i = j + 1;
-    } else {
-      add_char(a.set, static_cast<unsigned char>(c));
-      i++;
-    }
-    if (a.set[0] == 0 && a.set[1] == 0)
-      err("an atom matches no printable ASCII character other than '\"' and '\\'");
-    int lo = 1, hi = 1;  // hi = -1: unbounded
-    if (i < re.size()) {
-      const char q = re[i];
-      if (q == '?')
-        lo = 0, hi = 1, i++;
-      else if (q == '*')
-        lo = 0, hi = -1, i++;
-      else if (q == '+')
-        lo = 1, hi = -1, i++;
-      else if (q == '{') {
-        const auto close = re.find('}', i);
-        if (close == std::string::npos) err("an unterminated {");
-        const std::string body = re.substr(i + 1, close - i - 1);
-        const auto comma = body.find(',');
-        try {
-          lo = std::stoi(body.substr(0, comma));
-          hi = comma == std::string::npos ? lo
-               : comma + 1 == body.size() ? -1
-                                          : std::stoi(body.substr(comma + 1));
-        } catch (const std::exception&) {
-          err("a malformed {n,m}");
-        }
-        if (lo < 0 || (hi >= 0 && hi < lo)) err("a malformed {n,m}");
-        i = close + 1;
-      }
-    }
-    // Checked before expanding: a count such as {77777741} would otherwise take gigabytes.
-    if (atoms.size() + (hi < 0 ? static_cast<std::size_t>(lo) + 1 : static_cast<std::size_t>(hi)) >
-        63)
-      err("it expands to more than 63 positions");
-    for (int k = 0; k < lo; k++) atoms.push_back({a.set, false, false});
-    if (hi < 0)
-      atoms.push_back({a.set, true, true});
-    else
-      for (int k = lo; k < hi; k++) atoms.push_back({a.set, true, false});
-    if (atoms.size() > 63) err("it expands to more than 63 positions");
   }
-  if (i < re.size()) err("'$' before the end");
-  if (!tail) atoms.push_back({any, true, true});
-  if (atoms.size() > 63) err("it expands to more than 63 positions");
-  p.atoms = std::move(atoms);
-  p.need.assign(p.n() + 1, 0);
-  for (int k = p.n() - 1; k >= 0; k--) p.need[k] = p.need[k + 1] + (p.atoms[k].optional ? 0 : 1);
+
+  const std::string& re_;
+  const std::string& at_;
+  std::size_t i_ = 0;
+  Set any_{};
+};
+
+}  // namespace pattern_detail
+
+// A pattern matches anywhere in the string unless anchored, as JSON schema's does: an
+// unanchored end allows any characters there.
+inline Pattern compile_pattern(const std::string& re, const std::string& at) {
+  using namespace pattern_detail;
+  Parser parser(re, at);
+  bool head = false, tail = false;
+  auto body = parser.parse_all(head, tail);
+  auto n = std::make_unique<Node>();
+  n->kind = Node::Cat;
+  auto any_star = [&] {
+    auto r = std::make_unique<Node>();
+    r->kind = Node::Repeat, r->lo = 0, r->hi = -1;
+    r->kids.push_back(parser.chars(parser.any()));
+    return r;
+  };
+  if (!head) n->kids.push_back(any_star());
+  n->kids.push_back(std::move(body));
+  if (!tail) n->kids.push_back(any_star());
+  // Checked before expanding: a count such as {77777741} would otherwise take gigabytes.
+  if (positions(*n) > 63) parser.err("it expands to more than 63 positions");
+  Pattern p;
+  p.follow.push_back(0);  // position 0: before any character
+  Builder b(p);
+  const Part whole = b.build(*n);
+  p.follow[0] = whole.first;
+  p.last = whole.last | (whole.nullable ? 1 : 0);
+  // Fewest characters to a match, from each position: relaxed until nothing changes.
+  p.dist.assign(p.n + 1, kInf);
+  for (int q = 0; q <= p.n; q++)
+    if (p.last >> q & 1) p.dist[q] = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int q = 0; q <= p.n; q++)
+      for (uint64_t r = p.follow[q]; r != 0; r &= r - 1) {
+        const int d = p.dist[std::countr_zero(r)];
+        if (d < kInf && d + 1 < p.dist[q]) p.dist[q] = d + 1, changed = true;
+      }
+  }
+  if (p.dist[0] >= kInf) parser.err("it matches no string");
   return p;
 }
 
