@@ -515,6 +515,82 @@ TEST_CASE("masks equal feeding every token, along random texts of every schema o
   CHECK(in_patterns > 8);
 }
 
+TEST_CASE("regex and choice constraints: masks equal feeding every token, texts match") {
+  // Whole texts (not JSON): a regex over ASCII with quotes and newlines, and a choice among
+  // fixed texts, generated through the masks with a budget that forces an end; the masks
+  // against the brute force on the way, each text against std::regex (ECMAScript).
+  const auto v = Vocab::of(tok(), tok().vocab_size(), tok().eos_id());
+  std::mt19937 rng(21);
+  const char* res[] = {
+      "\\d{3}-\\d{4}", "(yes|no)\\n",     "[A-Z][a-z]+( [A-Z][a-z]+)*", "\\{\"a\": (true|false)\\}",
+      ".{3,6}!",       "[^x]+\\.(txt|md)"};
+  int points = 0;
+  auto generate = [&](const std::shared_ptr<const Grammar>& g, int budget) {
+    Constraint c(g, v);
+    Matcher m(*g);
+    MaskMaker maker(*g, *v);
+    State s, n;
+    m.start(s);
+    std::string text;
+    for (int used = 0; used < budget; used++) {
+      const int left = budget - used;
+      const auto& words = c.mask(left);
+      std::vector<uint32_t> want;
+      int want_fin = 0;
+      brute_mask(m, *v, s, left, want, want_fin);
+      if (want != std::vector<uint32_t>(v->words(), 0)) {  // the budget can still be met
+        REQUIRE(words == want);
+        points++;
+      }
+      std::vector<int32_t> ok;
+      for (int32_t id = 0; id < v->V; id++)
+        if (words[id >> 5] >> (id & 31) & 1) ok.push_back(id);
+      REQUIRE(!ok.empty());
+      const int32_t id = ok[rng() % ok.size()];
+      if (id == v->eos) break;
+      c.advance(id, tok().token_view(id));
+      for (char ch : tok().token_view(id)) {
+        m.feed(s, static_cast<uint8_t>(ch), n);
+        std::swap(s, n);
+      }
+      text += tok().token_view(id);
+    }
+    REQUIRE(c.accepts());
+    return text;
+  };
+  for (const char* re : res) {
+    INFO(re);
+    const auto g = compile_regex(re);
+    const std::regex ref(re, std::regex::ECMAScript);
+    for (int k = 0; k < 4; k++) {
+      const std::string text = generate(g, 12 + 4 * k);
+      INFO(text);
+      CHECK(std::regex_match(text, ref));
+    }
+  }
+  const std::vector<std::string> choices = {"yes", "no", "maybe later", "n/a"};
+  const auto g = compile_choice(choices);
+  for (int k = 0; k < 12; k++) {
+    const std::string text = generate(g, 6);
+    INFO(text);
+    CHECK(std::find(choices.begin(), choices.end(), text) != choices.end());
+  }
+  CHECK(points > 50);
+  auto error = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK_THAT(error([] { compile_regex("(|)*"); }), Catch::Contains("only the empty text"));
+  CHECK_THAT(error([] { compile_regex("a(b"); }),
+             Catch::Contains("regex \"a(b\"") && Catch::Contains("unterminated group"));
+  CHECK_THAT(error([] { compile_choice({}); }), Catch::Contains("choice: the list"));
+  CHECK_THAT(error([] { compile_choice({"a", ""}); }), Catch::Contains("choice 1 is empty"));
+}
+
 TEST_CASE("with a budget the mask closes open structures in time, and never strands a text") {
   const auto g = compile_json_schema(json::parse(R"j({"type": "object", "properties": {
       "items": {"type": "array", "items": {"type": "object", "properties": {

@@ -154,6 +154,8 @@ inline long rest(const Grammar& g, const Frame& f) {
       }
     case Kind::Literal:
       return long(nd.texts[f.which].size()) - f.count;
+    case Kind::Text:
+      return g.patterns[nd.pattern].chars_needed(f.bits);
     default:
       return kInf;
   }

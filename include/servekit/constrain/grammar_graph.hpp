@@ -16,7 +16,9 @@
 
 namespace servekit::constrain {
 
-enum class Kind : uint8_t { Root, Object, Array, String, Integer, Number, Literal, AnyOf };
+// Text: a whole text (not JSON) that a pattern matches, a regex constraint's
+// (constrain/text_grammar.hpp).
+enum class Kind : uint8_t { Root, Object, Array, String, Integer, Number, Literal, AnyOf, Text };
 
 struct Property {
   std::string key;  // as written, quotes included: "name"
@@ -31,7 +33,7 @@ struct Node {
   int additional = -1;    // node of other keys' values; -1: none allowed
   // Array
   int items = -1, min_items = 0, max_items = kInf;
-  // String
+  // String (and Text: its pattern)
   int min_len = 0, max_len = kInf, pattern = -1;
   // Integer: the closed range
   int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();

@@ -141,6 +141,11 @@ class Matcher {
         else
           return;
         break;
+      case Kind::Text: {  // never popped: the text goes on until it ends
+        f.bits = g_.patterns[nd.pattern].step(g_.patterns[nd.pattern].start(), b);
+        if (f.bits == 0) return;
+        break;
+      }
       case Kind::Literal:
         for (int i = 0; i < static_cast<int>(nd.texts.size()); i++)
           if (static_cast<uint8_t>(nd.texts[i][0]) == b) {
@@ -268,6 +273,10 @@ class Matcher {
         if (++f.count == static_cast<int>(s.size())) pop_done(t);
         return emit(t, out);
       }
+      case Kind::Text:
+        f.bits = g_.patterns[nd.pattern].step(f.bits, b);
+        if (f.bits != 0) emit(t, out);
+        return;
       default:
         return;
     }
@@ -348,6 +357,7 @@ class Matcher {
       return (f.phase == I_ZERO || f.phase == I_DIGITS) && finish::int_in_range(nd, f);
     if (nd.kind == Kind::Number)
       return f.phase == N_ZERO || f.phase == N_INT || f.phase == N_FRAC || f.phase == N_EXP;
+    if (nd.kind == Kind::Text) return g_.patterns[nd.pattern].accepts(f.bits);
     return false;
   }
 

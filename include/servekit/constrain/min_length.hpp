@@ -61,6 +61,9 @@ inline void min_lengths(Grammar& g) {
         case Kind::AnyOf:
           for (int a : n.alts) v = std::min<long>(v, m[a]);
           break;
+        case Kind::Text:  // at least one character: an empty text cannot be generated
+          v = g.patterns[n.pattern].shortest_nonempty();
+          break;
       }
       if (sat(v) < m[i]) m[i] = sat(v), changed = true;
     }

@@ -8,8 +8,9 @@
 // A position is one occurrence of a character class in the expression, after counted
 // repetitions are written out; a state is the set of positions that may have matched the last
 // character (bit 0: none yet), so it fits the 64 bits of a matcher frame: at most 63
-// positions. Characters are printable ASCII other than '"' and '\', so that a matching string
-// is written in JSON without escapes.
+// positions. In a JSON string, characters are printable ASCII other than '"' and '\', so that a
+// matching string is written without escapes; a pattern over a whole text (a regex
+// constraint, constrain/text_grammar.hpp) also has '"', '\', tab, newline and return.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -35,6 +36,13 @@ struct Pattern {
   std::vector<int> dist;                // (n + 1) fewest characters from p to a match
 
   uint64_t start() const { return 1; }
+  // The fewest characters of a match that is not empty.
+  int shortest_nonempty() const {
+    int best = kInf;
+    for (uint64_t r = follow[0]; r != 0; r &= r - 1)
+      best = std::min(best, dist[std::countr_zero(r)] + 1);
+    return best;
+  }
   uint64_t step(uint64_t s, uint8_t c) const {
     if (c >= 128) return 0;
     uint64_t t = 0;
@@ -48,6 +56,9 @@ struct Pattern {
     return best;
   }
 };
+
+// Where a pattern's characters are written: inside a JSON string, or as a text of its own.
+enum class Alphabet { JsonString, Text };
 
 namespace pattern_detail {
 
@@ -150,8 +161,13 @@ class Builder {
 // Recursive descent over the expression: alternation of concatenations of quantified atoms.
 class Parser {
  public:
-  Parser(const std::string& re, const std::string& at) : re_(re), at_(at) {
+  // context: how errors start ("json schema: at /a: pattern").
+  Parser(const std::string& re, std::string context, Alphabet alphabet)
+      : re_(re), context_(std::move(context)), text_(alphabet == Alphabet::Text) {
     range(any_, 0x20, 0x7e);
+    if (text_) add_char(any_, '\t');
+    all_ = any_;
+    if (text_) add_char(all_, '\n'), add_char(all_, '\r');
   }
 
   std::unique_ptr<Node> parse_all(bool& head, bool& tail) {
@@ -175,8 +191,7 @@ class Parser {
   const Set& any() const { return any_; }
 
   [[noreturn]] void err(const std::string& what) const {
-    fail("json schema: at ", at_.empty() ? std::string("/") : at_, ": pattern ", string_brief(re_),
-         ": ", what,
+    fail(context_, " ", string_brief(re_), ": ", what,
          " (supported: ^ and $ at the ends, literal characters, ., [classes], \\d \\w \\s and "
          "their negations, (groups), (?:groups), |, and ? * + {n} {n,} {n,m} after each)");
   }
@@ -287,7 +302,8 @@ class Parser {
       i_++;
     }
     if (s[0] == 0 && s[1] == 0)
-      err("an atom matches no printable ASCII character other than '\"' and '\\'");
+      err(text_ ? "an atom matches no printable ASCII character, tab or newline"
+                : "an atom matches no printable ASCII character other than '\"' and '\\'");
     return chars(s);
   }
 
@@ -295,6 +311,10 @@ class Parser {
     if (shorthand(e, s)) return;
     if (e == 'b' || e == 'B') err("word boundaries are not supported");
     if (e >= '1' && e <= '9') err("backreferences are not supported");
+    if (text_ && (e == 'n' || e == 't' || e == 'r')) {
+      add_char(s, e == 'n' ? '\n' : e == 't' ? '\t' : '\r');
+      return;
+    }
     if (e == 'n' || e == 't' || e == 'r' || e == 'f' || e == 'v' || e == '0')
       err("a control character cannot be written unescaped in a JSON string");
     if (e == 'u' || e == 'x' || e == 'p' || e == 'P' || e == 'c' || e == 'k')
@@ -334,13 +354,15 @@ class Parser {
     }
     if (j >= re_.size()) err("an unterminated class");
     i_ = j + 1;
-    return neg ? Set{any_[0] & ~s[0], any_[1] & ~s[1]} : s;
+    return neg ? Set{all_[0] & ~s[0], all_[1] & ~s[1]} : s;
   }
 
-  static void add_char(Set& s, int c) {
-    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') s[c >> 6] |= uint64_t(1) << (c & 63);
+  void add_char(Set& s, int c) const {
+    const bool ok = text_ ? (c >= 0x20 && c < 0x7f) || c == '\t' || c == '\n' || c == '\r'
+                          : c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+    if (ok) s[c >> 6] |= uint64_t(1) << (c & 63);
   }
-  static void range(Set& s, int a, int b) {
+  void range(Set& s, int a, int b) const {
     for (int c = a; c <= b; c++) add_char(s, c);
   }
   bool shorthand(char e, Set& s) const {
@@ -356,31 +378,40 @@ class Parser {
         break;
       case 's':
       case 'S':
-        add_char(t, ' ');
+        add_char(t, ' '), add_char(t, '\t'), add_char(t, '\n'), add_char(t, '\r');
         break;
       default:
         return false;
     }
-    if (e >= 'A' && e <= 'Z') t = {any_[0] & ~t[0], any_[1] & ~t[1]};
+    if (e >= 'A' && e <= 'Z') t = {all_[0] & ~t[0], all_[1] & ~t[1]};
     s[0] |= t[0], s[1] |= t[1];
     return true;
   }
 
   const std::string& re_;
-  const std::string& at_;
+  std::string context_;
+  bool text_;
   std::size_t i_ = 0;
-  Set any_{};
+  Set any_{};  // what '.' matches
+  Set all_{};  // what a negated class is taken from
 };
 
 }  // namespace pattern_detail
 
-// A pattern matches anywhere in the string unless anchored, as JSON schema's does: an
-// unanchored end allows any characters there.
-inline Pattern compile_pattern(const std::string& re, const std::string& at) {
+// In a JSON string a pattern matches anywhere unless anchored, as JSON schema's does: an
+// unanchored end allows any characters there. Over a whole text it matches all of it, as
+// vLLM's guided_regex does. at: where the schema has it (errors name it).
+inline Pattern compile_pattern(const std::string& re, const std::string& at,
+                               Alphabet alphabet = Alphabet::JsonString) {
   using namespace pattern_detail;
-  Parser parser(re, at);
+  Parser parser(re,
+                alphabet == Alphabet::Text
+                    ? std::string("regex")
+                    : "json schema: at " + (at.empty() ? std::string("/") : at) + ": pattern",
+                alphabet);
   bool head = false, tail = false;
   auto body = parser.parse_all(head, tail);
+  if (alphabet == Alphabet::Text) head = tail = true;
   auto n = std::make_unique<Node>();
   n->kind = Node::Cat;
   auto any_star = [&] {

@@ -27,6 +27,7 @@
 #include "servekit/constrain/grammar.hpp"
 #include "servekit/constrain/matcher.hpp"
 #include "servekit/constrain/pattern_dfa.hpp"
+#include "servekit/constrain/text_grammar.hpp"
 #include "servekit/constrain/vocab.hpp"
 #include "servekit/core/error.hpp"
 #include "servekit/text/gpt2_tokenizer.hpp"
@@ -71,7 +72,9 @@ class MaskMaker {
     others_.clear();
     for (int i = 0; i < s.size; i++) {
       const Thread& t = s.t[i];
-      if (!in_string_body(t))
+      if (node(t.top()).kind == Kind::Text)
+        pattern_thread(t, budget, e);
+      else if (!in_string_body(t))
         others_.add().copy_from(t);
       else if (node(t.top()).pattern < 0)
         string_thread(t, budget, e);
@@ -184,13 +187,15 @@ class MaskMaker {
     });
   }
 
-  // Thread t is inside a string with a pattern, after a whole character. A pattern's
-  // characters are printable ASCII other than '"' and '\', a byte each, so the walk follows
-  // the pattern's DFA alone up to a quote, where the matcher takes the token's other bytes.
+  // Thread t is inside a string with a pattern, after a whole character, or in a text a
+  // pattern matches (Kind::Text). A pattern's characters are ASCII, a byte each, so the walk
+  // follows the pattern's DFA alone; in a string, up to a quote, where the matcher takes the
+  // token's other bytes (a text has no end but the end of text).
   void pattern_thread(const Thread& t, int budget, MaskEntry& e) {
     const Grammar& g = m_.grammar();
     const Frame& f = t.top();
     const Node& nd = node(f);
+    const bool text = nd.kind == Kind::Text;
     PatternDfa& dfa = dfa_of(nd.pattern);
     const int c = f.count;
     const bool bounded = nd.max_len < kInf;
@@ -206,7 +211,7 @@ class MaskMaker {
       const uint8_t* b = bytes + ss.off[i];
       int dead = 0, quote = 0;
       for (int d = valid + 1; d <= len; d++) {
-        if (b[d - 1] == '"') {
+        if (b[d - 1] == '"' && !text) {
           quote = d;
           break;
         }
@@ -245,7 +250,7 @@ class MaskMaker {
         continue;
       }
       const long need = std::max(std::max(0, nd.min_len - c - len), dfa.chars_needed(pat_[len]));
-      const long fin = below + need + 1;
+      const long fin = below + need + (text ? 0 : 1);  // a string's closing quote
       if (fin <= budget - 1) allow(e, v_.ids[i]), e.max_fin = std::max<int>(e.max_fin, fin);
       i++;
     }
@@ -309,7 +314,7 @@ class Constraint {
   void advance(int32_t id, std::string_view bytes) {
     if (id == v_->eos) {
       if (!maker_.matcher().accepts(state_))
-        fail("constrain: end of text where the JSON is not complete");
+        fail("constrain: end of text where the text is not complete (", g_->source, ")");
       ended_ = true;
       return;
     }
@@ -317,8 +322,8 @@ class Constraint {
       maker_.matcher().feed(state_, static_cast<uint8_t>(bytes[i]), next_);
       std::swap(state_, next_);
       if (state_.dead())
-        fail("constrain: token ", id, " (", string_brief(bytes), ") breaks the JSON at its byte ",
-             i);
+        fail("constrain: token ", id, " (", string_brief(bytes),
+             ") breaks the constrained text at its byte ", i);
     }
   }
 
