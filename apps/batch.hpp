@@ -27,19 +27,20 @@ namespace servekit::cli {
 // One input line -> a request. Fields: prompt (text) or prompt_ids, max_new_tokens,
 // temperature (0: greedy, the default), top_k, top_p, seed, stop (string or list), ignore_eos,
 // adapter (the folder name of one of --adapter's adapters), json_schema (the output is JSON
-// that fits it; a schema object), speculate (false: no speculation for it under --speculative).
+// that fits it; a schema object), regex (the whole output matches it), choice (the output is
+// one of these strings), speculate (false: no speculation for it under --speculative).
 inline serve::Request parse_request(const json& j, int lineno) {
   auto where = [&](const char* f) { return detail::cat("line ", lineno, ": field \"", f, "\""); };
   if (!j.is_object()) fail("line ", lineno, ": expected a JSON object, got ", j.type_name());
-  static const char* known[] = {"prompt",     "prompt_ids", "max_new_tokens", "temperature",
-                                "top_k",      "top_p",      "seed",           "stop",
-                                "ignore_eos", "adapter",    "json_schema",    "speculate"};
+  static const char* known[] = {
+      "prompt", "prompt_ids", "max_new_tokens", "temperature", "top_k", "top_p",  "seed",
+      "stop",   "ignore_eos", "adapter",        "json_schema", "regex", "choice", "speculate"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known),
                      [&](const char* k) { return it.key() == k; }) == std::end(known))
       fail("line ", lineno, ": unknown field \"", it.key(),
            "\" (known: prompt, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop, "
-           "ignore_eos, adapter, json_schema, speculate)");
+           "ignore_eos, adapter, json_schema, regex, choice, speculate)");
   serve::Request r;
   auto get = [&](const char* f, auto& out) {
     if (!j.contains(f)) return;
@@ -69,11 +70,31 @@ inline serve::Request parse_request(const json& j, int lineno) {
     else
       get("stop", r.stop.stop_strings);
   }
+  if ((j.contains("json_schema") + j.contains("regex") + j.contains("choice")) > 1)
+    fail("line ", lineno, ": give one of the fields json_schema, regex and choice");
   if (j.contains("json_schema")) {
     try {
       r.json_schema = constrain::compile_json_schema(j["json_schema"]);
     } catch (const Error& e) {
       fail(where("json_schema"), ": ", e.what());
+    }
+  }
+  if (j.contains("regex")) {
+    std::string re;
+    get("regex", re);
+    try {
+      r.json_schema = constrain::compile_regex(re);
+    } catch (const Error& e) {
+      fail(where("regex"), ": ", e.what());
+    }
+  }
+  if (j.contains("choice")) {
+    std::vector<std::string> cs;
+    get("choice", cs);
+    try {
+      r.json_schema = constrain::compile_choice(cs);
+    } catch (const Error& e) {
+      fail(where("choice"), ": ", e.what());
     }
   }
   get("speculate", r.speculate);

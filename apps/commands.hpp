@@ -68,8 +68,16 @@ struct GenerateCommand {
                   "at run time, --lora gathered)")
         ->needs(sub->get_option("--adapter"));
     sub->add_flag("--ignore-eos", a.ignore_eos, "keep generating after <|endoftext|>");
-    sub->add_option("--json-schema", a.json_schema,
-                    "a JSON schema file: the output is JSON that fits it (structured generation)");
+    auto* schema = sub->add_option(
+        "--json-schema", a.json_schema,
+        "a JSON schema file: the output is JSON that fits it (structured generation)");
+    auto* regex = sub->add_option("--regex", a.regex,
+                                  "a regular expression the whole output matches (ASCII)");
+    auto* choice = sub->add_option("--choice", a.choices,
+                                   "the output is exactly one of these texts (repeatable)")
+                       ->allow_extra_args(false);  // one text each: the prompt stays positional
+    schema->excludes(regex)->excludes(choice);
+    regex->excludes(choice);
     sub->add_flag("--no-cache", a.no_cache,
                   "recompute the whole sequence every step (no KV cache)");
     sub->add_flag("--json", a.as_json, "print one JSON object: ids, text, timings");

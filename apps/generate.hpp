@@ -19,6 +19,7 @@
 #include "servekit/model/merge_lora.hpp"
 #include "servekit/model/random_gpt2.hpp"
 #include "servekit/serve/engine.hpp"
+#include "servekit/constrain/text_grammar.hpp"
 #include "servekit/serve/generate.hpp"
 
 namespace servekit::cli {
@@ -93,6 +94,20 @@ int generate_with(Model& model, const GenerateArgs& a, const text::Gpt2Tokenizer
       opt.json_schema = constrain::compile_json_schema(read_json_file(a.json_schema));
     } catch (const Error& e) {
       fail("--json-schema ", a.json_schema, ": ", e.what());
+    }
+  }
+  if (!a.regex.empty()) {
+    try {
+      opt.json_schema = constrain::compile_regex(a.regex);
+    } catch (const Error& e) {
+      fail("--regex: ", e.what());
+    }
+  }
+  if (!a.choices.empty()) {
+    try {
+      opt.json_schema = constrain::compile_choice(a.choices);
+    } catch (const Error& e) {
+      fail("--choice: ", e.what());
     }
   }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -398,7 +399,7 @@ TEST_CASE(
       "name": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 0}},
       "required": ["name", "age"]})";
   std::ofstream(bad)
-      << R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})";
+      << R"({"type": "object", "properties": {"d": {"type": "string", "format": "hostname"}}})";
   for (int seed = 1; seed <= 3; seed++) {
     auto r = run("generate --model " + kTinyA + " --vocab " + kTinyVocab + " --json -n 40 --seed " +
                  std::to_string(seed) + " --temperature 1 --json-schema " + person.string() +
@@ -415,7 +416,7 @@ TEST_CASE(
                bad.string() + " hi");
   CHECK(e.code != 0);
   CHECK_THAT(e.out, Contains(bad.string()) && Contains("at /properties/d") &&
-                        Contains("unsupported keyword \"format\""));
+                        Contains("format \"hostname\" is not supported"));
   const fs::path in = dir / "in.jsonl", out = dir / "out.jsonl";
   std::ofstream(in)
       << R"({"prompt": "Tags:", "max_new_tokens": 30, "temperature": 1, "seed": 4,)"
@@ -437,6 +438,58 @@ TEST_CASE(
   for (const auto& t : tags) CHECK((t == "a" || t == "b"));
   CHECK_THAT(got[1]["error"].get<std::string>(),
              Contains("line 2: field \"json_schema\"") && Contains("unsupported type \"objekt\""));
+}
+
+TEST_CASE("generate --regex and --choice, and batch's regex and choice, constrain the whole text") {
+  const std::string kTinyVocab = std::string(SERVEKIT_FIXTURES) + "/tiny-vocab";
+  const std::string gen = "generate --model " + kTinyA + " --vocab " + kTinyVocab +
+                          " --json -n 24 --temperature 1 --seed ";
+  const std::regex phone("[0-9]{3}-[0-9]{4}");
+  for (int seed = 1; seed <= 3; seed++) {
+    auto r = run(gen + std::to_string(seed) + " --regex '[0-9]{3}-[0-9]{4}' 'Call me at'");
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    const json out = json::parse(r.out);
+    CHECK(out["finish_reason"] == "eos");
+    CHECK(std::regex_match(out["text"].get<std::string>(), phone));
+    auto c =
+        run(gen + std::to_string(seed) + " --choice yes --choice no --choice 'not sure' 'Ok?'");
+    INFO(c.out);
+    REQUIRE(c.code == 0);
+    const std::string t = json::parse(c.out)["text"].get<std::string>();
+    CHECK((t == "yes" || t == "no" || t == "not sure"));
+  }
+  auto bad = run(gen + "1 --regex 'a(b' hi");
+  CHECK(bad.code != 0);
+  CHECK_THAT(bad.out, Contains("--regex") && Contains("unterminated group"));
+  auto both = run(gen + "1 --regex a --choice b hi");
+  CHECK(both.code != 0);
+  CHECK_THAT(both.out, Contains("excludes"));
+  const fs::path dir = servekit::test::temp_file("servekit_cli_regex");
+  fs::create_directories(dir);
+  const fs::path in = dir / "in.jsonl", out = dir / "out.jsonl";
+  std::ofstream(in)
+      << R"({"prompt": "Id:", "temperature": 1, "seed": 2, "regex": "[A-Z]{2}[0-9]{2}"})"
+      << "\n"
+      << R"({"prompt": "Pick:", "temperature": 1, "seed": 3, "choice": ["red", "blue"]})"
+      << "\n"
+      << R"j({"prompt": "x", "regex": "(?=a)"})j"
+      << "\n"
+      << R"j({"prompt": "x", "regex": "a", "choice": ["a"]})j"
+      << "\n";
+  auto b = run("batch --model " + kTinyA + " --vocab " + kTinyVocab + " --input " + in.string() +
+               " --output " + out.string());
+  INFO(b.out);
+  std::ifstream f(out);
+  std::string line;
+  std::vector<json> got;
+  while (std::getline(f, line)) got.push_back(json::parse(line));
+  REQUIRE(got.size() == 4);
+  CHECK(std::regex_match(got[0]["text"].get<std::string>(), std::regex("[A-Z]{2}[0-9]{2}")));
+  CHECK((got[1]["text"] == "red" || got[1]["text"] == "blue"));
+  CHECK_THAT(got[2]["error"].get<std::string>(),
+             Contains("line 3: field \"regex\"") && Contains("lookaround"));
+  CHECK_THAT(got[3]["error"].get<std::string>(), Contains("one of the fields json_schema"));
 }
 
 // The CSV `servekit bench` writes: one row per (composition, batch) after the header.

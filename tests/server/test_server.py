@@ -507,9 +507,48 @@ def test_the_courses_response_format_call_returns_json_that_fits_the_schema(serv
     assert isinstance(json.loads(any_obj.json()["generated_text"]), dict)
 
 
+def test_regex_and_choice_constraints_through_openai_and_tgi(server):
+    """vLLM's guided_regex / guided_choice / guided_json on /v1/completions (the openai client's
+    extra_body) and TGI's grammar parameter (the text-generation client): the whole text
+    matches; two constraints at once (OpenAI's 400) or a bad regex (TGI's 422) is an error
+    naming the fields."""
+    import re
+    import text_generation
+    from text_generation.types import Grammar, GrammarType
+    o = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    for seed in range(3):
+        out = o.completions.create(model="tiny-a", prompt="Call", max_tokens=20, temperature=1,
+                                   seed=seed, extra_body={"guided_regex": r"\d{3}-\d{4}"})
+        assert re.fullmatch(r"\d{3}-\d{4}", out.choices[0].text), out.choices[0].text
+        pick = o.completions.create(model="tiny-a", prompt="Pick", max_tokens=8, temperature=1,
+                                    seed=seed, extra_body={"guided_choice": ["left", "right"]})
+        assert pick.choices[0].text in ("left", "right")
+        js = o.completions.create(model="tiny-a", prompt="Obj", max_tokens=30, temperature=1,
+                                  seed=seed, extra_body={"guided_json": {
+                                      "type": "object", "properties": {"ok": {"type": "boolean"}},
+                                      "required": ["ok"]}})
+        assert isinstance(json.loads(js.choices[0].text)["ok"], bool)
+    c = text_generation.Client(server.url)
+    r = c.generate("Code:", max_new_tokens=12, do_sample=True, seed=4,
+                   grammar=Grammar(type=GrammarType.Regex, value="[A-F]{2}[0-9]"))
+    assert re.fullmatch("[A-F]{2}[0-9]", r.generated_text), r.generated_text
+    r = c.generate("Obj:", max_new_tokens=30, do_sample=True, seed=5,
+                   grammar=Grammar(type=GrammarType.Json, value={"type": "array", "items": {
+                       "enum": [1, 2]}, "maxItems": 2}))
+    assert set(json.loads(r.generated_text)) <= {1, 2}
+    both = requests.post(server.url + "/v1/completions", json={
+        "model": "tiny-a", "prompt": "x", "guided_regex": "a", "guided_choice": ["b"]})
+    assert both.status_code == 400 and "give one of them" in both.json()["error"]["message"], both.text
+    bad = requests.post(server.url + "/generate", json={
+        "inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "a(b"}}})
+    assert bad.status_code == 422 and "parameters.grammar.value" in bad.json()["error"], bad.text
+    assert "unterminated group" in bad.json()["error"]
+    assert Client(server.url).generate(PROMPT, max_new_tokens=2).details.generated_tokens >= 1
+
+
 @pytest.mark.parametrize("rf,words", [
-    ({"type": "json_object", "schema": {"type": "string", "format": "email"}},
-     "unsupported keyword \"format\""),
+    ({"type": "json_object", "schema": {"type": "string", "format": "hostname"}},
+     "format \"hostname\" is not supported"),
     ({"type": "json_object", "schema": {"type": "object", "properties": {"a": {"type": "strng"}}}},
      "at /properties/a: unsupported type"),
     ({"type": "yaml"}, "must be json_object, json_schema or text"),

@@ -95,8 +95,7 @@ inline CompletionCall parse_completion(const json& body, const ApiLimits& lim = 
   f.unsupported("repetition_penalty", is_one);
   f.unsupported("logit_bias", [](const json& v) { return v.is_object() && v.empty(); });
   f.unsupported("suffix", [](const json&) { return false; });
-  if (f.has("response_format"))
-    c.req.json_schema = response_format(f.at("response_format"), "response_format");
+  c.req.json_schema = guided_grammar(f);
   f.no_others();
   return c;
 }

@@ -112,7 +112,13 @@ inline GenerateCall parse_generate(const json& body, const ApiLimits& lim = {}) 
   p.unsupported("top_n_tokens", is_zero, " (use return_k_alternatives)");
   if (p.has("response_format"))
     c.req.json_schema = response_format(p.at("response_format"), "parameters.response_format");
-  p.unsupported("grammar", [](const json&) { return false; });
+  if (p.has("grammar")) {
+    if (c.req.json_schema)
+      invalid(
+          "`parameters.response_format` and `parameters.grammar` both constrain the output: "
+          "give one of them");
+    c.req.json_schema = tgi_grammar(p.at("grammar"), "parameters.grammar");
+  }
   p.unsupported("adapter_parameters", [](const json&) { return false; });
   p.no_others();
   return c;

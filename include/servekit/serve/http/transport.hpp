@@ -328,10 +328,18 @@ class Transport {
     }
   }
 
-  // Out of the room and closed, with a last answer if status != 0.
+  // Out of the room and closed, with a last answer if status != 0. What the client sent that
+  // was never read is read first (a bounded amount): closing a socket with unread input resets
+  // the connection, and the client would read the reset instead of the answer.
   void drop(Conn& c, int status, const std::string& why) {
     leave(c);
-    if (status) send_now(c.fd, error_response(status, why));
+    if (status) {
+      send_now(c.fd, error_response(status, why));
+      char sink[4096];
+      for (int i = 0; i < 64 && ::recv(c.fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++) {
+      }
+      ::shutdown(c.fd, SHUT_WR);
+    }
     close_conn(&c);
   }
 
