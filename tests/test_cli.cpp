@@ -28,6 +28,25 @@ using servekit::test::run_env;
 
 const std::string kVocab = std::string(SERVEKIT_DATA) + "/gpt2";
 const std::string kTinyA = std::string(SERVEKIT_FIXTURES) + "/tiny-a";
+const std::string kTinyVocab = std::string(SERVEKIT_FIXTURES) + "/tiny-vocab";
+
+// `servekit batch` on tiny-a with these input lines, in a folder of its own: the output lines.
+std::vector<json> run_batch(const std::string& name, const std::vector<std::string>& lines) {
+  const fs::path dir = servekit::test::temp_file(name);
+  fs::create_directories(dir);
+  const fs::path in = dir / "in.jsonl", out = dir / "out.jsonl";
+  {
+    std::ofstream f(in);
+    for (const auto& l : lines) f << l << "\n";
+  }
+  auto b = run("batch --model " + kTinyA + " --vocab " + kTinyVocab + " --input " + in.string() +
+               " --output " + out.string());
+  INFO(b.out);
+  std::ifstream f(out);
+  std::vector<json> got;
+  for (std::string line; std::getline(f, line);) got.push_back(json::parse(line));
+  return got;
+}
 
 }  // namespace
 
@@ -391,7 +410,6 @@ TEST_CASE("generate behaves like the tools people know") {
 TEST_CASE(
     "generate --json-schema and batch's json_schema give JSON that fits; bad schemas are "
     "clear errors") {
-  const std::string kTinyVocab = std::string(SERVEKIT_FIXTURES) + "/tiny-vocab";
   const fs::path dir = servekit::test::temp_file("servekit_cli_schema");
   fs::create_directories(dir);
   const fs::path person = dir / "person.json", bad = dir / "bad.json";
@@ -417,20 +435,11 @@ TEST_CASE(
   CHECK(e.code != 0);
   CHECK_THAT(e.out, Contains(bad.string()) && Contains("at /properties/d") &&
                         Contains("format \"hostname\" is not supported"));
-  const fs::path in = dir / "in.jsonl", out = dir / "out.jsonl";
-  std::ofstream(in)
-      << R"({"prompt": "Tags:", "max_new_tokens": 30, "temperature": 1, "seed": 4,)"
-      << R"( "json_schema": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}})"
-      << "\n"
-      << R"({"prompt": "x", "json_schema": {"type": "objekt"}})"
-      << "\n";
-  auto b = run("batch --model " + kTinyA + " --vocab " + kTinyVocab + " --input " + in.string() +
-               " --output " + out.string());
-  INFO(b.out);
-  std::ifstream f(out);
-  std::string line;
-  std::vector<json> got;
-  while (std::getline(f, line)) got.push_back(json::parse(line));
+  const auto got = run_batch(
+      "servekit_cli_schema_batch",
+      {R"({"prompt": "Tags:", "max_new_tokens": 30, "temperature": 1, "seed": 4,)"
+       R"( "json_schema": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}})",
+       R"({"prompt": "x", "json_schema": {"type": "objekt"}})"});
   REQUIRE(got.size() == 2);
   const json tags = json::parse(got[0]["text"].get<std::string>());
   CHECK(tags.is_array());
@@ -441,7 +450,6 @@ TEST_CASE(
 }
 
 TEST_CASE("generate --regex and --choice, and batch's regex and choice, constrain the whole text") {
-  const std::string kTinyVocab = std::string(SERVEKIT_FIXTURES) + "/tiny-vocab";
   const std::string gen = "generate --model " + kTinyA + " --vocab " + kTinyVocab +
                           " --json -n 24 --temperature 1 --seed ";
   const std::regex phone("[0-9]{3}-[0-9]{4}");
@@ -465,25 +473,12 @@ TEST_CASE("generate --regex and --choice, and batch's regex and choice, constrai
   auto both = run(gen + "1 --regex a --choice b hi");
   CHECK(both.code != 0);
   CHECK_THAT(both.out, Contains("excludes"));
-  const fs::path dir = servekit::test::temp_file("servekit_cli_regex");
-  fs::create_directories(dir);
-  const fs::path in = dir / "in.jsonl", out = dir / "out.jsonl";
-  std::ofstream(in)
-      << R"({"prompt": "Id:", "temperature": 1, "seed": 2, "regex": "[A-Z]{2}[0-9]{2}"})"
-      << "\n"
-      << R"({"prompt": "Pick:", "temperature": 1, "seed": 3, "choice": ["red", "blue"]})"
-      << "\n"
-      << R"j({"prompt": "x", "regex": "(?=a)"})j"
-      << "\n"
-      << R"j({"prompt": "x", "regex": "a", "choice": ["a"]})j"
-      << "\n";
-  auto b = run("batch --model " + kTinyA + " --vocab " + kTinyVocab + " --input " + in.string() +
-               " --output " + out.string());
-  INFO(b.out);
-  std::ifstream f(out);
-  std::string line;
-  std::vector<json> got;
-  while (std::getline(f, line)) got.push_back(json::parse(line));
+  const auto got =
+      run_batch("servekit_cli_regex",
+                {R"({"prompt": "Id:", "temperature": 1, "seed": 2, "regex": "[A-Z]{2}[0-9]{2}"})",
+                 R"({"prompt": "Pick:", "temperature": 1, "seed": 3, "choice": ["red", "blue"]})",
+                 R"j({"prompt": "x", "regex": "(?=a)"})j",
+                 R"j({"prompt": "x", "regex": "a", "choice": ["a"]})j"});
   REQUIRE(got.size() == 4);
   CHECK(std::regex_match(got[0]["text"].get<std::string>(), std::regex("[A-Z]{2}[0-9]{2}")));
   CHECK((got[1]["text"] == "red" || got[1]["text"] == "blue"));

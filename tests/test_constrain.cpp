@@ -352,65 +352,6 @@ TEST_CASE("the matcher takes valid texts and refuses the others") {
   CHECK(fits(json::object(), "12"));
 }
 
-TEST_CASE("a mask allows exactly the tokens whose bytes keep the text valid") {
-  const auto g = compile_json_schema(json::parse(R"j({"type": "object", "properties": {
-      "name": {"type": "string", "maxLength": 4},
-      "kind": {"enum": ["cat", "dog"]},
-      "n": {"type": "integer", "maximum": 50}, "x": {"type": "number"}},
-    "required": ["name"]})j"));
-  const auto v = Vocab::of(tok(), tok().vocab_size(), tok().eos_id());
-  Constraint c(g, v);
-  Matcher m(*g);
-  // Walk a text, and at each of these prefixes compare the mask with feeding every token.
-  const std::string text = R"j({"name": "Bo", "n": 42, "x": 0.5, "kind": "dog"})j";
-  State s, n;
-  m.start(s);
-  int checked = 0;
-  for (std::size_t i = 0; i <= text.size(); i++) {
-    if (i % 3 == 0 || i + 1 >= text.size()) {
-      const auto& words = c.mask(kInf);
-      long differ = 0, allowed = 0;
-      for (int32_t id = 0; id < v->V; id++) {
-        bool ok;
-        if (id == v->eos) {
-          ok = m.accepts(s);
-        } else {
-          State a, b;
-          a.copy_from(s);
-          for (char ch : tok().token_view(id)) {
-            m.feed(a, static_cast<uint8_t>(ch), b);
-            std::swap(a, b);
-            if (a.dead()) break;
-          }
-          ok = !a.dead();
-        }
-        allowed += ok;
-        differ += ok != ((words[id >> 5] >> (id & 31) & 1) != 0);
-      }
-      INFO("after " << text.substr(0, i));
-      CHECK(differ == 0);
-      CHECK(allowed > 0);
-      checked++;
-    }
-    if (i == text.size()) break;
-    c.advance(-2, text.substr(i, 1));
-    m.feed(s, static_cast<uint8_t>(text[i]), n);
-    std::swap(s, n);
-  }
-  CHECK(checked > 10);
-  CHECK(c.accepts());
-  CHECK(c.complete());
-  // Strings: a multi-byte token may close the string and go on ("} or ",).
-  Constraint d(g, v);
-  d.advance(-2, R"j({"name":"B)j");
-  const auto& w = d.mask(kInf);
-  for (const char* t : {"\",", "\"}", "o", "ob"}) {
-    const auto ids = tok().encode(t);
-    REQUIRE(ids.size() == 1);
-    CHECK((w[ids[0] >> 5] >> (ids[0] & 31) & 1));
-  }
-}
-
 namespace {
 
 // Every token fed on its own from s: allowed if a thread survives it and the text can still be
@@ -445,6 +386,53 @@ int brute_mask(const Matcher& m, const Vocab& v, const State& s, int budget,
 }
 
 }  // namespace
+
+TEST_CASE("a mask allows exactly the tokens whose bytes keep the text valid") {
+  const auto g = compile_json_schema(json::parse(R"j({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 4},
+      "kind": {"enum": ["cat", "dog"]},
+      "n": {"type": "integer", "maximum": 50}, "x": {"type": "number"}},
+    "required": ["name"]})j"));
+  const auto v = Vocab::of(tok(), tok().vocab_size(), tok().eos_id());
+  Constraint c(g, v);
+  Matcher m(*g);
+  // Walk a text, and at each of these prefixes compare the mask with feeding every token.
+  const std::string text = R"j({"name": "Bo", "n": 42, "x": 0.5, "kind": "dog"})j";
+  State s, n;
+  m.start(s);
+  int checked = 0;
+  for (std::size_t i = 0; i <= text.size(); i++) {
+    if (i % 3 == 0 || i + 1 >= text.size()) {
+      const auto& words = c.mask(kInf);
+      std::vector<uint32_t> want;
+      int unused = 0;
+      const int allowed = brute_mask(m, *v, s, kInf, want, unused);
+      long differ = 0;
+      for (int32_t id = 0; id < v->V; id++)
+        differ += ((want[id >> 5] >> (id & 31)) & 1) != ((words[id >> 5] >> (id & 31)) & 1);
+      INFO("after " << text.substr(0, i));
+      CHECK(differ == 0);
+      CHECK(allowed > 0);
+      checked++;
+    }
+    if (i == text.size()) break;
+    c.advance(-2, text.substr(i, 1));
+    m.feed(s, static_cast<uint8_t>(text[i]), n);
+    std::swap(s, n);
+  }
+  CHECK(checked > 10);
+  CHECK(c.accepts());
+  CHECK(c.complete());
+  // Strings: a multi-byte token may close the string and go on ("} or ",).
+  Constraint d(g, v);
+  d.advance(-2, R"j({"name":"B)j");
+  const auto& w = d.mask(kInf);
+  for (const char* t : {"\",", "\"}", "o", "ob"}) {
+    const auto ids = tok().encode(t);
+    REQUIRE(ids.size() == 1);
+    CHECK((w[ids[0] >> 5] >> (ids[0] & 31) & 1));
+  }
+}
 
 TEST_CASE("masks equal feeding every token, along random texts of every schema of the corpus",
           "[corpus]") {
