@@ -74,7 +74,16 @@ TEST_CASE("a schema the compiler cannot honour is an error naming the keyword an
           Catch::Contains("'number'"));
   CHECK_THAT(error_of(R"j({"type": "object", "properties": {"a": {}}, "required": ["b"]})j"),
              Catch::Contains("\"b\", which is not in properties"));
-  CHECK_THAT(error_of(R"j({"oneOf": [{"type": "string"}]})j"), Catch::Contains("\"oneOf\""));
+  CHECK_THAT(
+      error_of(R"j({"oneOf": [{"type": "integer"}, {"type": "number"}]})j"),
+      Catch::Contains("oneOf alternatives 0 and 1 may both fit") && Catch::Contains("\"number\""));
+  CHECK_THAT(error_of(R"j({"properties": {"a": {"oneOf": [{"type": "string"},
+                                                   {"enum": ["x", 1]}]}}})j"),
+             Catch::Contains("at /properties/a") && Catch::Contains("may both fit"));
+  CHECK_THAT(error_of(R"j({"oneOf": [{"type": "string"}, {"minLength": 2}]})j"),
+             Catch::Contains("at /oneOf/1") && Catch::Contains("declares none"));
+  CHECK_THAT(error_of(R"j({"oneOf": [{"type": "string"}], "type": "string"})j"),
+             Catch::Contains("keyword 'type' beside oneOf"));
   CHECK_THAT(error_of(R"j({"type": "string", "pattern": "(?=a)b"})j"),
              Catch::Contains("lookaround"));
   CHECK_THAT(error_of(R"j({"type": "string", "pattern": "(a)\\1"})j"),
@@ -340,6 +349,12 @@ TEST_CASE("the matcher takes valid texts and refuses the others") {
       "required": ["v"]}}, "$ref": "#/$defs/node"})j");
   CHECK(fits(tree, R"j({"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]})j"));
   CHECK_FALSE(fits(tree, R"j({"v":1,"kids":[{}]})j"));
+  // oneOf with alternatives of disjoint types, through $ref and const too.
+  const json one = json::parse(R"j({"$defs": {"n": {"type": "integer", "minimum": 0}},
+      "oneOf": [{"type": "string", "maxLength": 3}, {"type": "null"}, {"$ref": "#/$defs/n"},
+                {"const": true}]})j");
+  for (const char* ok : {R"j("ab")j", "null", "5", "true"}) CHECK(fits(one, ok));
+  for (const char* no : {R"j("abcd")j", "-5", "false", "[]", "1.5"}) CHECK_FALSE(fits(one, no));
   CHECK(fits(json::parse(R"j({"type": "string", "pattern": "ab"})j"), R"j("xxabyy")j"));
   CHECK_FALSE(fits(json::parse(R"j({"type": "string", "pattern": "ab"})j"), R"j("xxayy")j"));
   const json extra = json::parse(R"j({"type": "object", "properties": {"id": {"type": "integer"}},

@@ -10,7 +10,8 @@
 //               constrain/pattern.hpp), format (constrain/formats.hpp), enum, const
 //   integer     minimum, maximum, exclusiveMinimum, exclusiveMaximum
 //   number, boolean, null
-//   enum, const of any JSON value; anyOf; allOf of one schema; type as a list; local $ref
+//   enum, const of any JSON value; anyOf; oneOf whose alternatives declare disjoint types;
+//   allOf of one schema; type as a list; local $ref
 //   (#/$defs/..., #/definitions/...), recursive ones too
 //   {} or {"type": "json_object"}: any JSON value / any object
 //
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -125,6 +127,80 @@ class Compiler {
     return any_;
   }
 
+  // oneOf: exactly one alternative fits. Generated as anyOf, which is right only when no value
+  // fits two alternatives: taken when each alternative declares its types (type, or const /
+  // enum values; through $ref and a one-schema allOf) and no two share one (integer and number
+  // do); anything else is refused, pointing at anyOf.
+  int one_of(const json& s, const std::string& at) {
+    const json& a = s["oneOf"];
+    if (!a.is_array() || a.empty())
+      bad(at, "oneOf must be a non-empty array of schemas, got " + json_brief(a));
+    for (const auto& [k, v] : s.items())
+      if (k != "oneOf" && k != "$defs" && k != "definitions" && !is_annotation(k))
+        bad(at, "keyword '" + k + "' beside oneOf is not supported");
+    std::vector<std::set<std::string>> types(a.size());
+    for (std::size_t i = 0; i < a.size(); i++) {
+      const std::string where = at + "/oneOf/" + std::to_string(i);
+      types[i] = declared_types(a[i], 0);
+      if (types[i].empty())
+        bad(where,
+            "oneOf is supported when each alternative declares a type no other has (type, const "
+            "or enum); this one declares none (anyOf allows values that fit several)");
+      for (std::size_t j = 0; j < i; j++)
+        for (const auto& t : types[i])
+          for (const auto& u : types[j])
+            if (t == u || (t == "integer" && u == "number") || (t == "number" && u == "integer"))
+              bad(at, "oneOf alternatives " + std::to_string(j) + " and " + std::to_string(i) +
+                          " may both fit a value of type " + string_brief(t) +
+                          ", which oneOf forbids and servekit cannot rule out (anyOf allows it)");
+    }
+    Node n = make(Kind::AnyOf);
+    for (std::size_t i = 0; i < a.size(); i++)
+      n.alts.push_back(compile(a[i], at + "/oneOf/" + std::to_string(i)));
+    return add(std::move(n));
+  }
+
+  // The JSON types a schema's values can have, as it declares them; empty if it does not.
+  std::set<std::string> declared_types(const json& s, int hops) const {
+    if (!s.is_object() || hops > 16) return {};
+    if (s.contains("$ref") && s["$ref"].is_string()) {
+      const std::string ref = s["$ref"].get<std::string>();
+      if (ref.rfind("#", 0) != 0) return {};
+      try {
+        const json::json_pointer ptr(ref.substr(1));
+        return doc_.contains(ptr) ? declared_types(doc_.at(ptr), hops + 1)
+                                  : std::set<std::string>{};
+      } catch (const std::exception&) {
+        return {};
+      }
+    }
+    if (s.contains("allOf") && s["allOf"].is_array() && s["allOf"].size() == 1)
+      return declared_types(s["allOf"][0], hops + 1);
+    auto type_of = [](const json& v) -> std::string {
+      if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+      if (v.is_number()) return "number";
+      return v.type_name();  // null, boolean, string, array, object
+    };
+    std::set<std::string> out;
+    if (s.contains("const")) out.insert(type_of(s["const"]));
+    if (s.contains("enum") && s["enum"].is_array())
+      for (const auto& v : s["enum"]) out.insert(type_of(v));
+    if (!out.empty()) return out;
+    if (s.contains("type")) {
+      const json& t = s["type"];
+      auto add_type = [&](const json& x) {
+        if (!x.is_string()) return;
+        const std::string n = x.get<std::string>();
+        out.insert(n == "json_object" ? "object" : n);
+      };
+      if (t.is_array())
+        for (const auto& x : t) add_type(x);
+      else
+        add_type(t);
+    }
+    return out;
+  }
+
   int resolve_ref(const std::string& ref, const std::string& at) {
     if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
     if (ref.rfind("#", 0) != 0)
@@ -176,6 +252,7 @@ class Compiler {
                                   "exclusiveMinimum",
                                   "exclusiveMaximum",
                                   "anyOf",
+                                  "oneOf",
                                   "allOf",
                                   "$ref",
                                   "$defs",
@@ -204,12 +281,13 @@ class Compiler {
             bad(at, "keyword '" + k + "' beside allOf is not supported");
       return compile(a[0], at + "/allOf/0");
     }
+    if (s.contains("oneOf")) return one_of(s, at);
     if (s.contains("anyOf")) {
       const json& a = s["anyOf"];
       if (!a.is_array() || a.empty())
         bad(at, "anyOf must be a non-empty array of schemas, got " + json_brief(a));
       for (const auto& [k, v] : s.items())
-        if (k != "anyOf" && !is_annotation(k))
+        if (k != "anyOf" && k != "$defs" && k != "definitions" && !is_annotation(k))
           bad(at, "keyword '" + k + "' beside anyOf is not supported");
       Node n = make(Kind::AnyOf);
       for (std::size_t i = 0; i < a.size(); i++)
