@@ -355,6 +355,17 @@ TEST_CASE("the matcher takes valid texts and refuses the others") {
                 {"const": true}]})j");
   for (const char* ok : {R"j("ab")j", "null", "5", "true"}) CHECK(fits(one, ok));
   for (const char* no : {R"j("abcd")j", "-5", "false", "[]", "1.5"}) CHECK_FALSE(fits(one, no));
+  // prefixItems: an item schema per leading position, then items (false: none).
+  const json tuple = json::parse(R"j({"prefixItems": [{"type": "integer"}, {"type": "string"}],
+                                      "items": false})j");
+  for (const char* ok : {R"j([1,"a"])j", "[1]", "[]"}) CHECK(fits(tuple, ok));
+  for (const char* no : {R"j(["a"])j", R"j([1,"a",2])j", "[1,2]"}) CHECK_FALSE(fits(tuple, no));
+  const json head = json::parse(R"j({"type": "array", "prefixItems": [{"const": "x"}],
+                                     "items": {"type": "integer"}, "minItems": 3})j");
+  CHECK(fits(head, R"j(["x",1,2])j"));
+  CHECK(fits(head, R"j(["x", 1, 2, 3])j"));
+  for (const char* no : {R"j(["x",1])j", "[1,2,3]", R"j(["x","y",1])j"})
+    CHECK_FALSE(fits(head, no));
   CHECK(fits(json::parse(R"j({"type": "string", "pattern": "ab"})j"), R"j("xxabyy")j"));
   CHECK_FALSE(fits(json::parse(R"j({"type": "string", "pattern": "ab"})j"), R"j("xxayy")j"));
   const json extra = json::parse(R"j({"type": "object", "properties": {"id": {"type": "integer"}},
@@ -456,7 +467,13 @@ TEST_CASE("masks equal feeding every token, along random texts of every schema o
   // keys, numbers and structure.
   std::ifstream in(std::filesystem::path(SERVEKIT_SOURCE_TESTS) / "constrain" / "schemas.json");
   REQUIRE(in);
-  const json corpus = json::parse(in);
+  json corpus = json::parse(in);
+  // And shapes the corpus does not have yet: prefixItems (with a required tail) and oneOf.
+  corpus.push_back(json::parse(R"j({"type": "array", "prefixItems": [{"type": "integer"},
+      {"enum": ["a", "bc"]}, {"type": "string", "maxLength": 3}], "items": {"type": "boolean"},
+      "minItems": 4})j"));
+  corpus.push_back(json::parse(R"j({"oneOf": [{"type": "string", "minLength": 2},
+      {"type": "array", "prefixItems": [{"type": "null"}], "items": false}, {"const": 7}]})j"));
   const auto v = Vocab::of(tok(), tok().vocab_size(), tok().eos_id());
   std::mt19937 rng(11);
   int points = 0, in_strings = 0, in_patterns = 0;
@@ -592,6 +609,45 @@ TEST_CASE("regex and choice constraints: masks equal feeding every token, texts 
              Catch::Contains("regex \"a(b\"") && Catch::Contains("unterminated group"));
   CHECK_THAT(error([] { compile_choice({}); }), Catch::Contains("choice: the list"));
   CHECK_THAT(error([] { compile_choice({"a", ""}); }), Catch::Contains("choice 1 is empty"));
+}
+
+TEST_CASE("prefixItems and oneOf under a budget: every text ends complete and fits") {
+  // min_finish must never promise less than the grammar can keep: random texts through
+  // budgeted masks, budgets from just enough upward.
+  const json schemas[] = {json::parse(R"j({"type": "array", "prefixItems": [{"type": "integer"},
+          {"type": "string", "minLength": 4}], "items": {"enum": ["yes", "no"]},
+          "minItems": 5})j"),
+                          json::parse(R"j({"type": "object", "properties": {"v": {"oneOf": [
+          {"type": "array", "prefixItems": [{"type": "string", "minLength": 3}], "items": false,
+           "minItems": 1}, {"type": "integer", "minimum": 100}]}}, "required": ["v"]})j")};
+  const auto v = Vocab::of(tok(), tok().vocab_size(), tok().eos_id());
+  std::mt19937 rng(17);
+  for (const json& schema : schemas) {
+    const auto g = compile_json_schema(schema);
+    Matcher m(*g);
+    State s0;
+    m.start(s0);
+    const int need = m.min_finish(s0);
+    for (int run = 0; run < 30; run++) {
+      const int budget = need + 1 + run;
+      Constraint c(g, v);
+      std::string text;
+      for (int used = 0; used < budget && !c.complete(); used++) {
+        const auto& words = c.mask(budget - used);
+        std::vector<int32_t> ok;
+        for (int32_t id = 0; id < v->V; id++)
+          if (words[id >> 5] >> (id & 31) & 1) ok.push_back(id);
+        REQUIRE(!ok.empty());
+        const int32_t id = ok[rng() % ok.size()];
+        if (id == v->eos) break;
+        c.advance(id, tok().token_view(id));
+        text += tok().token_view(id);
+      }
+      INFO(schema.dump() << "\nbudget " << budget << ": " << text);
+      REQUIRE(c.accepts());
+      CHECK(fits(schema, text));
+    }
+  }
 }
 
 TEST_CASE("with a budget the mask closes open structures in time, and never strands a text") {

@@ -40,6 +40,15 @@ inline bool int_in_range(const Node& nd, const Frame& f) {
   return v >= nd.lo && v <= nd.hi;
 }
 
+// The shortest texts of an array's items at positions a..b-1 (prefixItems, then items).
+inline long item_lens(const Grammar& g, const Node& nd, long a, long b) {
+  const long p = static_cast<long>(nd.prefix.size());
+  long sum = 0;
+  for (long k = a; k < std::min(b, p); k++) sum += len(g, nd.prefix[k]);
+  const long rest = std::max(0L, b - std::max(a, p));
+  return rest == 0 ? sum : sum + rest * len(g, nd.items);
+}
+
 inline int value_of(const Grammar& g, const Frame& f) {
   return f.which >= 0 ? g.nodes[f.node].props[f.which].value : g.nodes[f.node].additional;
 }
@@ -99,18 +108,21 @@ inline long rest(const Grammar& g, const Frame& f) {
       }
     }
     case Kind::Array: {
-      const long L = len(g, nd.items);
-      auto items = [&](long n) { return n * L + std::max(0L, n - 1); };
+      // Positions a..b-1: their shortest items and a comma before each.
+      auto with_commas = [&](long a, long b) {
+        return item_lens(g, nd, a, b) + std::max(0L, b - a);
+      };
+      const long m = nd.min_items, c = f.count;
       switch (f.phase) {
         case A_OPEN:
-          return nd.min_items == 0 ? 1 : items(nd.min_items) + 1;
+          return m == 0 ? 1 : with_commas(0, m) - 1 + 1;
         case A_IN:
-          return std::max(0L, long(nd.min_items) - f.count - 1) * (L + 1) + 1;
+          return with_commas(c + 1, std::max(c + 1, m)) + 1;
         case A_AFTER_VALUE:
-          return std::max(0L, long(nd.min_items) - f.count) * (L + 1) + 1;
+          return with_commas(c, std::max(c, m)) + 1;
         case A_COMMA:
         case A_COMMA_SP:
-          return items(std::max(1L, long(nd.min_items) - f.count)) + 1;
+          return with_commas(c, c + std::max(1L, m - c)) - 1 + 1;
         default:
           return kInf;
       }

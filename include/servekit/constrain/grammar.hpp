@@ -5,7 +5,7 @@
 //
 //   object      properties, required, additionalProperties (false or absent: only the listed
 //               keys; true or a schema: other keys too), keys in any order
-//   array       items, minItems, maxItems
+//   array       items (false: none past prefixItems), prefixItems, minItems, maxItems
 //   string      minLength, maxLength (characters), pattern (a regular expression: see
 //               constrain/pattern.hpp), format (constrain/formats.hpp), enum, const
 //   integer     minimum, maximum, exclusiveMinimum, exclusiveMaximum
@@ -239,6 +239,7 @@ class Compiler {
                                   "required",
                                   "additionalProperties",
                                   "items",
+                                  "prefixItems",
                                   "minItems",
                                   "maxItems",
                                   "minLength",
@@ -326,7 +327,7 @@ class Compiler {
     } else if (s.contains("properties") || s.contains("additionalProperties") ||
                s.contains("required")) {
       types.push_back("object");
-    } else if (s.contains("items")) {
+    } else if (s.contains("items") || s.contains("prefixItems")) {
       types.push_back("array");
     } else {
       for (const auto& [k, v] : s.items())
@@ -351,7 +352,7 @@ class Compiler {
   static std::vector<std::string> keywords_of(const std::string& type) {
     if (type == "object" || type == "json_object")
       return {"properties", "required", "additionalProperties"};
-    if (type == "array") return {"items", "minItems", "maxItems"};
+    if (type == "array") return {"items", "prefixItems", "minItems", "maxItems"};
     if (type == "string") return {"minLength", "maxLength", "pattern", "format"};
     if (type == "integer") return {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
     return {};
@@ -409,9 +410,21 @@ class Compiler {
     if (type == "array") {
       only(s, at, type, types);
       Node n = make(Kind::Array);
-      n.items = s.contains("items") ? compile(s["items"], at + "/items") : any_value();
+      if (s.contains("prefixItems")) {
+        const json& p = s["prefixItems"];
+        if (!p.is_array()) bad(at, "prefixItems must be an array of schemas, got " + json_brief(p));
+        for (std::size_t i = 0; i < p.size(); i++)
+          n.prefix.push_back(compile(p[i], at + "/prefixItems/" + std::to_string(i)));
+      }
       if (s.contains("minItems")) n.min_items = as_count(s["minItems"], at, "minItems");
       if (s.contains("maxItems")) n.max_items = as_count(s["maxItems"], at, "maxItems");
+      if (s.contains("items") && s["items"].is_boolean() && !s["items"].get<bool>()) {
+        // No item past the prefix.
+        n.items = any_value();
+        n.max_items = std::min(n.max_items, static_cast<int>(n.prefix.size()));
+      } else {
+        n.items = s.contains("items") ? compile(s["items"], at + "/items") : any_value();
+      }
       if (n.min_items > n.max_items)
         bad(at, "minItems " + std::to_string(n.min_items) + " > maxItems " +
                     std::to_string(n.max_items));

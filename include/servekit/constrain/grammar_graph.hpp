@@ -31,8 +31,9 @@ struct Node {
   std::vector<Property> props;
   uint64_t required = 0;  // bit i: props[i]
   int additional = -1;    // node of other keys' values; -1: none allowed
-  // Array
+  // Array: prefix[k] is position k's item (prefixItems), items every later one's
   int items = -1, min_items = 0, max_items = kInf;
+  std::vector<int> prefix;
   // String (and Text: its pattern)
   int min_len = 0, max_len = kInf, pattern = -1;
   // Integer: the closed range
@@ -40,6 +41,8 @@ struct Node {
   // Literal: the texts (enum, const, true, false, null); AnyOf: the alternatives
   std::vector<std::string> texts;
   std::vector<int> alts;
+
+  int item_at(long k) const { return k < static_cast<long>(prefix.size()) ? prefix[k] : items; }
 
   bool bounded() const {
     return lo != std::numeric_limits<int64_t>::min() || hi != std::numeric_limits<int64_t>::max();

@@ -247,7 +247,7 @@ class Matcher {
             }
             if (nd.max_items == 0) return;
             f.phase = A_IN;
-            return begin(t, nd.items, b, out);
+            return begin(t, nd.item_at(0), b, out);
           case A_AFTER_VALUE:
             if (b == ',' && f.count < nd.max_items) return f.phase = A_COMMA, emit(t, out);
             if (b == ']' && f.count >= nd.min_items) return pop_done(t), emit(t, out);
@@ -257,7 +257,7 @@ class Matcher {
             [[fallthrough]];
           case A_COMMA_SP:
             f.phase = A_IN;
-            return begin(t, nd.items, b, out);
+            return begin(t, nd.item_at(f.count), b, out);
           default:
             return;
         }

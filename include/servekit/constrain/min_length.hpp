@@ -41,9 +41,14 @@ inline void min_lengths(Grammar& g) {
           v = sum + std::max(0L, k - 1);
           break;
         }
-        case Kind::Array:
-          v = n.min_items == 0 ? 2 : 2 + long(n.min_items) * m[n.items] + n.min_items - 1;
+        case Kind::Array: {
+          const long p = static_cast<long>(n.prefix.size()), k = n.min_items;
+          long sum = 2 + std::max(0L, k - 1);
+          for (long i = 0; i < std::min(p, k); i++) sum += m[n.prefix[i]];
+          if (k > p) sum += (k - p) * m[n.items];
+          v = sum;
           break;
+        }
         case Kind::String:
           v = 2 + std::max(n.min_len, n.pattern >= 0 ? g.patterns[n.pattern].chars_needed(
                                                            g.patterns[n.pattern].start())
