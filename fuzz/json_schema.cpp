@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Any bytes as a JSON schema, then (after the first NUL byte) as a text fed to its matcher,
+// Any bytes as a JSON schema (or, if they are not one, a regex or a choice constraint), then
+// (after the first NUL byte) as a text fed to its matcher,
 // with the tiny fixture vocabulary (512 tokens, every byte one of them): compiling is a
 // servekit::Error or a grammar; and where the text starts and where it stops (its last live
 // state), unless complete, the
@@ -7,7 +8,9 @@
 // (min_finish() never promises an ending that does not exist).
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "servekit/constrain/token_mask.hpp"
 
@@ -19,11 +22,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const auto cut = all.find('\0');
   const std::string_view schema = all.substr(0, cut);
   const std::string_view text = cut == std::string_view::npos ? "" : all.substr(cut + 1, 64);
+  // Bytes that are not a schema are tried as a regex constraint (a whole text it matches), or,
+  // after a first byte 0x01, as a choice among the lines that follow: the same matcher and masks.
   std::shared_ptr<const c::Grammar> g;
   try {
     g = c::compile_json_schema(schema);
   } catch (const servekit::Error&) {
-    return 0;
+    try {
+      if (!schema.empty() && schema[0] == '\x01') {
+        std::vector<std::string> choices;
+        std::size_t at = 1;
+        while (at <= schema.size() && choices.size() < 8) {
+          const auto nl = std::min(schema.find('\n', at), schema.size());
+          choices.emplace_back(schema.substr(at, nl - at));
+          at = nl + 1;
+        }
+        g = c::compile_choice(choices);
+      } else {
+        g = c::compile_regex(std::string(schema));
+      }
+    } catch (const servekit::Error&) {
+      return 0;
+    }
   }
   c::Matcher m(*g);
   c::MaskMaker maker(*g, *vocab);
