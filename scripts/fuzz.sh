@@ -11,7 +11,8 @@
 #          scripts/fuzz.sh --until N [TARGET ...]  sittings of 600 s per target until its total
 #                                                  in the ledger reaches N executions (a campaign
 #                                                  that can stop and resume; several can run at
-#                                                  once on different targets)
+#                                                  once on different targets; SIGINT to its
+#                                                  fuzzer stops the command after the ledger)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 until_total=0
@@ -78,12 +79,17 @@ sitting() {
   [ -s "$ledger" ] || echo "date,target,executions,seconds,cov,ft,corpus,finding" >"$ledger"
   echo "$(date -u +%FT%TZ),$t,${runs:-0},$(($(date +%s) - start)),${cov:-,},$(ls "$corpus" | wc -l),$result" >>"$ledger"
   echo "fuzz $t: $(ledger_total "$t") executions over the runs in $ledger"
-  [ "$result" = none ]
+  [ "$result" = none ] && return 0
+  [ "$result" = stopped ] && return 2
+  return 1
 }
 for t in "${targets[@]}"; do
   if [ "$until_total" -gt 0 ]; then
     while [ "$(ledger_total "$t")" -lt "$until_total" ]; do
-      sitting "$t" || break
+      code=0
+      sitting "$t" || code=$?
+      [ $code -eq 2 ] && exit $status  # stopped by hand: the whole campaign stops
+      [ $code -eq 0 ] || break         # a finding: on to the next target
     done
   else
     sitting "$t" || true
