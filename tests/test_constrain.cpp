@@ -380,6 +380,15 @@ TEST_CASE("the matcher takes valid texts and refuses the others") {
 
 namespace {
 
+// A token the mask allows, drawn uniformly (there must be one).
+int32_t pick(const std::vector<uint32_t>& words, int V, std::mt19937& rng) {
+  std::vector<int32_t> ok;
+  for (int32_t id = 0; id < V; id++)
+    if (words[id >> 5] >> (id & 31) & 1) ok.push_back(id);
+  REQUIRE(!ok.empty());
+  return ok[rng() % ok.size()];
+}
+
 // Every token fed on its own from s: allowed if a thread survives it and the text can still be
 // completed within budget - 1 more tokens. Returns the allowed count; max_fin: the largest
 // min_finish() among them.
@@ -562,11 +571,7 @@ TEST_CASE("regex and choice constraints: masks equal feeding every token, texts 
         REQUIRE(words == want);
         points++;
       }
-      std::vector<int32_t> ok;
-      for (int32_t id = 0; id < v->V; id++)
-        if (words[id >> 5] >> (id & 31) & 1) ok.push_back(id);
-      REQUIRE(!ok.empty());
-      const int32_t id = ok[rng() % ok.size()];
+      const int32_t id = pick(words, v->V, rng);
       if (id == v->eos) break;
       c.advance(id, tok().token_view(id));
       for (char ch : tok().token_view(id)) {
@@ -634,11 +639,7 @@ TEST_CASE("prefixItems and oneOf under a budget: every text ends complete and fi
       std::string text;
       for (int used = 0; used < budget && !c.complete(); used++) {
         const auto& words = c.mask(budget - used);
-        std::vector<int32_t> ok;
-        for (int32_t id = 0; id < v->V; id++)
-          if (words[id >> 5] >> (id & 31) & 1) ok.push_back(id);
-        REQUIRE(!ok.empty());
-        const int32_t id = ok[rng() % ok.size()];
+        const int32_t id = pick(words, v->V, rng);
         if (id == v->eos) break;
         c.advance(id, tok().token_view(id));
         text += tok().token_view(id);
