@@ -64,6 +64,13 @@ inline std::shared_ptr<const constrain::Grammar> grammar_for(const json& schema,
                       [&] { return constrain::compile_json_schema(schema); });
 }
 
+// A schema given as an object or as its JSON text (vLLM's guided_json, TGI's grammar value).
+inline std::shared_ptr<const constrain::Grammar> schema_grammar(const json& v,
+                                                                const std::string& field) {
+  return v.is_string() ? grammar_for(parse_schema_text(v.get<std::string>(), field), field)
+                       : grammar_for(v, field);
+}
+
 // A whole text matching a regular expression (a JSON string).
 inline std::shared_ptr<const constrain::Grammar> regex_grammar(const json& re,
                                                                const std::string& field) {
@@ -132,14 +139,7 @@ inline std::shared_ptr<const constrain::Grammar> guided_grammar(Fields& f) {
   };
   if (f.has("response_format"))
     take("response_format", response_format(f.at("response_format"), "response_format"));
-  if (f.has("guided_json")) {
-    const json& v = f.at("guided_json");
-    // vLLM takes the schema as an object or as its JSON text.
-    take("guided_json",
-         v.is_string()
-             ? grammar_for(parse_schema_text(v.get<std::string>(), "guided_json"), "guided_json")
-             : grammar_for(v, "guided_json"));
-  }
+  if (f.has("guided_json")) take("guided_json", schema_grammar(f.at("guided_json"), "guided_json"));
   if (f.has("guided_regex"))
     take("guided_regex", regex_grammar(f.at("guided_regex"), "guided_regex"));
   if (f.has("guided_choice"))
@@ -158,10 +158,7 @@ inline std::shared_ptr<const constrain::Grammar> tgi_grammar(const json& v,
   if (!f.has("value")) invalid("`", field, ".value` is required");
   std::shared_ptr<const constrain::Grammar> g;
   if (*type == "json" || *type == "json_object") {
-    const json& s = f.at("value");
-    g = s.is_string() ? grammar_for(parse_schema_text(s.get<std::string>(), field + ".value"),
-                                    field + ".value")
-                      : grammar_for(s, field + ".value");
+    g = schema_grammar(f.at("value"), field + ".value");
   } else if (*type == "regex") {
     g = regex_grammar(f.at("value"), field + ".value");
   } else {
