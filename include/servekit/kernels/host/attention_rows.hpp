@@ -30,15 +30,22 @@ inline float dot(const float* q, const E* k, int hd) {
 // does not depend on its operands' order); kLanes - 1 adds where one vector at a time takes
 // log2(kLanes) each, plus the extracts.
 #if defined(__AVX512F__)
+// GCC 12's unmasked shuffle and permute pass an uninitialised vector as the merge source, which
+// -Wmaybe-uninitialized reports at every inlined use; the masked forms with every lane taken
+// are the same instruction without it.
+template <int kImm>
+inline __m512 shuffle_blocks(__m512 x, __m512 y) {
+  return _mm512_mask_shuffle_f32x4(x, 0xffff, x, y, kImm);
+}
 inline vec lane_sums(const vec* a) {
   __m512 p[8], q[4], r[2];
   for (int j = 0; j < 8; j++) {  // i + 8: [a0 lanes 0-7 | a1 lanes 0-7]
     const __m512 x = __m512(a[2 * j]), y = __m512(a[2 * j + 1]);
-    p[j] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xee));
+    p[j] = _mm512_add_ps(shuffle_blocks<0x44>(x, y), shuffle_blocks<0xee>(x, y));
   }
   for (int j = 0; j < 4; j++)  // i + 4: one 128-bit block per vector, four vectors
-    q[j] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * j], p[2 * j + 1], 0x88),
-                         _mm512_shuffle_f32x4(p[2 * j], p[2 * j + 1], 0xdd));
+    q[j] = _mm512_add_ps(shuffle_blocks<0x88>(p[2 * j], p[2 * j + 1]),
+                         shuffle_blocks<0xdd>(p[2 * j], p[2 * j + 1]));
   for (int j = 0; j < 2; j++)  // i + 2 within each block: block b holds vectors b, 4 + b
     r[j] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * j], q[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                          _mm512_shuffle_ps(q[2 * j], q[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
@@ -46,7 +53,7 @@ inline vec lane_sums(const vec* a) {
   const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                  _mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 1, 3, 1)));
   const __m512i to_key = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  return vec(_mm512_permutexvar_ps(to_key, s));
+  return vec(_mm512_mask_permutexvar_ps(s, 0xffff, to_key, s));
 }
 #else
 inline vec lane_sums(const vec* a) {
