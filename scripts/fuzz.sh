@@ -3,8 +3,10 @@
 # Builds the libFuzzer targets (fuzz/, clang) and runs each for a while from the committed seed
 # corpus. Fails if any finds a crash, a sanitizer report, a leak or a timeout; the input that
 # did it is left in build/fuzz/crashes. Prints each target's executions and coverage, and adds
-# a line per run to build/fuzz/campaign.csv: a target's executions add up over the runs that
-# grew the same corpus (a campaign of several sittings), as continuous fuzzing counts them.
+# a line per run to a ledger: a target's executions add up over the runs of a campaign of
+# several sittings, as continuous fuzzing counts them. The campaign's ledger (--until) is
+# fuzz/campaign.csv, kept in the repository so that it outlives any one machine; other runs
+# go to build/fuzz/campaign.csv.
 #   usage: scripts/fuzz.sh [SECONDS per target, default 60] [TARGET ...]
 #          scripts/fuzz.sh --runs N [TARGET ...]   N inputs each from seed 1: the same inputs on
 #                                                  every machine, so a CI failure reproduces
@@ -44,6 +46,7 @@ mkdir -p "$build"
 ) 9>"$build/.build.lock"
 mkdir -p "$build/crashes"
 ledger="$build/campaign.csv"
+[ "$until_total" -gt 0 ] && ledger="$root/fuzz/campaign.csv"
 ledger_total() { awk -F, -v t="$1" '$2 == t {n += $3} END {print n + 0}' "$ledger" 2>/dev/null || echo 0; }
 status=0
 # One sitting of target $1: its executions and coverage go to the ledger.
@@ -76,8 +79,8 @@ sitting() {
   runs=$(grep -oE "^stat::number_of_executed_units: [0-9]+" "$log" | tail -1 | awk '{print $2}')
   [ -n "$runs" ] || runs=$(grep -oE "^#[0-9]+" "$log" | tail -1 | tr -d '#')
   cov=$(grep -oE "cov: [0-9]+ ft: [0-9]+" "$log" | tail -1 | awk '{print $2 "," $4}')
-  [ -s "$ledger" ] || echo "date,target,executions,seconds,cov,ft,corpus,finding" >"$ledger"
-  echo "$(date -u +%FT%TZ),$t,${runs:-0},$(($(date +%s) - start)),${cov:-,},$(ls "$corpus" | wc -l),$result" >>"$ledger"
+  [ -s "$ledger" ] || echo "date,target,executions,seconds,cov,ft,corpus,finding,runs" >"$ledger"
+  echo "$(date -u +%FT%TZ),$t,${runs:-0},$(($(date +%s) - start)),${cov:-,},$(ls "$corpus" | wc -l),$result,1" >>"$ledger"
   echo "fuzz $t: $(ledger_total "$t") executions over the runs in $ledger"
   [ "$result" = none ] && return 0
   [ "$result" = stopped ] && return 2
