@@ -3,7 +3,7 @@
 // vocabulary: the model itself "wants" garbage (its next-token distribution is close to
 // uniform over 50257 tokens), so only the constraint makes the output valid.
 //
-// The corpus (tests/constrain/schemas.json, 36 schemas) x 20 sampled generations at
+// The corpus (tests/constrain/schemas.json, 38 schemas) x 20 sampled generations at
 // temperature 1 are written to constrained_outputs.json for test_constrain_validate, which
 // checks each with Python's jsonschema; here each must end complete and parse.
 #include <catch2/catch.hpp>

@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // How far a matcher thread is from a complete JSON text: the fewest bytes that close each of
-// its open frames (Matcher::min_finish), and the integer-range arithmetic that tells whether a
-// number being written can still land in its range.
+// its open frames (Matcher::min_finish).
 #include <algorithm>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "servekit/constrain/grammar_graph.hpp"
 #include "servekit/constrain/match_state.hpp"
+#include "servekit/constrain/number_range.hpp"
 
 namespace servekit::constrain::finish {
 
@@ -16,32 +17,21 @@ inline int len(const Grammar& g, int n) {
   return g.min_len[n];
 }
 
-// Integers: with a range, the magnitude so far must still be able to grow into it.
-// The fewest more digits that give a value in range (kInf: none).
-inline int int_more_digits(const Node& nd, const Frame& f) {
-  if (!nd.bounded()) return 0;
-  const bool neg = f.a != 0;
-  const __int128 m = static_cast<__int128>(f.bits);
-  const int kmax = f.phase == phase::I_ZERO ? 0 : 18 - f.count;
-  __int128 p = 1;  // 10^k
-  for (int k = 0; k <= kmax; k++, p *= 10) {
-    const __int128 lo_m = m * p, hi_m = m * p + p - 1;
-    const __int128 lo = neg ? -hi_m : lo_m, hi = neg ? -lo_m : hi_m;
-    if (hi >= nd.lo && lo <= nd.hi) return k;
+// The shortest texts of an array's items at positions a..b-1 (prefixItems, then items; for
+// uniqueItems, the shortest texts not `used` yet).
+inline long item_lens(const Grammar& g, const Node& nd, long a, long b, uint64_t used = 0) {
+  if (nd.unique) {
+    std::vector<long> lens;
+    const auto& texts = g.nodes[nd.items].texts;
+    for (std::size_t i = 0; i < texts.size(); i++)
+      if (!(used >> i & 1)) lens.push_back(static_cast<long>(texts[i].size()));
+    const long k = std::max(0L, b - a);
+    if (k > static_cast<long>(lens.size())) return kInf;
+    std::partial_sort(lens.begin(), lens.begin() + k, lens.end());
+    long sum = 0;
+    for (long i = 0; i < k; i++) sum += lens[i];
+    return sum;
   }
-  return kInf;
-}
-inline bool int_feasible(const Node& nd, const Frame& f) {
-  return int_more_digits(nd, f) < kInf;
-}
-inline bool int_in_range(const Node& nd, const Frame& f) {
-  if (!nd.bounded()) return true;
-  const __int128 v = f.a ? -static_cast<__int128>(f.bits) : static_cast<__int128>(f.bits);
-  return v >= nd.lo && v <= nd.hi;
-}
-
-// The shortest texts of an array's items at positions a..b-1 (prefixItems, then items).
-inline long item_lens(const Grammar& g, const Node& nd, long a, long b) {
   const long p = static_cast<long>(nd.prefix.size());
   long sum = 0;
   for (long k = a; k < std::min(b, p); k++) sum += len(g, nd.prefix[k]);
@@ -49,8 +39,12 @@ inline long item_lens(const Grammar& g, const Node& nd, long a, long b) {
   return rest == 0 ? sum : sum + rest * len(g, nd.items);
 }
 
+// The value node of the key frame f is writing: a listed property's (which >= 0), another
+// key's (-1) or a pattern property's (-2 - i).
 inline int value_of(const Grammar& g, const Frame& f) {
-  return f.which >= 0 ? g.nodes[f.node].props[f.which].value : g.nodes[f.node].additional;
+  const Node& nd = g.nodes[f.node];
+  if (f.which >= 0) return nd.props[f.which].value;
+  return f.which == -1 ? nd.additional : nd.pattern_props[-2 - f.which].value;
 }
 
 // The object's required keys not yet written (but `skip`): their bytes (key, ':', shortest
@@ -65,8 +59,9 @@ inline std::pair<long, long> required_left(const Grammar& g, const Frame& f, int
 }
 
 // Bytes to close frame f. A frame below the top is in a phase whose child value is open:
-// the child's frame counts that value, this one what follows it.
-inline long rest(const Grammar& g, const Frame& f) {
+// the child's frame counts that value, this one what follows it (`child`: the text a
+// uniqueItems array's open item is writing, which the later items may not use).
+inline long rest(const Grammar& g, const Frame& f, uint64_t child = 0) {
   const Node& nd = g.nodes[f.node];
   using namespace phase;
   switch (nd.kind) {
@@ -84,7 +79,7 @@ inline long rest(const Grammar& g, const Frame& f) {
           return long(p.key.size()) - f.count + 1 + len(g, p.value) + s2 + k2 + 1;
         }
         case O_KEYSTR:
-          return 1 + len(g, nd.additional) + close;
+          return 1 + len(g, value_of(g, f)) + close;
         case O_COLON:
           return 1 + len(g, value_of(g, f)) + close;
         case O_AFTER_COLON:
@@ -101,6 +96,8 @@ inline long rest(const Grammar& g, const Frame& f) {
             if (!(f.bits >> i & 1))
               one = std::min<long>(one, nd.props[i].key.size() + 1 + len(g, nd.props[i].value));
           if (nd.additional >= 0) one = std::min<long>(one, 3 + len(g, nd.additional));
+          for (const PatternProperty& pp : nd.pattern_props)
+            one = std::min<long>(one, len(g, pp.key) + 1 + len(g, pp.value));
           return one + 1;
         }
         default:
@@ -110,7 +107,7 @@ inline long rest(const Grammar& g, const Frame& f) {
     case Kind::Array: {
       // Positions a..b-1: their shortest items and a comma before each.
       auto with_commas = [&](long a, long b) {
-        return item_lens(g, nd, a, b) + std::max(0L, b - a);
+        return item_lens(g, nd, a, b, f.bits | child) + std::max(0L, b - a);
       };
       const long m = nd.min_items, c = f.count;
       switch (f.phase) {
@@ -149,12 +146,13 @@ inline long rest(const Grammar& g, const Frame& f) {
         for (int d = 0; d <= 9; d++) {
           Frame g = f;
           g.phase = d == 0 ? I_ZERO : I_DIGITS, g.count = 1, g.bits = nd.bounded() ? d : 0;
-          best = std::min<long>(best, 1 + int_more_digits(nd, g));
+          best = std::min<long>(best, 1 + range::int_more_digits(nd, g));
         }
         return best;
       }
-      return int_more_digits(nd, f);
+      return range::int_more_digits(nd, f);
     case Kind::Number:
+      if (nd.num.any()) return range::num_more_bytes(nd.num, f);
       switch (f.phase) {
         case N_MINUS:
         case N_DOT:
@@ -175,7 +173,10 @@ inline long rest(const Grammar& g, const Frame& f) {
 
 inline int min_finish(const Grammar& g, const Thread& t) {
   long sum = 0;
-  for (int i = 0; i < t.n; i++) sum += rest(g, t.f[i]);
+  for (int i = 0; i < t.n; i++) {
+    const bool unique_item = i + 1 < t.n && g.nodes[t.f[i].node].unique;
+    sum += rest(g, t.f[i], unique_item ? uint64_t(1) << t.f[i + 1].which : 0);
+  }
   return static_cast<int>(std::min<long>(sum, kInf));
 }
 

@@ -4,14 +4,17 @@
 // (constrain/matcher.hpp). The supported subset is the one people use for structured output:
 //
 //   object      properties, required, additionalProperties (false or absent: only the listed
-//               keys; true or a schema: other keys too), keys in any order
-//   array       items (false: none past prefixItems), prefixItems, minItems, maxItems
+//               keys; true or a schema: other keys too), patternProperties (disjoint
+//               patterns: constrain/key_patterns.hpp), keys in any order
+//   array       items (false: none past prefixItems), prefixItems, minItems, maxItems,
+//               uniqueItems (items from a finite set)
 //   string      minLength, maxLength (characters), pattern (a regular expression: see
 //               constrain/pattern.hpp), format (constrain/formats.hpp), enum, const
-//   integer     minimum, maximum, exclusiveMinimum, exclusiveMaximum
-//   number, boolean, null
+//   integer, number   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (exact
+//               decimals: constrain/number_range.hpp; a bounded number has no exponent)
+//   boolean, null
 //   enum, const of any JSON value; anyOf; oneOf whose alternatives declare disjoint types;
-//   allOf of one schema; type as a list; local $ref
+//   not of types; allOf of one schema; type as a list; local $ref
 //   (#/$defs/..., #/definitions/...), recursive ones too
 //   {} or {"type": "json_object"}: any JSON value / any object
 //
@@ -40,7 +43,10 @@
 
 #include "servekit/constrain/formats.hpp"
 #include "servekit/constrain/grammar_graph.hpp"
+#include "servekit/constrain/key_patterns.hpp"
 #include "servekit/constrain/min_length.hpp"
+#include "servekit/constrain/number_keywords.hpp"
+#include "servekit/constrain/schema_keywords.hpp"
 #include "servekit/constrain/pattern.hpp"
 #include "servekit/core/error.hpp"
 #include "servekit/core/json_brief.hpp"
@@ -81,29 +87,6 @@ class Compiler {
   int add(Node n) {
     g_->nodes.push_back(std::move(n));
     return static_cast<int>(g_->nodes.size()) - 1;
-  }
-
-  [[noreturn]] static void bad(const std::string& at, const std::string& what) {
-    fail("json schema: at ", at.empty() ? std::string("/") : at, ": ", what);
-  }
-
-  static int64_t as_int(const json& v, const std::string& at, const char* kw) {
-    if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number_unsigned())
-      return static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX));
-    if (v.is_number_float()) {
-      const double d = v.get<double>();
-      // A double outside int64's range has no conversion (undefined behaviour): refuse it first.
-      if (!(d >= -0x1p63 && d < 0x1p63))
-        bad(at, std::string("'") + kw + "' is out of range, got " + json_brief(v));
-      if (d == std::trunc(d)) return static_cast<int64_t>(d);
-    }
-    bad(at, std::string("'") + kw + "' must be an integer, got " + json_brief(v));
-  }
-  static int as_count(const json& v, const std::string& at, const char* kw) {
-    const int64_t n = as_int(v, at, kw);
-    if (n < 0) bad(at, std::string("'") + kw + "' must be >= 0, got " + json_brief(v));
-    return static_cast<int>(std::min<int64_t>(n, kInf));
   }
 
   int literals(std::vector<std::string> texts) {
@@ -176,15 +159,10 @@ class Compiler {
     }
     if (s.contains("allOf") && s["allOf"].is_array() && s["allOf"].size() == 1)
       return declared_types(s["allOf"][0], hops + 1);
-    auto type_of = [](const json& v) -> std::string {
-      if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
-      if (v.is_number()) return "number";
-      return v.type_name();  // null, boolean, string, array, object
-    };
     std::set<std::string> out;
-    if (s.contains("const")) out.insert(type_of(s["const"]));
+    if (s.contains("const")) out.insert(value_type(s["const"]));
     if (s.contains("enum") && s["enum"].is_array())
-      for (const auto& v : s["enum"]) out.insert(type_of(v));
+      for (const auto& v : s["enum"]) out.insert(value_type(v));
     if (!out.empty()) return out;
     if (s.contains("type")) {
       const json& t = s["type"];
@@ -252,6 +230,10 @@ class Compiler {
                                   "maximum",
                                   "exclusiveMinimum",
                                   "exclusiveMaximum",
+                                  "multipleOf",
+                                  "uniqueItems",
+                                  "patternProperties",
+                                  "not",
                                   "anyOf",
                                   "oneOf",
                                   "allOf",
@@ -295,6 +277,7 @@ class Compiler {
         n.alts.push_back(compile(a[i], at + "/anyOf/" + std::to_string(i)));
       return add(std::move(n));
     }
+    if (s.contains("not")) return compile(without_not(s, at), at);
     if (s.contains("const") || s.contains("enum")) {
       std::vector<std::string> texts;
       if (s.contains("const")) texts.push_back(s["const"].dump());
@@ -341,21 +324,76 @@ class Compiler {
     return add(std::move(n));
   }
 
-  static bool is_annotation(const std::string& k) {
-    return k == "title" || k == "description" || k == "default" || k == "examples" ||
-           k == "$schema" || k == "$id" || k == "$comment" || k == "readOnly" || k == "writeOnly" ||
-           k == "deprecated";
+  // patternProperties: keys that match a pattern (and no other, and no listed property).
+  void pattern_properties(const json& s, const std::string& at, Node& n) {
+    const json& pp = s["patternProperties"];
+    if (!pp.is_object()) bad(at, "patternProperties must be an object, got " + json_brief(pp));
+    if (n.additional >= 0)
+      bad(at,
+          "additionalProperties beside patternProperties must be false or absent (keys that "
+          "match no pattern are not supported)");
+    for (const auto& [re, v] : pp.items()) {
+      const std::string where = at + "/patternProperties/" + re;
+      Node key = make(Kind::String);
+      g_->patterns.push_back(compile_pattern(re, where));
+      key.pattern = static_cast<int>(g_->patterns.size()) - 1;
+      const Pattern& p = g_->patterns.back();
+      for (const Property& q : n.props)
+        if (key_matches(p, json::parse(q.key).get<std::string>()))
+          bad(where, "the pattern matches the listed property " + q.key +
+                         ", which would need both schemas (not supported)");
+      for (const PatternProperty& o : n.pattern_props) {
+        const Meet m = patterns_meet(g_->patterns[g_->nodes[o.key].pattern], p);
+        if (m != Meet::No)
+          bad(where, std::string(m == Meet::Yes ? "a key may match both this pattern and "
+                                                : "cannot tell whether a key may match both "
+                                                  "this pattern and ") +
+                         "an earlier one, which would need both schemas (not supported)");
+      }
+      const int key_node = add(std::move(key));
+      n.pattern_props.push_back({key_node, compile(v, where)});
+    }
   }
 
-  // The keywords each type takes; with a list of types, a keyword of any of them is fine
-  // (JSON schema applies minLength to strings only, and so on).
-  static std::vector<std::string> keywords_of(const std::string& type) {
-    if (type == "object" || type == "json_object")
-      return {"properties", "required", "additionalProperties"};
-    if (type == "array") return {"items", "prefixItems", "minItems", "maxItems"};
-    if (type == "string") return {"minLength", "maxLength", "pattern", "format"};
-    if (type == "integer") return {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
-    return {};
+  // uniqueItems: true where the items are a finite set of values (enum, const, boolean, null,
+  // or anyOf of those), each written once at most.
+  void unique_items(const json& s, const std::string& at, Node& n) {
+    const json& u = s["uniqueItems"];
+    if (!u.is_boolean()) bad(at, "uniqueItems must be true or false, got " + json_brief(u));
+    if (!u.get<bool>()) return;
+    if (!n.prefix.empty()) bad(at, "uniqueItems beside prefixItems is not supported");
+    std::vector<std::string> texts;
+    if (!literal_texts(n.items, texts, 0))
+      bad(at,
+          "uniqueItems is supported where the items are a finite set of values (enum, const, "
+          "boolean; anyOf of those)");
+    std::vector<std::string> distinct;  // one spelling of each value (1 and 1.0 are one)
+    std::vector<json> seen;
+    for (const std::string& t : texts) {
+      json v = json::parse(t);
+      if (std::find(seen.begin(), seen.end(), v) != seen.end()) continue;
+      seen.push_back(std::move(v));
+      distinct.push_back(t);
+    }
+    if (distinct.size() > 64) bad(at, "uniqueItems over more than 64 values is not supported");
+    const int k = static_cast<int>(distinct.size());
+    if (n.min_items > k)
+      bad(at, "minItems " + std::to_string(n.min_items) + " > the " + std::to_string(k) +
+                  " distinct values uniqueItems allows");
+    n.max_items = std::min(n.max_items, k);
+    n.items = literals(std::move(distinct));
+    n.unique = true;
+  }
+  bool literal_texts(int id, std::vector<std::string>& out, int depth) const {
+    const Node& nd = g_->nodes[id];
+    if (nd.kind == Kind::Literal) {
+      out.insert(out.end(), nd.texts.begin(), nd.texts.end());
+      return true;
+    }
+    if (nd.kind != Kind::AnyOf || depth > 16) return false;
+    for (int a : nd.alts)
+      if (!literal_texts(a, out, depth + 1)) return false;
+    return true;
   }
 
   void only(const json& s, const std::string& at, const std::string& type,
@@ -402,9 +440,10 @@ class Compiler {
           n.additional = a.get<bool>() ? any_value() : -1;
         else
           n.additional = compile(a, at + "/additionalProperties");
-      } else if (!s.contains("properties")) {
+      } else if (!s.contains("properties") && !s.contains("patternProperties")) {
         n.additional = any_value();  // {"type": "object"}: any object
       }
+      if (s.contains("patternProperties")) pattern_properties(s, at, n);
       return add(std::move(n));
     }
     if (type == "array") {
@@ -428,6 +467,7 @@ class Compiler {
       if (n.min_items > n.max_items)
         bad(at, "minItems " + std::to_string(n.min_items) + " > maxItems " +
                     std::to_string(n.max_items));
+      if (s.contains("uniqueItems")) unique_items(s, at, n);
       return add(std::move(n));
     }
     if (type == "string") {
@@ -459,29 +499,14 @@ class Compiler {
     if (type == "integer") {
       only(s, at, type, types);
       Node n = make(Kind::Integer);
-      auto bound = [&](const char* kw) -> std::optional<double> {
-        if (!s.contains(kw)) return std::nullopt;
-        if (!s[kw].is_number()) bad(at, std::string("'") + kw + "' must be a number");
-        return s[kw].get<double>();
-      };
-      constexpr double kBig = 9.2e18;
-      if (auto v = bound("minimum"))
-        n.lo = std::max<int64_t>(n.lo, (int64_t)std::clamp(std::ceil(*v), -kBig, kBig));
-      if (auto v = bound("exclusiveMinimum"))
-        n.lo = std::max<int64_t>(n.lo, (int64_t)std::clamp(std::floor(*v) + 1, -kBig, kBig));
-      if (auto v = bound("maximum"))
-        n.hi = std::min<int64_t>(n.hi, (int64_t)std::clamp(std::floor(*v), -kBig, kBig));
-      if (auto v = bound("exclusiveMaximum"))
-        n.hi = std::min<int64_t>(n.hi, (int64_t)std::clamp(std::ceil(*v) - 1, -kBig, kBig));
-      // 18 digits at most: keep the range within what the matcher can write.
-      n.lo = std::max<int64_t>(n.lo, -999999999999999999);
-      n.hi = std::min<int64_t>(n.hi, 999999999999999999);
-      if (n.lo > n.hi) bad(at, "the integer range is empty");
+      integer_keywords(s, at, n);
       return add(std::move(n));
     }
     if (type == "number") {
       only(s, at, type, types);
-      return add(make(Kind::Number));
+      Node n = make(Kind::Number);
+      number_keywords(s, at, n);
+      return add(std::move(n));
     }
     if (type == "boolean") {
       only(s, at, type, types);

@@ -20,24 +20,45 @@ namespace servekit::constrain {
 // (constrain/text_grammar.hpp).
 enum class Kind : uint8_t { Root, Object, Array, String, Integer, Number, Literal, AnyOf, Text };
 
+// 1e34 units (constrain/number_range.hpp): past any number a bounded one can be written as.
+inline constexpr __int128 kNumCap =
+    static_cast<__int128>(10'000'000'000'000'000) * 1'000'000'000'000'000'000;
+
+// A number's range and step in units of 1e-18 (constrain/number_range.hpp); step 0: any.
+struct DecimalRange {
+  __int128 lo = -kNumCap, hi = kNumCap, step = 0;
+  bool any() const { return lo != -kNumCap || hi != kNumCap || step != 0; }
+};
+
 struct Property {
   std::string key;  // as written, quotes included: "name"
   int value;        // node
+};
+
+// patternProperties: a key that the String node `key` (with the pattern) matches takes a value
+// of node `value`.
+struct PatternProperty {
+  int key, value;
 };
 
 struct Node {
   Kind kind = Kind::Root;
   // Object
   std::vector<Property> props;
-  uint64_t required = 0;  // bit i: props[i]
-  int additional = -1;    // node of other keys' values; -1: none allowed
+  uint64_t required = 0;                       // bit i: props[i]
+  int additional = -1;                         // node of other keys' values; -1: none allowed
+  std::vector<PatternProperty> pattern_props;  // keys by pattern (disjoint, and from props)
   // Array: prefix[k] is position k's item (prefixItems), items every later one's
   int items = -1, min_items = 0, max_items = kInf;
   std::vector<int> prefix;
+  bool unique = false;  // uniqueItems: items is a Literal whose texts each appear once at most
   // String (and Text: its pattern)
   int min_len = 0, max_len = kInf, pattern = -1;
-  // Integer: the closed range
+  // Integer: the closed range, and a step its values are multiples of (0: any)
   int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  int64_t multiple = 0;
+  // Number: its range (a bounded number is written without an exponent)
+  DecimalRange num;
   // Literal: the texts (enum, const, true, false, null); AnyOf: the alternatives
   std::vector<std::string> texts;
   std::vector<int> alts;
@@ -45,7 +66,8 @@ struct Node {
   int item_at(long k) const { return k < static_cast<long>(prefix.size()) ? prefix[k] : items; }
 
   bool bounded() const {
-    return lo != std::numeric_limits<int64_t>::min() || hi != std::numeric_limits<int64_t>::max();
+    return lo != std::numeric_limits<int64_t>::min() || hi != std::numeric_limits<int64_t>::max() ||
+           multiple != 0;
   }
   // The count a string's state keeps: past this, more characters change nothing.
   int len_cap() const { return max_len < kInf ? max_len : min_len; }

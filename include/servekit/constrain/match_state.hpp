@@ -16,11 +16,13 @@ inline constexpr int kMaxDepth = 24;  // open values; deeper ones are not starte
 struct Frame {
   int32_t node;
   uint8_t phase;
-  uint8_t a, b, c;  // string: continuation bytes due and the next one's range; integer: sign
+  uint8_t a, b, c;  // string: continuation bytes due and the next one's range; integer and
+                    // bounded number: sign (a), the number's integer digits past its '.' (b)
   int32_t count;    // string: characters (capped); array: items; key/literal: bytes matched;
                     // number/integer: digits of the current part
   int32_t which;    // object: the property being written (-1: another key); literal: the text
-  uint64_t bits;    // object: properties seen; string: pattern positions; integer: magnitude
+  uint64_t bits;    // object: properties seen; string: pattern positions; integer: magnitude;
+                    // bounded number: its digits as one integer
 };
 static_assert(sizeof(Frame) == 24);
 

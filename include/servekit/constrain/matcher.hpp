@@ -13,6 +13,7 @@
 // GPT-2 token, it is also the fewest tokens, which is how the engine closes open structures
 // when the budget runs out.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -87,6 +88,7 @@ class Matcher {
         break;
       case Kind::Array:
         p.phase = phase::A_AFTER_VALUE, p.count++;
+        if (node(p).unique) p.bits |= uint64_t(1) << t.f[t.n].which;
         break;
       default:
         break;
@@ -126,35 +128,44 @@ class Matcher {
         } else if (b >= '0' && b <= '9') {
           f.phase = b == '0' ? phase::I_ZERO : phase::I_DIGITS, f.count = 1;
           if (nd.bounded()) f.bits = b - '0';
-          if (!finish::int_feasible(nd, f)) return;
+          if (!range::int_feasible(nd, f)) return;
         } else {
           return;
         }
         break;
       case Kind::Number:
         if (b == '-')
-          f.phase = phase::N_MINUS;
+          f.phase = phase::N_MINUS, f.a = nd.num.any();
         else if (b == '0')
           f.phase = phase::N_ZERO;
         else if (b >= '1' && b <= '9')
           f.phase = phase::N_INT, f.count = 1;
         else
           return;
+        if (nd.num.any()) {
+          if (b == '-' && nd.num.lo >= 0) return;
+          f.bits = b == '-' ? 0 : b - '0';
+          if (!range::number_feasible(nd.num, f)) return;
+        }
         break;
       case Kind::Text: {  // never popped: the text goes on until it ends
         f.bits = g_.patterns[nd.pattern].step(g_.patterns[nd.pattern].start(), b);
         if (f.bits == 0) return;
         break;
       }
-      case Kind::Literal:
+      case Kind::Literal: {
+        // An item of a uniqueItems array: the texts its earlier items used are out.
+        const uint64_t used =
+            node(t.top()).kind == Kind::Array && node(t.top()).unique ? t.top().bits : 0;
         for (int i = 0; i < static_cast<int>(nd.texts.size()); i++)
-          if (static_cast<uint8_t>(nd.texts[i][0]) == b) {
+          if (static_cast<uint8_t>(nd.texts[i][0]) == b && !(used >> i & 1)) {
             Thread& v = tmp(t);
             v.f[v.n++] = Frame{n, 0, 0, 0, 0, 1, i, 0};
             if (nd.texts[i].size() == 1) pop_done(v);
             emit(v, out);
           }
         return;
+      }
       default:
         return;
     }
@@ -184,12 +195,25 @@ class Matcher {
       u.f[u.n++] = Frame{g_.key_node, phase::S_BODY, 0, 0, 0, 0, 0, 0};
       emit(u, out);
     }
+    for (int i = 0; i < static_cast<int>(nd.pattern_props.size()) && t.n < kMaxDepth; i++) {
+      const int key = nd.pattern_props[i].key;
+      Thread& u = tmp(t);
+      u.top().phase = phase::O_KEYSTR, u.top().which = -2 - i;
+      u.f[u.n++] =
+          Frame{key, phase::S_BODY, 0, 0, 0, 0, 0, g_.patterns[g_.nodes[key].pattern].start()};
+      emit(u, out);
+    }
   }
 
   bool more_keys(const Frame& f) const {
     const Node& nd = node(f);
-    if (nd.additional >= 0) return true;
+    if (nd.additional >= 0 || !nd.pattern_props.empty()) return true;
     return f.bits != (nd.props.size() == 64 ? ~uint64_t(0) : (uint64_t(1) << nd.props.size()) - 1);
+  }
+
+  // A uniqueItems array has texts left for another item.
+  bool more_items(const Frame& f, const Node& nd) const {
+    return !nd.unique || std::popcount(f.bits) < static_cast<int>(g_.nodes[nd.items].texts.size());
   }
 
   // t (a private copy) after byte b, into out.
@@ -249,7 +273,8 @@ class Matcher {
             f.phase = A_IN;
             return begin(t, nd.item_at(0), b, out);
           case A_AFTER_VALUE:
-            if (b == ',' && f.count < nd.max_items) return f.phase = A_COMMA, emit(t, out);
+            if (b == ',' && f.count < nd.max_items && more_items(f, nd))
+              return f.phase = A_COMMA, emit(t, out);
             if (b == ']' && f.count >= nd.min_items) return pop_done(t), emit(t, out);
             return;
           case A_COMMA:
@@ -266,6 +291,7 @@ class Matcher {
       case Kind::Integer:
         return integer_step(t, f, nd, b, out);
       case Kind::Number:
+        if (nd.num.any()) return bounded_number_step(t, f, nd, b, out);
         return number_step(t, f, b, out);
       case Kind::Literal: {
         const std::string& s = nd.texts[f.which];
@@ -354,7 +380,8 @@ class Matcher {
     const Node& nd = node(f);
     using namespace phase;
     if (nd.kind == Kind::Integer)
-      return (f.phase == I_ZERO || f.phase == I_DIGITS) && finish::int_in_range(nd, f);
+      return (f.phase == I_ZERO || f.phase == I_DIGITS) && range::int_in_range(nd, f);
+    if (nd.kind == Kind::Number && nd.num.any()) return range::number_in_range(nd.num, f);
     if (nd.kind == Kind::Number)
       return f.phase == N_ZERO || f.phase == N_INT || f.phase == N_FRAC || f.phase == N_EXP;
     if (nd.kind == Kind::Text) return g_.patterns[nd.pattern].accepts(f.bits);
@@ -379,7 +406,7 @@ class Matcher {
       else
         g.count++;
       if (nd.bounded()) g.bits = f.bits * 10 + (b - '0');
-      if (finish::int_feasible(nd, g)) {
+      if (range::int_feasible(nd, g)) {
         Thread& u = tmp(t);
         u.top() = g;
         emit(u, out);
@@ -426,6 +453,45 @@ class Matcher {
       default:
         return;
     }
+  }
+
+  // A number with a range (constrain/number_range.hpp): no exponent, and every digit keeps a
+  // value in range within reach.
+  void bounded_number_step(Thread& t, Frame& f, const Node& nd, uint8_t b, State& out) const {
+    using namespace phase;
+    const bool digit = b >= '0' && b <= '9';
+    Frame g = f;
+    switch (f.phase) {
+      case N_MINUS:
+        if (!digit) return;
+        g.phase = b == '0' ? N_ZERO : N_INT, g.count = b != '0', g.bits = b - '0';
+        break;
+      case N_ZERO:
+      case N_INT:
+        if (digit && f.phase == N_INT && f.count < range::kIntDigits) {
+          g.count++, g.bits = f.bits * 10 + (b - '0');
+        } else if (b == '.') {
+          g.phase = N_DOT, g.b = f.phase == N_ZERO ? 1 : f.count, g.count = 0;
+        } else {
+          return end_number(t, b, out);
+        }
+        break;
+      case N_DOT:
+      case N_FRAC:
+        if (digit && f.count < range::frac_max(f.b)) {
+          g.phase = N_FRAC, g.count++, g.bits = f.bits * 10 + (b - '0');
+        } else if (f.phase == N_FRAC) {
+          return end_number(t, b, out);
+        } else {
+          return;
+        }
+        break;
+      default:
+        return;
+    }
+    if (!range::number_feasible(nd.num, g)) return;
+    f = g;
+    emit(t, out);
   }
 
   static void dedupe(State& s) {

@@ -6,19 +6,9 @@
 #include <cstdint>
 
 #include "servekit/constrain/grammar_graph.hpp"
+#include "servekit/constrain/number_range.hpp"
 
 namespace servekit::constrain::detail {
-
-inline int digits(uint64_t x) {
-  int d = 1;
-  while (x >= 10) x /= 10, d++;
-  return d;
-}
-inline int integer_min_len(const Node& n) {
-  if (n.lo <= 0 && n.hi >= 0) return 1;
-  if (n.lo > 0) return digits(static_cast<uint64_t>(n.lo));
-  return 1 + digits(static_cast<uint64_t>(-n.hi));
-}
 
 // Shortest text of each node, by iterating to a fixed point (references may loop).
 inline void min_lengths(Grammar& g) {
@@ -55,10 +45,10 @@ inline void min_lengths(Grammar& g) {
                                                      : 0);
           break;
         case Kind::Integer:
-          v = integer_min_len(n);
+          v = range::integer_shortest(n);
           break;
         case Kind::Number:
-          v = 1;
+          v = n.num.any() ? range::number_shortest(n.num) : 1;
           break;
         case Kind::Literal:
           for (const auto& t : n.texts) v = std::min<long>(v, t.size());
