@@ -69,8 +69,8 @@ TEST_CASE("a schema the compiler cannot honour is an error naming the keyword an
   CHECK_THAT(error_of(R"j({"type": "string", "format": 7})j"),
              Catch::Contains("format must be a string"));
   CHECK_THAT(
-      error_of(R"j({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}})j"),
-      Catch::Contains("at /properties/a") && Catch::Contains("'minimum'") &&
+      error_of(R"j({"type": "object", "properties": {"a": {"type": "number", "minLength": 0}}})j"),
+      Catch::Contains("at /properties/a") && Catch::Contains("'minLength'") &&
           Catch::Contains("'number'"));
   CHECK_THAT(error_of(R"j({"type": "object", "properties": {"a": {}}, "required": ["b"]})j"),
              Catch::Contains("\"b\", which is not in properties"));

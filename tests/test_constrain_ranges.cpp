@@ -126,8 +126,8 @@ TEST_CASE("number and integer ranges: the matcher takes exactly the values in ra
     for (int k = 0; k < 150; k++) {
       // Around the bounds and steps: small magnitudes, up to 6 fraction digits.
       const int64_t whole = static_cast<int64_t>(rng() % 2100);
-      std::string t =
-          (rng() % 3 == 0 ? "-" : "") + std::to_string(rng() % 5 == 0 ? rng() % 30 : whole);
+      std::string t = rng() % 3 == 0 ? "-" : "";
+      t += std::to_string(rng() % 5 == 0 ? rng() % 30 : whole);
       if (rng() % 2 == 0) {
         t += ".";
         for (int d = 1 + rng() % 6; d > 0; d--) t += char('0' + rng() % 10);
