@@ -14,43 +14,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "constrain_helpers.hpp"
 #include "servekit/constrain/token_mask.hpp"
 
 using namespace servekit;
 using namespace servekit::constrain;
 using json = nlohmann::json;
+using namespace constrain_test;
 
 namespace {
-
-const text::Gpt2Tokenizer& tok() {
-  static auto t = text::Gpt2Tokenizer::from_dir(std::filesystem::path(SERVEKIT_DATA) / "gpt2");
-  return t;
-}
-
-// Whether the whole text fits the schema (and could end there).
-bool fits(const Grammar& g, std::string_view text) {
-  Matcher m(g);
-  State s, n;
-  m.start(s);
-  for (char c : text) {
-    m.feed(s, static_cast<uint8_t>(c), n);
-    std::swap(s, n);
-    if (s.dead()) return false;
-  }
-  return m.accepts(s);
-}
-bool fits(const json& schema, std::string_view text) {
-  return fits(*compile_json_schema(schema), text);
-}
-
-std::string error_of(const std::string& schema_text) {
-  try {
-    compile_json_schema(std::string_view(schema_text));
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 const json kPerson = json::parse(R"j({"title": "Person", "type": "object",
   "properties": {"name": {"title": "Name", "maxLength": 10, "type": "string"},
@@ -380,15 +352,6 @@ TEST_CASE("the matcher takes valid texts and refuses the others") {
 
 namespace {
 
-// A token the mask allows, drawn uniformly (there must be one).
-int32_t pick(const std::vector<uint32_t>& words, int V, std::mt19937& rng) {
-  std::vector<int32_t> ok;
-  for (int32_t id = 0; id < V; id++)
-    if (words[id >> 5] >> (id & 31) & 1) ok.push_back(id);
-  REQUIRE(!ok.empty());
-  return ok[rng() % ok.size()];
-}
-
 // Every token fed on its own from s: allowed if a thread survives it and the text can still be
 // completed within budget - 1 more tokens. Returns the allowed count; max_fin: the largest
 // min_finish() among them.
@@ -636,14 +599,7 @@ TEST_CASE("prefixItems and oneOf under a budget: every text ends complete and fi
     for (int run = 0; run < 30; run++) {
       const int budget = need + 1 + run;
       Constraint c(g, v);
-      std::string text;
-      for (int used = 0; used < budget && !c.complete(); used++) {
-        const auto& words = c.mask(budget - used);
-        const int32_t id = pick(words, v->V, rng);
-        if (id == v->eos) break;
-        c.advance(id, tok().token_view(id));
-        text += tok().token_view(id);
-      }
+      const std::string text = budget_walk(c, budget, rng);
       INFO(schema.dump() << "\nbudget " << budget << ": " << text);
       REQUIRE(c.accepts());
       CHECK(fits(schema, text));

@@ -11,25 +11,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "constrain_helpers.hpp"
 #include "servekit/constrain/matcher.hpp"
 
 using namespace servekit;
 using namespace servekit::constrain;
 using json = nlohmann::json;
+using namespace constrain_test;
 
 namespace {
-
-bool fits(const Grammar& g, const std::string& text) {
-  Matcher m(g);
-  State s, n;
-  m.start(s);
-  for (char c : text) {
-    m.feed(s, static_cast<uint8_t>(c), n);
-    std::swap(s, n);
-    if (s.dead()) return false;
-  }
-  return m.accepts(s);
-}
 
 // The reference works in millionths, which every value below is a whole number of: texts have
 // at most 6 fraction digits, bounds 2 and steps 3.
@@ -220,14 +210,6 @@ TEST_CASE("a bounded number's every prefix can end in range, and min_finish says
 }
 
 TEST_CASE("range keywords the matcher cannot honour are errors naming them") {
-  auto error_of = [](const char* schema) -> std::string {
-    try {
-      compile_json_schema(std::string_view(schema));
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
   CHECK_THAT(error_of(R"({"type": "number", "multipleOf": 0})"), Catch::Contains("'multipleOf' 0"));
   CHECK_THAT(error_of(R"({"type": "number", "multipleOf": -2})"),
              Catch::Contains("'multipleOf' -2"));
