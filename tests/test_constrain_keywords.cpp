@@ -55,6 +55,13 @@ TEST_CASE("uniqueItems over a finite set writes each value once at most") {
   const json flags = json::parse(R"({"type": "array", "items": {"type": "boolean"},
                                      "uniqueItems": true, "minItems": 2})");
   CHECK(fits(flags, "[true,false]"));
+  {  // the shortest text counts different values: [true,false], not [true,true]
+    const auto g = compile_json_schema(flags);
+    Matcher m(*g);
+    State s;
+    m.start(s);
+    CHECK(m.min_finish(s) == 12);
+  }
   CHECK_FALSE(fits(flags, "[true,true]"));
   CHECK_FALSE(fits(flags, "[true]"));
   // anyOf of consts (through $defs), and one value in two spellings.
@@ -125,6 +132,8 @@ TEST_CASE("budgeted masks through ranges, unique items and pattern keys end comp
   State s0;
   m.start(s0);
   const int need = m.min_finish(s0);
+  // min_finish is honest from the start: a budget of just that many tokens allows some.
+  REQUIRE(MaskMaker(*g, *v).make(s0, need + 1).allowed > 0);
   std::mt19937 rng(23);
   for (int run = 0; run < 30; run++) {
     const int budget = need + 1 + run;

@@ -4,6 +4,7 @@
 // compares with the tokens a request has left, so that every value it starts can end in time.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "servekit/constrain/grammar_graph.hpp"
 #include "servekit/constrain/number_range.hpp"
@@ -35,7 +36,16 @@ inline void min_lengths(Grammar& g) {
           const long p = static_cast<long>(n.prefix.size()), k = n.min_items;
           long sum = 2 + std::max(0L, k - 1);
           for (long i = 0; i < std::min(p, k); i++) sum += m[n.prefix[i]];
-          if (k > p) sum += (k - p) * m[n.items];
+          if (n.unique) {  // k different values: the k shortest (uniqueItems has no prefix)
+            std::vector<long> lens;
+            for (const auto& t : g.nodes[n.items].texts)
+              lens.push_back(static_cast<long>(t.size()));
+            std::sort(lens.begin(), lens.end());
+            if (k > static_cast<long>(lens.size())) sum = kInf;
+            for (long i = 0; i < k && sum < kInf; i++) sum += lens[i];
+          } else if (k > p) {
+            sum += (k - p) * m[n.items];
+          }
           v = sum;
           break;
         }
