@@ -242,3 +242,55 @@ TEST_CASE("range keywords the matcher cannot honour are errors naming them") {
   CHECK(fits(*big, "9007199254740993"));
   CHECK_FALSE(fits(*big, "9007199254740992"));
 }
+
+TEST_CASE("number_feasible agrees with num_more_bytes on random ranges and prefixes") {
+  // number_feasible tries the finest grid alone; num_more_bytes tries every fraction length.
+  using range::i128;
+  std::mt19937_64 rng(23);
+  auto pow10 = [](int e) {
+    i128 p = 1;
+    while (e-- > 0) p *= 10;
+    return p;
+  };
+  auto digits_of = [&](int n) {  // n digits, the first not 0
+    i128 v = 1 + rng() % 9;
+    for (int i = 1; i < n; i++) v = v * 10 + rng() % 10;
+    return v;
+  };
+  long feasible = 0, checked = 0;
+  for (int round = 0; round < 4000; round++) {
+    DecimalRange r;
+    const int scale = static_cast<int>(rng() % 20);  // bounds near 10^(scale - 9)
+    auto value = [&] {
+      const i128 v = static_cast<i128>(rng() % 2000) * pow10(scale);
+      return rng() % 2 ? v : -v;
+    };
+    if (rng() % 3) r.lo = value();
+    if (rng() % 3) r.hi = value();
+    if (rng() % 2) r.step = static_cast<i128>(1 + rng() % 30) * pow10(static_cast<int>(rng() % 21));
+    for (int t = 0; t < 16; t++) {
+      Frame f{0, phase::N_MINUS, static_cast<uint8_t>(rng() % 2), 0, 0, 0, 0, 0};
+      const int kind = static_cast<int>(rng() % 4), ints = 1 + static_cast<int>(rng() % 15);
+      if (kind == 1) {
+        f.phase = phase::N_ZERO, f.count = 1;
+      } else if (kind == 2) {
+        f.phase = phase::N_INT, f.count = ints, f.bits = static_cast<uint64_t>(digits_of(ints));
+      } else if (kind == 3) {
+        const int d = static_cast<int>(rng() % (range::frac_max(ints) + 1));
+        const i128 whole = rng() % 2 ? 0 : digits_of(ints);
+        f.phase = d == 0 ? phase::N_DOT : phase::N_FRAC;
+        f.b = static_cast<uint8_t>(whole == 0 ? 1 : ints);
+        f.count = d;
+        f.bits = static_cast<uint64_t>(whole * pow10(d) + static_cast<i128>(rng() % pow10(d)));
+      }
+      INFO("round " << round << " phase " << int(f.phase) << " count " << f.count << " bits "
+                    << f.bits);
+      const bool slow = range::num_more_bytes(r, f) < kInf;
+      CHECK(range::number_feasible(r, f) == slow);
+      feasible += slow, checked++;
+    }
+  }
+  // Both answers occur often enough for the agreement to mean something.
+  CHECK(feasible > checked / 10);
+  CHECK(feasible < checked * 9 / 10);
+}

@@ -20,17 +20,12 @@ inline int len(const Grammar& g, int n) {
 // The shortest texts of an array's items at positions a..b-1 (prefixItems, then items; for
 // uniqueItems, the shortest texts not `used` yet).
 inline long item_lens(const Grammar& g, const Node& nd, long a, long b, uint64_t used = 0) {
-  if (nd.unique) {
-    std::vector<long> lens;
+  if (nd.unique) {  // the item texts are shortest first (Compiler::unique_items)
     const auto& texts = g.nodes[nd.items].texts;
-    for (std::size_t i = 0; i < texts.size(); i++)
-      if (!(used >> i & 1)) lens.push_back(static_cast<long>(texts[i].size()));
-    const long k = std::max(0L, b - a);
-    if (k > static_cast<long>(lens.size())) return kInf;
-    std::partial_sort(lens.begin(), lens.begin() + k, lens.end());
-    long sum = 0;
-    for (long i = 0; i < k; i++) sum += lens[i];
-    return sum;
+    long k = std::max(0L, b - a), sum = 0;
+    for (std::size_t i = 0; i < texts.size() && k > 0; i++)
+      if (!(used >> i & 1)) sum += static_cast<long>(texts[i].size()), k--;
+    return k > 0 ? kInf : sum;
   }
   const long p = static_cast<long>(nd.prefix.size());
   long sum = 0;

@@ -381,6 +381,10 @@ class Compiler {
       bad(at, "minItems " + std::to_string(n.min_items) + " > the " + std::to_string(k) +
                   " distinct values uniqueItems allows");
     n.max_items = std::min(n.max_items, k);
+    // Shortest first, so that the shortest unused values are the first unused ones.
+    std::stable_sort(
+        distinct.begin(), distinct.end(),
+        [](const std::string& x, const std::string& y) { return x.size() < y.size(); });
     n.items = literals(std::move(distinct));
     n.unique = true;
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "servekit/constrain/finish_length.hpp"
 #include "servekit/constrain/grammar_graph.hpp"
 #include "servekit/constrain/number_range.hpp"
 
@@ -32,23 +33,10 @@ inline void min_lengths(Grammar& g) {
           v = sum + std::max(0L, k - 1);
           break;
         }
-        case Kind::Array: {
-          const long p = static_cast<long>(n.prefix.size()), k = n.min_items;
-          long sum = 2 + std::max(0L, k - 1);
-          for (long i = 0; i < std::min(p, k); i++) sum += m[n.prefix[i]];
-          if (n.unique) {  // k different values: the k shortest (uniqueItems has no prefix)
-            std::vector<long> lens;
-            for (const auto& t : g.nodes[n.items].texts)
-              lens.push_back(static_cast<long>(t.size()));
-            std::sort(lens.begin(), lens.end());
-            if (k > static_cast<long>(lens.size())) sum = kInf;
-            for (long i = 0; i < k && sum < kInf; i++) sum += lens[i];
-          } else if (k > p) {
-            sum += (k - p) * m[n.items];
-          }
-          v = sum;
+        case Kind::Array:
+          v = 2 + std::max(0L, static_cast<long>(n.min_items) - 1) +
+              finish::item_lens(g, n, 0, n.min_items);
           break;
-        }
         case Kind::String:
           v = 2 + std::max(n.min_len, n.pattern >= 0 ? g.patterns[n.pattern].chars_needed(
                                                            g.patterns[n.pattern].start())
