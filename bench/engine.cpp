@@ -5,7 +5,9 @@
 //            step-count bound (static: 4 x 100 steps; continuous: about a quarter of that);
 //   poisson  open-loop arrivals at increasing rates: TTFT and TPOT p50 / p99 and throughput per
 //            scheduler, continuous with and without chunked prefill;
-//   sweep    throughput and mean latency against batch size (the course's plot).
+//   sweep    throughput and mean latency against batch size (the course's plot);
+//   masks    a decode step with JSON-schema token masks made before the forward or while it
+//            runs, beside the unconstrained step (bench/mask_steps.hpp; device sampling only).
 // Each part writes a CSV and a PNG (gnuplot) into --out. Host backend (bench_engine_cuda, the same
 // source compiled by nvcc: the Cuda backend), f32, paged KV; the model is a seeded random GPT-2
 // 124M (random weights cost what real ones do).
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "mask_steps.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"
 #if defined(__CUDACC__)
@@ -54,6 +57,7 @@ struct Args {
   std::string vocab = sk::text::default_vocab_dir().string(), out = "out/bench_engine",
               parts = "course,poisson,sweep";
   int poisson_requests = 24, max_sweep = 64;
+  int mask_batch = 16, mask_steps = 48, mask_rounds = 3;
   std::vector<double> rates = {0.5, 1, 2, 4};
 };
 
@@ -225,16 +229,29 @@ void sweep(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
            "every ::1 using 1:3 axes x1y2 with linespoints lc rgb 'blue' title 'latency'\n");
 }
 
+// The masks part, on a backend that picks tokens on the device (the host samples from logits
+// it already has, after the step: there is no forward to hide the masks behind).
+template <class M>
+void masks(M& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
+  if constexpr (M::kDeviceSampling)
+    sk::bench::mask_steps(m, tok, a.mask_batch, a.mask_steps, a.mask_rounds, a.out, kWhere);
+  else
+    std::printf("\n== token masks: needs device sampling (bench_engine_cuda); skipped\n");
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"serving engine benchmark: schedulers side by side"};
   Args a;
-  app.add_option("--parts", a.parts, "comma-separated: course, poisson, sweep");
+  app.add_option("--parts", a.parts, "comma-separated: course, poisson, sweep, masks");
   app.add_option("--out", a.out, "folder for CSVs and PNGs");
   app.add_option("--vocab", a.vocab, "tokenizer folder");
   app.add_option("--poisson-requests", a.poisson_requests, "requests per Poisson run");
   app.add_option("--rates", a.rates, "Poisson arrival rates (requests/s), comma-separated")
       ->delimiter(',');
   app.add_option("--max-sweep", a.max_sweep, "largest batch of the sweep");
+  app.add_option("--mask-batch", a.mask_batch, "masks: rows a step");
+  app.add_option("--mask-steps", a.mask_steps, "masks: decode steps a run");
+  app.add_option("--mask-rounds", a.mask_rounds, "masks: rounds of the three runs");
   CLI11_PARSE(app, argc, argv);
 #if defined(__CUDACC__)
   if (const std::string why = sk::backend::cuda_device_missing(); !why.empty()) {
@@ -257,6 +274,10 @@ int main(int argc, char** argv) {
     }
     if (a.parts.find("poisson") != std::string::npos) poisson(m, tok, a);
     if (a.parts.find("sweep") != std::string::npos) sweep(m, tok, a);
+    if (a.parts.find("masks") != std::string::npos) {
+      auto cm = ContigModel::random(0);
+      masks(cm, tok, a);
+    }
     std::printf("\nCSVs and PNGs in %s\n", a.out.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_engine: error: %s\n", e.what());

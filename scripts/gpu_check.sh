@@ -206,13 +206,14 @@ step_bench() {
     { echo; echo '```'; printf '%s\n' "$LAST_OUT"; echo '```'; echo; } >>"$r"
   done
   # The engine on the device: the course's workload (static vs continuous), open-loop Poisson
-  # arrivals (TTFT, TPOT, tokens/s per scheduler) and the batch sweep; its CSVs stay behind
+  # arrivals (TTFT, TPOT, tokens/s per scheduler), the batch sweep and a constrained decode
+  # step with its masks made before or during the forward; its CSVs stay behind
   # (the device tool brings back few files), its printed tables go into the report.
   if [ -x "$BUNDLE/bin/bench_engine_cuda" ]; then
     local eng
     eng=$(mktemp -d)
     run_step "$r" "bench_engine_cuda" - "$BUNDLE/bin/bench_engine_cuda" --rates 4,16 \
-      --poisson-requests 32 --max-sweep 64 --out "$eng"
+      --poisson-requests 32 --max-sweep 64 --parts course,poisson,sweep,masks --out "$eng"
     # Less its progress lines (carriage returns).
     { echo; echo '```'; printf '%s\n' "$LAST_OUT" | grep -v $'\r'; echo '```'; } >>"$r"
     rm -rf "$eng"

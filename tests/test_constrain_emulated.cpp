@@ -58,8 +58,12 @@ TEST_CASE("device kernels: constrained rows in the engine == generate() alone, a
       r.stop.stop_at_eos = false;
     rs.push_back(r);
   }
-  serve::Engine<Model, serve::sched::Continuous> engine(model, tok(),
-                                                        {.max_batch = 3, .max_batched_tokens = 12});
+  // Masks made while the forward runs (the default) and before it is launched.
+  const bool late = GENERATE(true, false);
+  INFO("late masks: " << late);
+  serve::EngineOptions opt{.max_batch = 3, .max_batched_tokens = 12};
+  opt.late_masks = late;
+  serve::Engine<Model, serve::sched::Continuous> engine(model, tok(), opt);
   std::vector<serve::RequestHandle> hs;
   for (const auto& r : rs) hs.push_back(engine.submit(r));
   std::vector<serve::Result> got;  // all of them before generate() uses the model
@@ -70,6 +74,8 @@ TEST_CASE("device kernels: constrained rows in the engine == generate() alone, a
     const serve::Result want = serve::generate(model, tok(), tok().encode(rs[i].prompt), o);
     INFO("request " << i << ": " << got[i].text << " / " << got[i].error);
     CHECK(got[i].ids() == want.ids());
+    for (std::size_t t = 0; t < std::min(got[i].tokens.size(), want.tokens.size()); t++)
+      CHECK(got[i].tokens[t].logprob == want.tokens[t].logprob);
     if (rs[i].json_schema) {
       CHECK(got[i].finish_reason == serve::finish::eos);
       CHECK_NOTHROW(json::parse(got[i].text));
@@ -104,4 +110,34 @@ TEST_CASE("forward_pick names the mask argument it cannot use", "[constrain][emu
   model.forward_pick(cache, batch, rows, ids, lp, nullptr, one);
   CHECK(ids[0] == 200);
   CHECK(lp[0] == 0.f);
+
+  // Late masks: what the writer leaves is what applies (not what the buffer held at launch),
+  // and a writer that throws fails the step with its message, after which steps run again.
+  struct Late {
+    std::vector<uint32_t>* masks;
+    int allow;
+    static void write(void* self) {
+      auto& l = *static_cast<Late*>(self);
+      if (l.allow < 0) throw Error("the grammar failed here");
+      std::fill(l.masks->begin(), l.masks->end(), 0u);
+      (*l.masks)[l.allow / 32] = 1u << (l.allow % 32);
+    }
+  };
+  std::vector<uint32_t> late_mask(W, ~0u);
+  Late writer{&late_mask, 301};
+  model::Batch b = batch;
+  b.sampling = rows, b.masks = late_mask, b.late_masks = {&Late::write, &writer};
+  const std::vector<model::SeqStep> next = {{0, 2, 2, 0}, {1, 2, 2, 0}};
+  b.seqs = next;
+  model.forward_pick(cache, b, ids, lp);
+  CHECK(ids[0] == 301);
+  CHECK(lp[0] == 0.f);
+  writer.allow = -1;
+  std::fill(late_mask.begin(), late_mask.end(), ~0u);
+  const std::vector<model::SeqStep> third = {{0, 4, 2, 0}, {1, 4, 2, 0}};
+  b.seqs = third;
+  REQUIRE_THROWS_WITH(model.forward_pick(cache, b, ids, lp), Contains("the grammar failed here"));
+  writer.allow = 77;
+  model.forward_pick(cache, b, ids, lp);
+  CHECK(ids[0] == 77);
 }

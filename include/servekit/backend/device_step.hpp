@@ -35,7 +35,8 @@ class DeviceStep {
     auto operator<=>(const Key&) const = default;
   };
 
-  simt::StagingBuffer in;  // the step's host-built arrays
+  simt::StagingBuffer in;    // the step's host-built arrays
+  simt::StagingBuffer late;  // arrays the host builds while the step's kernels run (masks)
 
   // Makes the step's stream current while it lives: every operation of the step enqueues there.
   simt::StreamScope scope() const { return simt::StreamScope(stream_); }
@@ -83,11 +84,15 @@ class DeviceStep {
     it->second.launch(stream_);
   }
 
-  // Room for steps that stage up to in_bytes and download up to out_bytes.
-  void reserve(std::size_t in_bytes, std::size_t out_bytes) {
+  // Room for steps that stage up to in_bytes (and late_bytes late) and download up to
+  // out_bytes.
+  void reserve(std::size_t in_bytes, std::size_t out_bytes, std::size_t late_bytes = 0) {
     in.reserve(in_bytes);
+    if (late_bytes > 0) late.reserve(late_bytes);
     out_.grow(out_bytes);
   }
+  // Waits for everything enqueued on the step's stream.
+  void wait() const { stream_.synchronize(); }
   // (n) elements of device memory after the step, in pinned memory valid until the next
   // download: one copy, and the host's one wait for the step.
   template <class T>

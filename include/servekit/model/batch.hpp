@@ -24,6 +24,15 @@ struct SeqStep {
   int32_t n_logits = 1;
 };
 
+// What writes a step's token masks late (Batch::late_masks): a function and its argument, so
+// that a Batch stays a view.
+struct MaskWriter {
+  void (*fn)(void*) = nullptr;
+  void* arg = nullptr;
+  explicit operator bool() const { return fn != nullptr; }
+  void operator()() const { fn(arg); }
+};
+
 enum class Logits {
   Last,  // per sequence, the logits after its last n_logits new tokens (one by default)
   All,   // one row per new token (scoring a prompt, reference tests)
@@ -40,6 +49,10 @@ struct Batch {
   // (n, ceil(V / 32)) the token masks that rows name (RowSampling::mask), in row order.
   std::span<const RowSampling> sampling = {};
   std::span<const uint32_t> masks = {};
+  // When set, `masks` (sized and named by the rows already) is written by late_masks() after
+  // the step's forward is enqueued and before a mask is read: the host makes the masks while a
+  // device computes the logits, so a constrained step costs what an unconstrained one does.
+  MaskWriter late_masks = {};
 };
 
 }  // namespace servekit::model

@@ -115,7 +115,8 @@ class Gpt2 {
   // (M) each row's sampling parameters; an id of -1 means the row had no number above -inf.
   // logits, when not null, gets the (M, V) logits too (a request asked for its top logprobs).
   // b.masks: (n, ceil(V / 32)) token masks of constrained rows (RowSampling::mask names one;
-  // bit v: token v allowed), applied before sampling.
+  // bit v: token v allowed), applied before sampling; written by b.late_masks, when set, while
+  // the forward runs (device storage: then uploaded in a copy of their own).
   void forward_pick(Cache& cache, const model::Batch& b, std::span<int32_t> ids,
                     std::span<float> logprobs,
                     std::vector<float>* logits = nullptr) requires kDeviceSampling {
@@ -134,6 +135,7 @@ class Gpt2 {
       enqueue(cache, p.idx.data());
       head(run_.logits.data(), M);
       Storage::upload(run_.pick_rows, p.sampling);
+      if (n > 0 && b.late_masks) b.late_masks();
       if (n > 0) Ops::mask_logits(run_.logits.data(), p.masks.data(), p.mask_rows.data(), n, M, V);
       run_.pick_ids.resize(M), run_.pick_lp.resize(M);
       Ops::sample(run_.pick_ids.data(), run_.pick_lp.data(), run_.logits.data(),
@@ -142,7 +144,7 @@ class Gpt2 {
       Storage::download(logprobs, run_.pick_lp);
     } else {
       // ids and logprobs come back together, in one copy: (M) ids, then (M) logprobs.
-      const auto at = run_.stage(true);
+      const auto at = run_.stage(true, !b.late_masks);
       auto& in = run_.ctx.in;
       run_.picks.resize(2 * static_cast<std::size_t>(M));
       int32_t* pick_ids = run_.picks.data();
@@ -151,7 +153,9 @@ class Gpt2 {
         enqueue(cache, in.template device<int32_t>(at.idx));
         head(run_.logits.data(), M);
         if (n > 0)
-          Ops::mask_logits(run_.logits.data(), in.template device<uint32_t>(at.masks),
+          Ops::mask_logits(run_.logits.data(),
+                           b.late_masks ? run_.stage_late_masks(b.late_masks)
+                                        : in.template device<uint32_t>(at.masks),
                            in.template device<int32_t>(at.mask_rows), n, M, V);
         Ops::sample(pick_ids, pick_lp, run_.logits.data(),
                     in.template device<RowSampling>(at.sampling), M, V);

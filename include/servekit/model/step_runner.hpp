@@ -80,7 +80,7 @@ class StepRunner {
       const std::size_t in = StepLayout::make(max_tokens, kLora).size * sizeof(int32_t) +
                              S * sizeof(RowSampling) + S * (W + 1) * sizeof(uint32_t) +
                              4 * 16;  // the staging buffer aligns sections to 16 bytes
-      ctx.reserve(in, 2 * S * sizeof(int32_t));
+      ctx.reserve(in, 2 * S * sizeof(int32_t), S * W * sizeof(uint32_t));
     }
   }
 
@@ -115,17 +115,35 @@ class StepRunner {
   }
 
   // Device storage: the plan's index arrays, and for forward_pick its sampling rows, mask
-  // rows and masks, into the staging buffer (cleared first): the step's one upload.
-  Staged stage(bool sampling) requires(!Storage::is_host) {
+  // rows and (unless they come late) masks, into the staging buffer (cleared first): the
+  // step's one upload.
+  Staged stage(bool sampling, bool masks = true) requires(!Storage::is_host) {
     Staged s;
     ctx.in.clear();
     s.idx = ctx.in.put(std::span<const int32_t>(plan.idx));
     if (sampling) {
       s.sampling = ctx.in.put(plan.sampling);
       s.mask_rows = ctx.in.put(std::span<const int32_t>(plan.mask_rows));
-      s.masks = ctx.in.put(plan.masks);
+      if (masks) s.masks = ctx.in.put(plan.masks);
     }
     return s;
+  }
+  // Late masks (Batch::late_masks): called inside the step after its forward is enqueued, so
+  // the host writes the masks while the device runs; they go up in a copy of their own,
+  // ordered after the forward on the step's stream. If the writer throws, the step's work is
+  // waited for first: the staging buffers it reads must outlive it.
+  const uint32_t* stage_late_masks(const MaskWriter& write) requires(!Storage::is_host) {
+    try {
+      write();
+    } catch (...) {
+      ctx.wait();
+      throw;
+    }
+    ctx.late.clear();
+    const std::size_t at = ctx.late.put(plan.masks);
+    ctx.late.reserve_device();
+    ctx.late.upload(ctx.stream());
+    return ctx.late.template device<uint32_t>(at);
   }
 
   // A decode step of a model without LoRA launches the same kernels with the same arguments at

@@ -244,7 +244,8 @@ class Engine {
     add_drafts(plan_, core_, opt_.speculative, cost_, opt_.max_batched_tokens, cache_.max_len(),
                Model::kDeviceSampling);
     const auto t0 = Clock::now();
-    batch_.build(plan_, opt_.pad_id, Model::kDeviceSampling, kMaskWords, core_.counters);
+    batch_.build(plan_, opt_.pad_id, Model::kDeviceSampling, kMaskWords, core_.counters,
+                 Model::kDeviceSampling && opt_.late_masks);
     const int rows = batch_.rows();
     const bool decode_only = rows == batch_.tokens();
     if (execute()) {

@@ -7,6 +7,7 @@
 // speculating sequence's draft follows its uncached token and brings a row of logits per
 // proposed token (the row after each one). The first row of the logits (and of the picked ids)
 // that belongs to each Work item is kept for the update after the step.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -20,11 +21,15 @@ namespace servekit::serve {
 
 class StepBatch {
  public:
-  // Builds the step of `plan`. sampling: device sampling (rows and masks); kMaskWords: words
-  // of one token mask, ceil(V / 32). Counts prompt and pad tokens in c.
-  void build(std::span<const Work> plan, int32_t pad_id, bool sampling, int mask_words,
-             Counters& c) {
+  // Builds the step of `plan`. sampling: device sampling (rows and masks); mask_words: words
+  // of one token mask, ceil(V / 32); late_masks: the masks are written by the batch's
+  // late_masks while the forward runs (write_masks), not here. Counts prompt and pad tokens in
+  // c.
+  void build(std::span<const Work> plan, int32_t pad_id, bool sampling, int mask_words, Counters& c,
+             bool late_masks = false) {
     tokens_.clear(), seqs_.clear(), adapters_.clear(), rows_.clear(), masks_.clear();
+    late_.clear();
+    mask_words_ = mask_words;
     out_row_.clear();
     n_rows_ = 0;
     with_logits_ = !sampling;
@@ -60,16 +65,23 @@ class StepBatch {
       with_logits_ |= s.st->request().top_logprobs > 0;
       // A constrained row that samples this step (not a prompt chunk) brings its mask. (The
       // engine proposes no draft for it: the later rows' masks depend on the tokens accepted.)
-      if (!s.ghost && s.uncached() == w.n_new - d)
-        if (const uint32_t* m = s.st->next_mask()) {
-          rows_[rows_.size() - 1 - d].mask = static_cast<int32_t>(masks_.size() / mask_words);
+      if (!s.ghost && s.uncached() == w.n_new - d && s.st->constraint()) {
+        rows_[rows_.size() - 1 - d].mask = static_cast<int32_t>(masks_.size() / mask_words);
+        if (late_masks) {
+          late_.push_back(s.st.get());
+          masks_.resize(masks_.size() + mask_words);
+        } else {
+          const uint32_t* m = s.st->next_mask();
           masks_.insert(masks_.end(), m, m + mask_words);
         }
+      }
     }
   }
 
-  model::Batch batch() const {
-    return {tokens_, seqs_, model::Logits::Last, adapters_, rows_, masks_};
+  model::Batch batch() {
+    model::Batch b{tokens_, seqs_, model::Logits::Last, adapters_, rows_, masks_};
+    if (!late_.empty()) b.late_masks = {&StepBatch::write_masks, this};
+    return b;
   }
   // The (first) row of the step's logits (and ids) of plan[i].
   int row(std::size_t i) const { return out_row_[i]; }
@@ -84,7 +96,18 @@ class StepBatch {
   std::vector<model::SeqStep> seqs_;
   std::vector<int32_t> adapters_;  // (seqs_) each one's adapter slot, -1: none
   std::vector<RowSampling> rows_;
-  std::vector<uint32_t> masks_;  // (constrained rows, mask words) this step's token masks
+  // The masks of the constrained rows that sample, written by build or, for late masks, by
+  // write_masks from late_'s requests, in row order.
+  static void write_masks(void* self) {
+    auto& b = *static_cast<StepBatch*>(self);
+    const std::size_t W = b.mask_words_;
+    for (std::size_t i = 0; i < b.late_.size(); i++)
+      std::copy_n(b.late_[i]->next_mask(), W, b.masks_.data() + i * W);
+  }
+
+  std::vector<uint32_t> masks_;      // (constrained rows, mask words) this step's token masks
+  std::vector<RequestState*> late_;  // late masks: each mask's request
+  int mask_words_ = 0;
   std::vector<int> out_row_;
   int n_rows_ = 0;  // rows of logits
   bool with_logits_ = true;

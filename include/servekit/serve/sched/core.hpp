@@ -49,6 +49,9 @@ struct EngineOptions {
   // computing them (kv/prefix_index.hpp), with schedulers that allow it (reuses_prefix)
   bool prefix_caching = true;
   int prefix_cache_blocks = -1;  // cached blocks nobody holds kept at most; -1: the pool's
+  // device sampling: a constrained row's token mask is made while the step's forward runs on
+  // the device, not before it is launched (off: before, as a baseline to compare with)
+  bool late_masks = true;
   // n-gram speculation (serve/ngram_proposer.hpp): decoding sequences propose up to k tokens,
   // verified in the same step; the tokens are those of plain decoding. k = 0: off
   Speculation speculative;
