@@ -5,6 +5,8 @@
 # machine that has a GPU:
 #   bash scripts/gpu_bundle.sh                  # build (scripts/build.sh -DSERVEKIT_CUDA=ON), collect
 #   bash scripts/gpu_bundle.sh --no-build [DIR [SERVER_DIR [DESIGNS_DIR]]]   # collect the build's
+#   bash scripts/gpu_bundle.sh --no-server      # the bundle and designs only: neither CLI is built
+#                                               # (the server check, its own call, is skipped)
 # then, on the GPU machine (the device tool's run, 10 minutes a call):
 #   run(command="bash scripts/gpu_check.sh all", carry=[".gpu-bundle"])
 #   run(command="bash scripts/gpu_check.sh server", carry=[".gpu-server"])
@@ -22,10 +24,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD="${SERVEKIT_BUILD_DIR:-$ROOT/build}"
 build=1
-if [ "${1:-}" = "--no-build" ]; then
-  build=0
+server=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --no-build) build=0 ;;
+  --no-server) server=0 ;;
+  *) break ;;
+  esac
   shift
-fi
+done
 BUNDLE=$(realpath -m "${1:-$ROOT/.gpu-bundle}")
 SERVER=$(realpath -m "${2:-$ROOT/.gpu-server}")
 DESIGNS=$(realpath -m "${3:-$ROOT/.gpu-designs}")
@@ -36,7 +43,9 @@ DESIGN_PROGRAMS=(bench_lora_cuda bench_speculative_cuda)
 
 if [ $build = 1 ]; then
   # Machine code for the GPUs it runs on (a build folder CI configured holds PTX alone).
-  SERVEKIT_TARGETS="${PROGRAMS[*]} ${DESIGN_PROGRAMS[*]} servekit_gpu servekit_cli" bash "$ROOT/scripts/build.sh" \
+  targets="${PROGRAMS[*]} ${DESIGN_PROGRAMS[*]}"
+  [ $server = 0 ] || targets="$targets servekit_gpu servekit_cli"
+  SERVEKIT_TARGETS="$targets" bash "$ROOT/scripts/build.sh" \
     -DSERVEKIT_CUDA=ON "-DSERVEKIT_CUDA_ARCHITECTURES=80-real;90"
 fi
 # The tracked files that travel beside each folder (bytes).
@@ -102,29 +111,32 @@ done
 size_check "bundle (${PROGRAMS[*]})" "$BUNDLE"
 
 # The server folder: servekit-gpu and the shared libraries it needs beyond glibc and the driver.
-f="$BUILD/apps/servekit-gpu"
-[ -x "$f" ] || { echo "gpu_bundle: servekit-gpu is not built in $BUILD/apps" >&2; exit 1; }
-rm -rf "$SERVER"
-mkdir -p "$SERVER/bin" "$SERVER/lib"
-strip -o "$SERVER/bin/servekit-gpu" "$f"
-ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do
-  case "$name" in
-  libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcuda.so*) ;;
-  *) cp -L "$path" "$SERVER/lib/$name" ;;
-  esac
-done
-# What the host backend answers to the server check's greedy requests, from the host CLI (the
-# shipped one: the build has other programs of that name, e.g. the tests' sanitizer build).
-host_cli="$BUILD/apps/servekit"
-[ -x "$host_cli" ] || { echo "gpu_bundle: servekit (the host CLI) is not built in $BUILD/apps" >&2; exit 1; }
-python3 "$ROOT/scripts/gpu_server_check.py" --bin "$host_cli" --backend host \
-  --record "$SERVER/expected.json"
-{
-  echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
-  echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -n)"
-  echo "servekit-gpu $(stat -c %s "$SERVER/bin/servekit-gpu") bytes; lib: $(cd "$SERVER/lib" && ls | tr '\n' ' ')"
-} >"$SERVER/manifest.txt"
-size_check "server (servekit-gpu and its libraries)" "$SERVER"
+write_server() {
+  f="$BUILD/apps/servekit-gpu"
+  [ -x "$f" ] || { echo "gpu_bundle: servekit-gpu is not built in $BUILD/apps" >&2; exit 1; }
+  rm -rf "$SERVER"
+  mkdir -p "$SERVER/bin" "$SERVER/lib"
+  strip -o "$SERVER/bin/servekit-gpu" "$f"
+  ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do
+    case "$name" in
+    libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcuda.so*) ;;
+    *) cp -L "$path" "$SERVER/lib/$name" ;;
+    esac
+  done
+  # What the host backend answers to the server check's greedy requests, from the host CLI (the
+  # shipped one: the build has other programs of that name, e.g. the tests' sanitizer build).
+  host_cli="$BUILD/apps/servekit"
+  [ -x "$host_cli" ] || { echo "gpu_bundle: servekit (the host CLI) is not built in $BUILD/apps" >&2; exit 1; }
+  python3 "$ROOT/scripts/gpu_server_check.py" --bin "$host_cli" --backend host \
+    --record "$SERVER/expected.json"
+  {
+    echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -n)"
+    echo "servekit-gpu $(stat -c %s "$SERVER/bin/servekit-gpu") bytes; lib: $(cd "$SERVER/lib" && ls | tr '\n' ' ')"
+  } >"$SERVER/manifest.txt"
+  size_check "server (servekit-gpu and its libraries)" "$SERVER"
+}
+if [ $server = 1 ]; then write_server; else echo "gpu_bundle: no server folder (--no-server)"; fi
 
 # The designs folder: the design comparisons' benchmarks on the device.
 collect "$DESIGNS" "${DESIGN_PROGRAMS[@]}"
