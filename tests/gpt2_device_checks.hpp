@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -426,6 +427,71 @@ TEST_CASE("decode and verify rows take the decode attention kernel, prompt rows 
     CHECK(vids[3 * i] == ids_alone[i]);
     CHECK(std::bit_cast<uint32_t>(vlp[3 * i]) == std::bit_cast<uint32_t>(lp_alone[i]));
   }
+}
+
+// A decode step whose picks are masked replays its forward from a graph and masks and samples
+// after it: the tokens and logprobs are the eager step's, bit for bit, with the masks given up
+// front or written late (while the forward runs), and every pick is one its mask allows.
+TEST_CASE("masked decode steps replay their forward and match eager steps", "[device][graphs]") {
+  using D = sk::dims::TinyA;
+  using Model = sk::Gpt2<Device<D, sk::weights::F32, sk::kv::Paged<16>>>;
+  constexpr int W = (D::vocab + 31) / 32;
+  auto eager = Model::load(fixture_dir<D>());
+  auto graphed = Model::load(fixture_dir<D>());
+  eager.set_graphs(false);
+  auto c1 = eager.make_cache(4), c2 = graphed.make_cache(4);
+  DecodeRun a, b;
+  for (auto* r : {&a, &b}) {
+    r->rows[0].temperature = 0.9f, r->rows[0].seed = 11;
+    r->rows[1].temperature = 1.2f, r->rows[1].seed = 3;
+  }
+  std::mt19937 rng(5);
+  std::vector<uint32_t> masks, late_buf;
+  struct Late {
+    std::vector<uint32_t>* dst;
+    const std::vector<uint32_t>* src;
+    static void write(void* self) {
+      auto& l = *static_cast<Late*>(self);
+      *l.dst = *l.src;
+    }
+  };
+  const sk::simt::Counts before = sk::simt::counts();
+  for (int step = 0; step < 16; step++) {
+    INFO("step " << step);
+    // Rows 0 and 2 masked on most steps (a random quarter of the tokens each), none on every
+    // fourth; on odd steps the graphed model's masks come late.
+    const bool masked = step % 4 != 3, late = step % 2 == 1;
+    masks.clear();
+    for (auto* r : {&a, &b}) r->rows[0].mask = r->rows[2].mask = -1;
+    if (masked && step > 0) {
+      masks.assign(2 * W, 0u);
+      for (auto& w : masks) w = rng() & rng();
+      for (auto* r : {&a, &b}) r->rows[0].mask = 0, r->rows[2].mask = 1;
+    }
+    const sk::model::Batch ba{a.tokens, a.seqs, Logits::Last, {}, a.rows, masks};
+    sk::model::Batch bb{b.tokens, b.seqs, Logits::Last, {}, b.rows, masks};
+    Late writer{&late_buf, &masks};
+    if (late && !masks.empty()) {
+      late_buf.assign(masks.size(), ~0u);  // what the forward is launched with: all allowed
+      bb.masks = late_buf, bb.late_masks = {&Late::write, &writer};
+    }
+    eager.forward_pick(c1, ba, a.ids, a.lp);
+    graphed.forward_pick(c2, bb, b.ids, b.lp);
+    REQUIRE(a.ids == b.ids);
+    REQUIRE(std::memcmp(a.lp.data(), b.lp.data(), a.lp.size() * sizeof(float)) == 0);
+    for (int k = 0; k < static_cast<int>(masks.size()) / W; k++) {
+      const int32_t id = a.ids[k == 0 ? 0 : 2];
+      CHECK((masks[k * W + id / 32] >> (id % 32) & 1));
+    }
+    for (auto* r : {&a, &b}) {
+      r->tokens.assign(r->ids.begin(), r->ids.end());
+      for (auto& q : r->seqs) q = {q.slot, q.n_past + q.n_new, 1};
+      for (auto& q : r->rows) q.index++;
+    }
+  }
+  // Both decode kinds of the 3-row shape are captured (masked and not), and replayed.
+  CHECK(graphed.graphs_captured() == 2);
+  CHECK((sk::simt::counts() - before).graph_launches > 6);
 }
 
 // An engine sizes the model's step buffers once for its limits (Gpt2::reserve): then no step

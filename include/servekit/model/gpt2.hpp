@@ -116,7 +116,7 @@ class Gpt2 {
   // logits, when not null, gets the (M, V) logits too (a request asked for its top logprobs).
   // b.masks: (n, ceil(V / 32)) token masks of constrained rows (RowSampling::mask names one;
   // bit v: token v allowed), applied before sampling; written by b.late_masks, when set, while
-  // the forward runs (device storage: then uploaded in a copy of their own).
+  // the forward runs.
   void forward_pick(Cache& cache, const model::Batch& b, std::span<int32_t> ids,
                     std::span<float> logprobs,
                     std::vector<float>* logits = nullptr) requires kDeviceSampling {
@@ -143,23 +143,27 @@ class Gpt2 {
       Storage::download(ids, run_.pick_ids);
       Storage::download(logprobs, run_.pick_lp);
     } else {
-      // ids and logprobs come back together, in one copy: (M) ids, then (M) logprobs.
-      const auto at = run_.stage(true, !b.late_masks);
+      // ids and logprobs come back together, in one copy: (M) ids, then (M) logprobs. A step
+      // with masks replays the graph of its forward alone and then masks and samples eagerly,
+      // its masks going up in a copy of their own: made before the step, or (late) by the host
+      // while the device runs the forward.
+      const auto at = run_.stage(true);
       auto& in = run_.ctx.in;
       run_.picks.resize(2 * static_cast<std::size_t>(M));
       int32_t* pick_ids = run_.picks.data();
       float* pick_lp = reinterpret_cast<float*>(pick_ids + M);
-      run_.ctx.run(n > 0 ? std::nullopt : run_.graph_key(cache, Runner::kPick), [&] {
+      // (Device addresses once run() has sized the staging buffer's device side.)
+      auto rows = [&] { return in.template device<RowSampling>(at.sampling); };
+      run_.ctx.run(run_.graph_key(cache, n > 0 ? Runner::kForwardOfPick : Runner::kPick), [&] {
         enqueue(cache, in.template device<int32_t>(at.idx));
         head(run_.logits.data(), M);
-        if (n > 0)
-          Ops::mask_logits(run_.logits.data(),
-                           b.late_masks ? run_.stage_late_masks(b.late_masks)
-                                        : in.template device<uint32_t>(at.masks),
-                           in.template device<int32_t>(at.mask_rows), n, M, V);
-        Ops::sample(pick_ids, pick_lp, run_.logits.data(),
-                    in.template device<RowSampling>(at.sampling), M, V);
+        if (n == 0) Ops::sample(pick_ids, pick_lp, run_.logits.data(), rows(), M, V);
       });
+      if (n > 0) {
+        Ops::mask_logits(run_.logits.data(), run_.stage_masks(b.late_masks),
+                         in.template device<int32_t>(at.mask_rows), n, M, V);
+        Ops::sample(pick_ids, pick_lp, run_.logits.data(), rows(), M, V);
+      }
       const std::span<const int32_t> got = run_.ctx.download(run_.picks.data(), run_.picks.size());
       std::copy_n(got.data(), M, ids.data());  // the step's one wait
       std::memcpy(logprobs.data(), got.data() + M, M * sizeof(float));

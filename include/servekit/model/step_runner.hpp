@@ -36,12 +36,14 @@ class StepRunner {
   using Mat = typename Ops::template Resident<weights::Matrix<typename Cfg::Weights>>;
   static constexpr int C = Dims::n_embd, H = Dims::n_head, V = Dims::vocab;
   static constexpr bool kLora = lora::enabled<typename Cfg::Lora>;
-  static constexpr int kAllLogits = 0, kLastLogits = 1, kPick = 2;  // what a graph computes
+  // What a graph computes: all logits, the last ones, picks, or the forward of a step whose
+  // picks are masked (the masks and the pick follow eagerly).
+  static constexpr int kAllLogits = 0, kLastLogits = 1, kPick = 2, kForwardOfPick = 3;
   static constexpr int kMaxGraphRows = 256;  // larger decode steps run eagerly
 
   // Where the plan's parts are in the staging buffer (device storage), in bytes.
   struct Staged {
-    std::size_t idx = 0, sampling = 0, mask_rows = 0, masks = 0;
+    std::size_t idx = 0, sampling = 0, mask_rows = 0;
   };
 
   StepPlan plan;  // this step's, rebuilt by each forward
@@ -74,12 +76,12 @@ class StepRunner {
     reserve_attention(max_len, std::min(max_tokens, max_seqs * kFewRows));
     if constexpr (!Storage::is_host) {
       if (picks.size() < 2 * S) picks.resize(2 * S);
-      // What stage() puts: the plan's index arrays, the rows' sampling parameters, a mask and
-      // its row per sequence, each section aligned.
+      // What stage() puts: the plan's index arrays, the rows' sampling parameters and mask
+      // rows, each section aligned; and stage_masks() a mask per sequence.
       const std::size_t W = (V + 31) / 32;
       const std::size_t in = StepLayout::make(max_tokens, kLora).size * sizeof(int32_t) +
-                             S * sizeof(RowSampling) + S * (W + 1) * sizeof(uint32_t) +
-                             4 * 16;  // the staging buffer aligns sections to 16 bytes
+                             S * (sizeof(RowSampling) + sizeof(int32_t)) +
+                             3 * 16;  // the staging buffer aligns sections to 16 bytes
       ctx.reserve(in, 2 * S * sizeof(int32_t), S * W * sizeof(uint32_t));
     }
   }
@@ -114,30 +116,32 @@ class StepRunner {
     }
   }
 
-  // Device storage: the plan's index arrays, and for forward_pick its sampling rows, mask
-  // rows and (unless they come late) masks, into the staging buffer (cleared first): the
-  // step's one upload.
-  Staged stage(bool sampling, bool masks = true) requires(!Storage::is_host) {
+  // Device storage: the plan's index arrays, and for forward_pick its sampling rows and mask
+  // rows (M slots, so that a step's upload has one size whatever its masks), into the staging
+  // buffer (cleared first): the step's one upload, which a graph holds.
+  Staged stage(bool sampling) requires(!Storage::is_host) {
     Staged s;
     ctx.in.clear();
     s.idx = ctx.in.put(std::span<const int32_t>(plan.idx));
     if (sampling) {
       s.sampling = ctx.in.put(plan.sampling);
-      s.mask_rows = ctx.in.put(std::span<const int32_t>(plan.mask_rows));
-      if (masks) s.masks = ctx.in.put(plan.masks);
+      mask_slots_.assign(plan.M, -1);
+      std::copy(plan.mask_rows.begin(), plan.mask_rows.end(), mask_slots_.begin());
+      s.mask_rows = ctx.in.put(std::span<const int32_t>(mask_slots_));
     }
     return s;
   }
-  // Late masks (Batch::late_masks): called inside the step after its forward is enqueued, so
-  // the host writes the masks while the device runs; they go up in a copy of their own,
-  // ordered after the forward on the step's stream. If the writer throws, the step's work is
-  // waited for first: the staging buffers it reads must outlive it.
-  const uint32_t* stage_late_masks(const MaskWriter& write) requires(!Storage::is_host) {
-    try {
-      write();
-    } catch (...) {
-      ctx.wait();
-      throw;
+  // The step's masks, uploaded after its forward is enqueued (ordered after it on the step's
+  // stream): late, when set, writes them first, while the device runs. If it throws, the
+  // step's work is waited for: the staging buffers that work reads must outlive it.
+  const uint32_t* stage_masks(const MaskWriter& late) requires(!Storage::is_host) {
+    if (late) {
+      try {
+        late();
+      } catch (...) {
+        ctx.wait();
+        throw;
+      }
     }
     ctx.late.clear();
     const std::size_t at = ctx.late.put(plan.masks);
@@ -212,6 +216,7 @@ class StepRunner {
   }
 
   std::vector<kv::Reserve> reserve_;
+  std::vector<int32_t> mask_slots_;  // (M) the rows masks apply to, then -1
 };
 
 }  // namespace servekit::model
