@@ -33,7 +33,8 @@ struct LoraParams {
   const int32_t* seg_start = nullptr;  // (n_seg + 1) bounds in `order`
   const int32_t* seg_ad = nullptr;     // (n_seg) slot of each segment
   int n_seg = 0;
-  int seg_rows = 0;  // the longest segment's rows (0: as many as N)
+  int seg_rows = 0;   // the longest segment's rows (0: as many as N)
+  int seg_chunk = 0;  // rows of a segment one block takes (the launcher sets it)
 };
 
 }  // namespace SERVEKIT_DEVICE_ABI
