@@ -121,12 +121,12 @@ TEMPLATE_TEST_CASE("tensor-core linear matches the reference within the 16-bit r
 // Bitwise: each row of a 40-row call against the same row computed in calls of 1..40 rows
 // at other offsets. For fp32 that is the tiled GEMM against the GEMV (M <= 8); the tensor-core
 // kernel serves every M. With a split-K scratch the launches of up to 64 rows (fp32: GEMV and
-// tiled; 16-bit: two row tiles) give each (row tile, column tile, K part) a block, and must
-// still give every row the bits of the unsplit 40-row call.
+// tiled) or 128 (16-bit: four row tiles) give each (row tile, column tile, K part) a block, and
+// must still give every row the bits of the unsplit 40-row call.
 template <class Fmt>
-void check_row_bits(int K, int N, std::mt19937& rng, bool split = false) {
-  INFO(Fmt::name << ": K = " << K << ", N = " << N << (split ? ", split-K scratch" : ""));
-  constexpr int M = 40;
+void check_row_bits(int K, int N, std::mt19937& rng, bool split = false, int M = 40) {
+  INFO(Fmt::name << ": M = " << M << ", K = " << K << ", N = " << N
+                 << (split ? ", split-K scratch" : ""));
   const auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
   const auto W =
       sk::weights::Matrix<Fmt>::from_f32(random_floats(static_cast<std::size_t>(K) * N, rng), K, N);
@@ -166,6 +166,8 @@ TEST_CASE("a split-K launch gives a row the bits of the unsplit kernels",
       check_row_bits<sk::weights::BF16>(K, N, rng, true);
     }
   check_row_bits<sk::weights::F32>(3072, 64, rng, true);
+  // The tensor-core kernel splits up to four row tiles (a verify step of 16 x 5 rows).
+  check_row_bits<sk::weights::F16>(200, 70, rng, true, 100);
 }
 
 // A decode launch's block may take several column tiles (the GEMV's warps side by side, the

@@ -14,7 +14,7 @@
 // keeps two tiles of W in flight instead of waiting on each; one __syncthreads per slice.
 // K is summed in mma_order (common.hpp's order, one slice a part): each part's mma chain starts
 // from zero and the part sums are added in order on CUDA cores. A launch of at most
-// kSplitRows = 2 BM rows with a SplitK workspace takes one block per (row tile, column tile,
+// kSplitRows = 4 BM rows with a SplitK workspace takes one block per (row tile, column tile,
 // part), >= kFillBlocks = 264 blocks for every GPT-2 small linear, and the last block of a tile
 // adds the parts; larger launches walk every part in one block. Either way a row gets the same
 // bits, whatever M.
@@ -37,8 +37,8 @@ constexpr int BM = 32, BN = 64, BK = 32;  // BN: the column tile of the order an
 constexpr int kThreads = 128;             // kWn = 2; 64 kWn in general
 constexpr int kMaxWide = 2;               // column tiles a block takes at most (kWn = 4)
 constexpr int kStages = 3;                // slices in shared memory: one multiplied, two in flight
-constexpr int kSplitRows = 2 * BM;        // the most rows a split launch takes (decode to batch 64)
-constexpr int kChunk = 8;                 // 16-bit words per 16-byte cp.async
+constexpr int kSplitRows = 4 * BM;  // the most rows a split launch takes (a verify of 16 x 5 rows)
+constexpr int kChunk = 8;           // 16-bit words per 16-byte cp.async
 // Rows padded by 8 halves (16 bytes): ldmatrix's eight row addresses then fall in different
 // banks, and every row start stays 16-byte aligned as ldmatrix requires.
 constexpr int kPad = 8;
