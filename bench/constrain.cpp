@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "schemas.hpp"
 #include "servekit/constrain/token_mask.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"
@@ -30,20 +31,6 @@ using json = nlohmann::json;
 using Model = sk::Gpt2<sk::Config<sk::dims::Gpt2Small, sk::weights::F32, sk::kv::Contiguous>>;
 
 namespace {
-
-// The shapes people ask for: the course's Person, a nested record, a list of enums, any object.
-const char* kSchemas[] = {
-    R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
-        "age": {"type": "integer"}}, "required": ["name", "age"]})",
-    R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 16},
-        "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
-        "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["city", "zip"]},
-        "tags": {"type": "array", "items": {"enum": ["new", "vip", "late"]}, "maxItems": 3}},
-        "required": ["name", "address"]})",
-    R"({"type": "array", "items": {"type": "object", "properties": {"sku": {"type": "string",
-        "pattern": "^[A-Z]{3}-[0-9]{3}$"}, "qty": {"type": "integer", "minimum": 1, "maximum": 99}},
-        "required": ["sku", "qty"]}, "minItems": 1, "maxItems": 4})",
-    R"({"type": "object"})"};
 
 struct Run {
   double step_ms = 0, tokens_per_s = 0;
@@ -108,7 +95,7 @@ MaskCost replay(const std::vector<serve::Result>& rs,
 
 std::vector<std::shared_ptr<const sk::constrain::Grammar>> grammars() {
   std::vector<std::shared_ptr<const sk::constrain::Grammar>> gs;
-  for (const char* s : kSchemas)
+  for (const char* s : sk::bench::kSchemas)
     gs.push_back(sk::constrain::compile_json_schema(std::string_view(s)));
   return gs;
 }

@@ -19,27 +19,13 @@
 #include <vector>
 
 #include "common.hpp"
+#include "schemas.hpp"
 #include "servekit/constrain/grammar.hpp"
 #include "servekit/constrain/token_mask.hpp"
 #include "servekit/model/batch.hpp"
 #include "servekit/text/gpt2_tokenizer.hpp"
 
 namespace servekit::bench {
-
-// The shapes people ask for (bench/constrain.cpp's): a record, a nested record, a list of
-// records, any object.
-inline const char* const kMaskSchemas[] = {
-    R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
-        "age": {"type": "integer"}}, "required": ["name", "age"]})",
-    R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 16},
-        "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
-        "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["city", "zip"]},
-        "tags": {"type": "array", "items": {"enum": ["new", "vip", "late"]}, "maxItems": 3}},
-        "required": ["name", "address"]})",
-    R"({"type": "array", "items": {"type": "object", "properties": {"sku": {"type": "string",
-        "pattern": "^[A-Z]{3}-[0-9]{3}$"}, "qty": {"type": "integer", "minimum": 1, "maximum": 99}},
-        "required": ["sku", "qty"]}, "minItems": 1, "maxItems": 4})",
-    R"({"type": "object"})"};
 
 struct MaskRun {
   std::vector<double> step_ms;  // each timed step, masks included
@@ -129,10 +115,10 @@ void mask_steps(M& m, const text::Gpt2Tokenizer& tok, int batch, int steps, int 
   std::vector<double> all[3], mask_ms[3];
   for (int r = 0; r < rounds; r++) {
     std::vector<std::shared_ptr<const constrain::Grammar>> gs;
-    for (const char* s : kMaskSchemas)
+    for (const char* s : kSchemas)
       gs.push_back(constrain::compile_json_schema(std::string_view(s)));
     std::vector<std::shared_ptr<const constrain::Grammar>> again;  // the same, compiled anew
-    for (const char* s : kMaskSchemas)
+    for (const char* s : kSchemas)
       again.push_back(constrain::compile_json_schema(std::string_view(s)));
     for (int k = 0; k < 3; k++) {
       const int mode = (k + r) % 3;  // who goes first changes each round
