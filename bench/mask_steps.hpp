@@ -141,9 +141,10 @@ void mask_steps(M& m, const text::Gpt2Tokenizer& tok, int batch, int steps, int 
   }
   f.close();
   plot(out / "masks.gp",
-       "set terminal pngcairo size 800,450\nset output '" + (out / "masks.png").string() +
+       "set terminal pngcairo size 900,450\nset output '" + (out / "masks.png").string() +
            "'\nset datafile separator ','\nset style data histograms\nset style histogram "
-           "clustered\nset style fill solid 0.8\nset grid y\nset yrange [0:*]\nset title "
+           "clustered\nset style fill solid 0.8\nset grid y\nset yrange [0:*]\nset key below\n"
+           "set xtics rotate by -10\nset title "
            "'A decode step of " +
            std::to_string(batch) + " rows with token masks (" + where +
            ")'\nset ylabel 'ms a step'\nplot '" + (out / "masks.csv").string() +
