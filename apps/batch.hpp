@@ -118,6 +118,7 @@ inline json result_json(const serve::Result& r, int lineno) {
   if (r.metrics.spec_proposed > 0)
     j["speculative"] = {{"proposed", r.metrics.spec_proposed},
                         {"accepted", r.metrics.spec_accepted}};
+  if (r.metrics.forced_tokens > 0) j["forced_tokens"] = r.metrics.forced_tokens;
   j["generated_ids"] = r.ids();
   const auto& m = r.metrics;
   j["metrics"] = {{"queue_ms", m.queue_ms},
@@ -165,6 +166,7 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
                            .kv_blocks = a.kv_blocks,
                            .memory_limit = a.memory_limit};
   opt.prefix_caching = !a.no_prefix_caching;
+  opt.jump_forward = !a.no_jump_forward;
   opt.prefix_cache_blocks = a.prefix_cache_blocks;
   opt.speculative = a.speculative;
   opt.max_active_adapters = choice.max_loras;
@@ -215,6 +217,10 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
                  "cached\n",
                  s.prefix_cache_hits, s.prefix_cache_queries, 100 * s.prefix_hit_rate(),
                  s.cache_blocks_cached);
+  if (s.forced_tokens > 0)
+    std::fprintf(stderr,
+                 "batch: jump-forward: %ld tokens forced by grammars, without a step each\n",
+                 s.forced_tokens);
   if (s.spec_verifies > 0)
     std::fprintf(stderr,
                  "batch: speculation: %ld of %ld proposed tokens accepted (%.1f%%), %.2f tokens "

@@ -39,6 +39,13 @@ inline void add_prefix_flags(CLI::App* sub, bool& off, int& blocks) {
       ->check(CLI::NonNegativeNumber);
 }
 
+// Jump-forward (constrain/forced_tokens.hpp), for batch and serve.
+inline void add_jump_flag(CLI::App* sub, bool& off) {
+  sub->add_flag("--no-jump-forward", off,
+                "write the tokens a JSON schema or regex forces a step each (default: appended at "
+                "once and fed in one step; the same tokens either way)");
+}
+
 // The engine's memory (serve/memory_plan.hpp), for batch and serve.
 inline void add_memory_flags(CLI::App* sub, int& blocks, std::size_t& limit,
                              std::size_t& adapter_host, std::size_t& adapter_device) {

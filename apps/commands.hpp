@@ -144,6 +144,7 @@ struct BatchCommand {
                     "PEFT LoRA adapter folder (repeatable); a line's \"adapter\" names one by its "
                     "folder name");
     add_prefix_flags(sub, a.no_prefix_caching, a.prefix_cache_blocks);
+    add_jump_flag(sub, a.no_jump_forward);
     add_speculative_flags(sub, spec);
     add_memory_flags(sub, a.kv_blocks, a.memory_limit, a.adapter_host_bytes,
                      a.adapter_device_bytes);
@@ -197,6 +198,7 @@ struct ServeCommand {
     add_memory_flags(sub, a.kv_blocks, a.memory_limit, a.adapter_host_bytes,
                      a.adapter_device_bytes);
     add_prefix_flags(sub, a.no_prefix_caching, a.prefix_cache_blocks);
+    add_jump_flag(sub, a.no_jump_forward);
     add_speculative_flags(sub, spec);
     sub->add_option("--max-pending", a.max_pending,
                     "requests admitted at once (waiting + running); more get 429")

@@ -47,7 +47,7 @@ struct GenerateArgs {
 struct BatchArgs {
   std::string model, vocab, input, output;
   int max_batch = 8, max_batched_tokens = 512, prefix_cache_blocks = -1, kv_blocks = 0;
-  bool no_prefix_caching = false;
+  bool no_prefix_caching = false, no_jump_forward = false;
   serve::Speculation speculative;  // --speculative; k = 0: off
   std::size_t memory_limit = 0;    // bytes; 0: a share of what is available
   std::size_t adapter_host_bytes = 0, adapter_device_bytes = 0;  // 0: EngineOptions' defaults
@@ -64,6 +64,7 @@ struct ServeArgs {
   uint64_t seed = 0;                  // the random model's, without --model
   std::vector<std::string> adapters;  // ID=DIR, an adapter folder, or a folder of adapters
   bool no_adapter_paths = false, quiet = false, no_prefix_caching = false;
+  bool no_jump_forward = false;
   int prefix_cache_blocks = -1;
   serve::Speculation speculative;  // --speculative; k = 0: off
   std::size_t memory_limit = 0;    // bytes; 0: a share of what is available

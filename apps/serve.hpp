@@ -70,6 +70,7 @@ int serve_as(const Job& job) {
                           .memory_limit = a.memory_limit};
   eo.adapter_paths = !a.no_adapter_paths;
   eo.prefix_caching = !a.no_prefix_caching;
+  eo.jump_forward = !a.no_jump_forward;
   eo.prefix_cache_blocks = a.prefix_cache_blocks;
   eo.speculative = a.speculative;
   eo.max_active_adapters = job.choice.max_loras;

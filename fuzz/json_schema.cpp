@@ -5,13 +5,15 @@
 // servekit::Error or a grammar; and where the text starts and where it stops (its last live
 // state), unless complete, the
 // mask allows some token, and a budget of exactly min_finish() + 1 tokens still allows one
-// (min_finish() never promises an ending that does not exist).
+// (min_finish() never promises an ending that does not exist); the tokens the grammar forces at
+// the start (jump-forward) are each allowed by the mask in turn.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "servekit/constrain/forced_tokens.hpp"
 #include "servekit/constrain/token_mask.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
@@ -57,6 +59,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     if (maker.make(s, fin + 1).allowed == 0) std::abort();
   };
   check();
+  {
+    c::Constraint con(g, vocab);
+    std::vector<int32_t> run;
+    c::forced_tokens(con, tok, run);
+    for (std::size_t i = 0; i < run.size() && i < 4; i++) {
+      con.mask(c::kInf);
+      if (!con.allowed(run[i])) std::abort();
+      con.advance(run[i], tok.token_view(run[i]));
+    }
+  }
   // Masks cost ~a millisecond each under the sanitizers: check where the text stops (or the
   // last state it kept alive).
   for (char ch : text) {

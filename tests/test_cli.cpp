@@ -31,7 +31,8 @@ const std::string kTinyA = std::string(SERVEKIT_FIXTURES) + "/tiny-a";
 const std::string kTinyVocab = std::string(SERVEKIT_FIXTURES) + "/tiny-vocab";
 
 // `servekit batch` on tiny-a with these input lines, in a folder of its own: the output lines.
-std::vector<json> run_batch(const std::string& name, const std::vector<std::string>& lines) {
+std::vector<json> run_batch(const std::string& name, const std::vector<std::string>& lines,
+                            const std::string& flags = "", std::string* log = nullptr) {
   const fs::path dir = servekit::test::temp_file(name);
   fs::create_directories(dir);
   const fs::path in = dir / "in.jsonl", out = dir / "out.jsonl";
@@ -40,8 +41,9 @@ std::vector<json> run_batch(const std::string& name, const std::vector<std::stri
     for (const auto& l : lines) f << l << "\n";
   }
   auto b = run("batch --model " + kTinyA + " --vocab " + kTinyVocab + " --input " + in.string() +
-               " --output " + out.string());
+               " --output " + out.string() + flags);
   INFO(b.out);
+  if (log) *log = b.out;
   std::ifstream f(out);
   std::vector<json> got;
   for (std::string line; std::getline(f, line);) got.push_back(json::parse(line));
@@ -447,6 +449,29 @@ TEST_CASE(
   for (const auto& t : tags) CHECK((t == "a" || t == "b"));
   CHECK_THAT(got[1]["error"].get<std::string>(),
              Contains("line 2: field \"json_schema\"") && Contains("unsupported type \"objekt\""));
+}
+
+TEST_CASE("batch: jump-forward by default, --no-jump-forward a step each, the same lines") {
+  const std::vector<std::string> lines = {
+      R"({"prompt": "Who?", "max_new_tokens": 40, "temperature": 1, "seed": 3, "json_schema":)"
+      R"( {"type": "object", "properties": {"colour": {"enum": ["dark red", "dark blue"]}},)"
+      R"( "required": ["colour"], "additionalProperties": false}})",
+      R"({"prompt": "Free", "max_new_tokens": 8, "seed": 4})"};
+  std::string on_log, off_log;
+  const auto on = run_batch("servekit_cli_jump_on", lines, "", &on_log);
+  const auto off = run_batch("servekit_cli_jump_off", lines, " --no-jump-forward", &off_log);
+  REQUIRE(on.size() == 2);
+  REQUIRE(off.size() == 2);
+  for (int i = 0; i < 2; i++) {
+    CHECK(on[i]["text"] == off[i]["text"]);
+    CHECK(on[i]["generated_ids"] == off[i]["generated_ids"]);
+    CHECK_FALSE(off[i].contains("forced_tokens"));
+  }
+  CHECK(on[0]["forced_tokens"].get<int>() >= 2);  // `{"colour` and `d"}` or `e"}`
+  CHECK(json::parse(on[0]["text"].get<std::string>())["colour"].get<std::string>().rfind("dark ",
+                                                                                         0) == 0);
+  CHECK_THAT(on_log, Contains("jump-forward:"));
+  CHECK_THAT(off_log, !Contains("jump-forward:"));
 }
 
 TEST_CASE("generate --regex and --choice, and batch's regex and choice, constrain the whole text") {

@@ -81,6 +81,8 @@ TEST_CASE("device kernels: constrained rows in the engine == generate() alone, a
       CHECK_NOTHROW(json::parse(got[i].text));
     }
   }
+  engine.wait_idle();
+  CHECK(engine.stats().forced_tokens > 0);  // jump-forward ran, and changed no token
 }
 
 TEST_CASE("forward_pick names the mask argument it cannot use", "[constrain][emulated]") {

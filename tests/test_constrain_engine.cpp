@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -240,4 +241,130 @@ TEST_CASE("constrained rows that reuse a cached prefix get their tokens alone",
     if (i > 0) CHECK(got[i].metrics.cached_tokens >= 32);
   }
   CHECK(engine.stats().prefix_cache_hits > 0);
+}
+
+// Where the grammar leaves one text to write, the mask holds its next canonical token alone:
+// the tokenizer's own tokens of that text, less its last pre-token (constrain/forced_tokens.hpp).
+TEST_CASE("forced text is written in its canonical tokens, a one-token mask each",
+          "[constrain][jump]") {
+  const auto g = constrain::compile_json_schema(json::parse(
+      R"({"type": "object", "properties": {"colour": {"enum": ["dark red", "dark blue"]}},
+          "required": ["colour"], "additionalProperties": false})"));
+  const auto v = constrain::Vocab::of(tok(), D::vocab, tok().eos_id());
+  constrain::Constraint c(g, v);
+  std::vector<int32_t> run;
+  // Nothing is written yet: '{' then the only key, its colon; then a space or the value.
+  const auto f = c.forced_text();
+  CHECK(f.text == R"({"colour":)");
+  CHECK_FALSE(f.whole);
+  constrain::forced_tokens(c, tok(), run);
+  CHECK(run == tok().encode(R"({"colour)"));  // `":` may join what follows
+  for (int32_t t : run) c.advance(t, tok().token_view(t));
+  for (char ch : std::string(R"(": "dark)")) c.advance(-1, std::string_view(&ch, 1));
+  // " red" or " blue": a space, then a choice; the space alone is left to the model (it may
+  // join the word after it). After " re", `d"}` is forced and nothing may follow it.
+  CHECK(c.forced_text().text == " ");
+  constrain::forced_tokens(c, tok(), run);
+  CHECK(run.empty());
+  for (char ch : std::string(" re")) c.advance(-1, std::string_view(&ch, 1));
+  const auto end = c.forced_text();
+  CHECK(end.text == "d\"}");
+  CHECK(end.whole);
+  constrain::forced_tokens(c, tok(), run);
+  CHECK(run == tok().encode("d\"}"));
+
+  // Through a request: every step whose mask is one token writes the run's tokens in order.
+  serve::Request r = constrained(g, 5, 40);
+  serve::RequestState st(1, r, tok().encode(r.prompt), tok(), D::n_positions, D::vocab);
+  constrain::Constraint free(g, v);
+  int forced = 0;
+  std::mt19937 rng(3);
+  std::vector<float> logits(D::vocab);
+  serve::Sampler sampler;
+  while (!st.finished()) {
+    const uint32_t* m = st.next_mask();
+    const auto& all = free.mask(1000);
+    int allowed = 0, last = -1;
+    for (int i = 0; i < D::vocab; i++)
+      if (m[i >> 5] >> (i & 31) & 1) allowed++, last = i;
+    for (int i = 0; i < D::vocab; i++)  // the request's mask is within the grammar's
+      if (m[i >> 5] >> (i & 31) & 1) REQUIRE((all[i >> 5] >> (i & 31) & 1));
+    if (allowed == 1 && last != tok().eos_id()) {
+      forced++;
+      constrain::forced_tokens(free, tok(), run);
+      REQUIRE_FALSE(run.empty());
+      CHECK(run.front() == last);
+    }
+    std::uniform_real_distribution<float> u(-3, 3);
+    for (float& x : logits) x = u(rng);
+    st.on_logits(logits, sampler);
+    const int32_t t = st.tokens().back();
+    free.advance(t, t == tok().eos_id() ? std::string_view() : tok().token_view(t));
+  }
+  CHECK(forced >= 3);
+  CHECK(st.result().finish_reason == serve::finish::eos);
+  CHECK(json::parse(st.result().text)["colour"].get<std::string>().rfind("dark ", 0) == 0);
+}
+
+// Jump-forward: the forced tokens come without a step each, and every request's tokens, text
+// and logprobs are those of one step each, alone (generate()), whatever shares its steps, with
+// or without speculation, on a contiguous or paged cache, in chunks or not.
+TEST_CASE("jump-forward changes how many steps, not which tokens", "[constrain][jump]") {
+  using Paged = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>>>;
+  auto model = Paged::random(21);
+  const json schemas = corpus();
+  std::vector<serve::Request> rs;
+  for (int i = 0; i < 16; i++)
+    rs.push_back(constrained(constrain::compile_json_schema(schemas[(3 * i) % schemas.size()]),
+                             900 + i, 48, i % 4 == 0 ? 0.f : 0.9f));
+  rs[3].top_logprobs = 3;  // takes its forced tokens a step each
+  std::vector<serve::Result> want;
+  for (const auto& r : rs) {
+    serve::GenerateOptions o{.sampling = r.sampling,
+                             .stop = r.stop,
+                             .top_logprobs = r.top_logprobs,
+                             .json_schema = r.json_schema};
+    want.push_back(serve::generate(model, tok(), tok().encode(r.prompt), o));
+  }
+  struct Case {
+    const char* name;
+    bool jump;
+    int k, budget;
+  };
+  long steps_off = 0;
+  for (const Case& k : {Case{"off", false, 0, 64}, Case{"on", true, 0, 64},
+                        Case{"on, chunked", true, 0, 6}, Case{"on, speculating", true, 3, 64}}) {
+    serve::EngineOptions o;
+    o.max_batch = 5;
+    o.max_batched_tokens = k.budget;
+    o.jump_forward = k.jump;
+    o.speculative = {.k = k.k, .rule = serve::SpecRule::always};
+    serve::Engine<Paged, serve::sched::Continuous> engine(model, tok(), o);
+    auto got = engine.run_all(rs);
+    int forced = 0;
+    for (std::size_t i = 0; i < rs.size(); i++) {
+      INFO(k.name << ", request " << i << ": " << want[i].text << " vs " << got[i].text);
+      CHECK(got[i].ids() == want[i].ids());
+      CHECK(got[i].text == want[i].text);
+      CHECK(got[i].finish_reason == want[i].finish_reason);
+      REQUIRE(got[i].tokens.size() == want[i].tokens.size());
+      for (std::size_t t = 0; t < got[i].tokens.size(); t++) {
+        CHECK(got[i].tokens[t].logprob == want[i].tokens[t].logprob);
+        CHECK(got[i].tokens[t].top.size() == want[i].tokens[t].top.size());
+      }
+      forced += got[i].metrics.forced_tokens;
+      if (i == 3) CHECK(got[i].metrics.forced_tokens == 0);
+    }
+    engine.wait_idle();
+    const auto s = engine.stats();
+    INFO(k.name << ": " << s.steps << " steps, " << s.forced_tokens << " forced tokens");
+    CHECK(s.forced_tokens == forced);
+    if (!k.jump) {
+      CHECK(forced == 0);
+      steps_off = s.steps;
+    } else {
+      CHECK(forced >= 30);
+      if (k.k == 0 && k.budget == 64) CHECK(s.steps < steps_off);
+    }
+  }
 }

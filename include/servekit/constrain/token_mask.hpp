@@ -96,6 +96,44 @@ class Constraint {
     }
   }
 
+  // The text every valid continuation starts with, up to `cap` bytes: bytes while exactly one
+  // fits and the text may not end before it (jump-forward, serve/forced_tokens.hpp). whole:
+  // nothing may follow it but the end of the text. Empty where the next byte is a choice.
+  struct Forced {
+    std::string text;
+    bool whole = false;
+  };
+  Forced forced_text(int cap = 256) const {
+    Forced out;
+    if (ended_) return out;
+    const Matcher& m = maker_.matcher();
+    probe_.copy_from(state_);
+    while (static_cast<int>(out.text.size()) < cap && !m.accepts(probe_)) {
+      int only = -1;
+      for (int b = 0; b < 256 && only != -2; b++) {
+        m.feed(probe_, static_cast<uint8_t>(b), probe_next_);
+        if (!probe_next_.dead()) only = only == -1 ? b : -2;
+      }
+      if (only < 0) break;
+      out.text.push_back(static_cast<char>(only));
+      m.feed(probe_, static_cast<uint8_t>(only), probe_next_);
+      std::swap(probe_, probe_next_);
+    }
+    out.whole = m.complete(probe_);
+    return out;
+  }
+  // The fewest bytes that finish the text after `bytes` more (kInf if they break it).
+  int finish_after(std::string_view bytes) const {
+    const Matcher& m = maker_.matcher();
+    probe_.copy_from(state_);
+    for (char c : bytes) {
+      m.feed(probe_, static_cast<uint8_t>(c), probe_next_);
+      if (probe_next_.dead()) return kInf;
+      std::swap(probe_, probe_next_);
+    }
+    return m.min_finish(probe_);
+  }
+
   bool complete() const { return ended_ || maker_.matcher().complete(state_); }
   bool accepts() const { return maker_.matcher().accepts(state_); }
   int min_finish() const { return maker_.matcher().min_finish(state_); }
@@ -139,6 +177,7 @@ class Constraint {
   MaskMaker maker_;
   std::shared_ptr<MaskCacheSlot> cache_;
   State state_, next_;
+  mutable State probe_, probe_next_;  // forced_text's and finish_after's scratch
   std::string key_;
   std::shared_ptr<const MaskEntry> last_;
   bool ended_ = false;

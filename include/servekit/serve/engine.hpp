@@ -59,6 +59,7 @@ class Engine {
   using Cache = typename Model::Cache;
   static constexpr int P = Model::Dims::n_positions, V = Model::Dims::vocab;
   static constexpr bool kLora = lora::enabled<typename Model::Config::Lora>;
+  static constexpr bool kJump = feeds_chunks<Sched, Cache>();
   using Store = lora::AdapterStore<typename Model::Dims>;
 
   // The model and tokenizer must outlive the engine.
@@ -322,6 +323,22 @@ class Engine {
     return done;
   }
 
+  // Jump-forward: appends the tokens s's grammar forces next, fed in its next step as a chunk
+  // (whose rows' logits equal one step each's: they are chunk-invariant). True when the
+  // request has finished.
+  bool jump(Seq* s) {
+    if (!kJump || !opt_.jump_forward) return false;
+    int n = 0;
+    try {
+      n = s->st->jump();
+    } catch (const std::exception& e) {
+      s->st->finish(finish::error, e.what());
+    }
+    core_.counters.generated_tokens += n;
+    core_.counters.forced_tokens += n;
+    return s->st->finished();
+  }
+
   // Feeds each sequence's row of the step to its request: the sampled token (or logits to
   // sample from), the stop rules; retires what finished.
   void update() {
@@ -339,6 +356,7 @@ class Engine {
         if (s->ghost || s->uncached() > 0) continue;  // a pad row, or a prompt chunk
         done = feed(s, r);
       }
+      if (!done) done = jump(s);
       if (!done) continue;
       if constexpr (keeps_finished<Sched, Cache>()) {
         if (s->st->finish_reason() != finish::cancelled &&

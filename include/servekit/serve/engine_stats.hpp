@@ -42,6 +42,7 @@ struct EngineStats {
   long spec_proposed = 0, spec_accepted = 0, spec_verifies = 0;
   long spec_declined = 0;  // times a sequence the pace let propose did not: its rows would
                            // cost more than they save (SpecRule::cost; asked before the lookup)
+  long forced_tokens = 0;  // jump-forward: tokens a grammar forced, appended without a step
   int slots = 0, slots_free = 0;
   double busy_s = 0;  // time spent in steps
   // Speculating engines, once learnt: a decode step's seconds = step_a_s + step_b_s * rows
@@ -80,6 +81,7 @@ EngineStats snapshot(const Core<Cache>& core, const Cache& cache, double busy_s)
   s.prefix_cache_queries = c.prefix_queries, s.prefix_cache_hits = c.prefix_hits;
   s.spec_proposed = c.spec_proposed, s.spec_accepted = c.spec_accepted;
   s.spec_verifies = c.spec_verifies, s.spec_declined = c.spec_declined;
+  s.forced_tokens = c.forced_tokens;
   if constexpr (Core<Cache>::paged) {
     s.cache_blocks = cache.n_blocks();
     s.cache_blocks_free = cache.free_blocks();

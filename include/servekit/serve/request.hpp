@@ -81,6 +81,7 @@ struct Metrics {
   int cached_tokens = 0;  // prompt tokens found in the prefix cache when first scheduled
   int spec_proposed = 0;  // speculation: tokens proposed for it...
   int spec_accepted = 0;  // ...and accepted (each one a token without a step of its own)
+  int forced_tokens = 0;  // jump-forward: tokens its grammar forced, appended without a step
 };
 
 struct Result {

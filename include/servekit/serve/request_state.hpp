@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "servekit/constrain/forced_tokens.hpp"
 #include "servekit/constrain/token_mask.hpp"
 #include "servekit/core/error.hpp"
 #include "servekit/core/row_sampling.hpp"
@@ -140,12 +141,33 @@ class RequestState {
   }
 
   // A constrained request's mask of its next token ((vocab + 31) / 32 words, bit v: token v
-  // allowed), computed with the tokens it has left; null if it is not constrained.
+  // allowed), computed with the tokens it has left; null if it is not constrained. Where the
+  // grammar forces the text, the mask holds the forced token alone (constrain/forced_tokens.hpp).
   const uint32_t* next_mask() {
     if (!cons_) return nullptr;
-    const int left = std::min(req_.stop.max_new_tokens - generated(),
-                              n_positions_ + 1 - static_cast<int>(tokens_.size()));
-    return cons_->mask(left).data();
+    if ((forcing_ = forced_.next(*cons_, tok_, tokens_left(), generated())) >= 0) {
+      one_.assign(cons_->vocab().words(), 0u);
+      one_[forcing_ >> 5] = 1u << (forcing_ & 31);
+      return one_.data();
+    }
+    return cons_->mask(tokens_left()).data();
+  }
+
+  // Jump-forward: appends the tokens the grammar forces next as the steps that would draw each
+  // under its one-token mask would (the same ids, logprob 0, and the same random draws after
+  // them, which are numbered by token), without a forward pass each; the engine feeds them to
+  // the model in its next step. Requests that want top logprobs take them a step each. Returns
+  // the tokens appended; the request may have finished.
+  int jump(Clock::time_point now = Clock::now()) {
+    if (!cons_ || req_.top_logprobs > 0) return 0;
+    int n = 0;
+    while (!finished() &&
+           (forcing_ = forced_.next(*cons_, tok_, tokens_left(), generated())) >= 0) {
+      on_pick(forcing_, 0.f, {}, now);
+      n++;
+    }
+    res_.metrics.forced_tokens += n;
+    return n;
   }
   const constrain::Constraint* constraint() const { return cons_ ? &*cons_ : nullptr; }
 
@@ -191,8 +213,9 @@ class RequestState {
   bool on_token(const GeneratedToken& g) {
     if (cons_) {
       // A token outside the mask (a device that ignored it) is an error, never invalid JSON.
-      if (!cons_->allowed(g.id))
+      if (forcing_ >= 0 ? g.id != forcing_ : !cons_->allowed(g.id))
         fail("request ", id(), ": token ", g.id, " is not allowed by its JSON schema here");
+      forced_.wrote(g.id);
       cons_->advance(g.id, g.id == eos_ ? std::string_view() : tok_.token_view(g.id));
     }
     if ((req_.stop.stop_at_eos || cons_) && g.id == eos_) {
@@ -245,6 +268,11 @@ class RequestState {
     return false;
   }
 
+  int tokens_left() const {
+    return std::min(req_.stop.max_new_tokens - generated(),
+                    n_positions_ + 1 - static_cast<int>(tokens_.size()));
+  }
+
   // Hands the newest token and res_.text[shown_, upto) (maybe empty: text held back) to the
   // stream callback, once per token; false if it asked to cancel.
   bool emit(std::size_t upto) {
@@ -285,6 +313,9 @@ class RequestState {
   std::vector<float> logp_;                    // only with top_logprobs
   std::optional<constrain::Constraint> cons_;  // a request with a JSON schema
   std::vector<float> masked_;                  // its masked logits (host sampling)
+  constrain::ForcedRun forced_;                // the tokens its grammar forces next
+  int32_t forcing_ = -1;                       // the last mask was this forced token alone
+  std::vector<uint32_t> one_;                  // that mask
 };
 
 }  // namespace servekit::serve

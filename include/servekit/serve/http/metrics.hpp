@@ -121,6 +121,9 @@ inline std::string metrics_text(const EngineRef& engine, int admitted, const Ser
           static_cast<double>(s.prefix_cache_queries));
   counter("servekit:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
           static_cast<double>(s.prefix_cache_hits));
+  counter("servekit:forced_tokens_total",
+          "Tokens a grammar forced, appended without a step each (jump-forward).",
+          static_cast<double>(s.forced_tokens));
   // Speculative decoding, under vLLM's names.
   counter("servekit:spec_decode_num_drafts_total", "Steps in which a sequence verified a draft.",
           static_cast<double>(s.spec_verifies));

@@ -52,6 +52,10 @@ struct EngineOptions {
   // device sampling: a constrained row's token mask is made while the step's forward runs on
   // the device, not before it is launched (off: before, as a baseline to compare with)
   bool late_masks = true;
+  // constrained requests: the tokens a grammar forces are appended at once and fed in one step
+  // (jump-forward, constrain/forced_tokens.hpp), with schedulers that allow it (feeds_chunks);
+  // off: one step each, the same tokens
+  bool jump_forward = true;
   // n-gram speculation (serve/ngram_proposer.hpp): decoding sequences propose up to k tokens,
   // verified in the same step; the tokens are those of plain decoding. k = 0: off
   Speculation speculative;
@@ -103,6 +107,7 @@ struct Counters {
   // num_accepted_tokens), and the steps in which sequences verified a draft
   long spec_proposed = 0, spec_accepted = 0, spec_verifies = 0;
   long spec_declined = 0;  // a sequence's proposals kept out of a step by the cost rule
+  long forced_tokens = 0;  // jump-forward: tokens appended without a step of their own
 };
 
 template <class Cache>
@@ -275,6 +280,17 @@ constexpr bool reuses_prefix() {
     return S::template reuses_prefix<Cache>;
   else
     return false;
+}
+
+// feeds_chunks<Cache> (optional, default reuses_prefix<Cache>): the scheduler plans a running
+// sequence's work from its uncached() tokens however many there are, so the engine may append
+// several tokens at once (jump-forward).
+template <class S, class Cache>
+constexpr bool feeds_chunks() {
+  if constexpr (requires { S::template feeds_chunks<Cache>; })
+    return S::template feeds_chunks<Cache>;
+  else
+    return reuses_prefix<S, Cache>();
 }
 
 template <class S, class Cache>
