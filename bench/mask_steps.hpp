@@ -47,7 +47,7 @@ MaskRun mask_run(M& m, const text::Gpt2Tokenizer& tok, int batch, int steps, int
   std::vector<model::SeqStep> seqs(batch);
   std::vector<int32_t> tokens, ids(batch);
   std::vector<float> lp(batch);
-  std::vector<uint32_t> masks;
+  std::vector<uint32_t> masks(mode > 0 ? static_cast<std::size_t>(batch) * W : 0);
   std::mt19937_64 rng(seed);
   for (int i = 0; i < batch; i++) {
     seqs[i] = {i, 0, kPrompt};
@@ -59,13 +59,9 @@ MaskRun mask_run(M& m, const text::Gpt2Tokenizer& tok, int batch, int steps, int
   double mask_s = 0;
   auto write = [&] {
     const double t0 = now_s();
-    masks.resize(static_cast<std::size_t>(batch) * W);
     for (int i = 0; i < batch; i++)
       std::copy_n(cons[i]->mask(1 << 20).data(), W, masks.data() + std::size_t(i) * W);
     mask_s += now_s() - t0;
-  };
-  struct Writer {
-    static void call(void* f) { (*static_cast<decltype(write)*>(f))(); }
   };
   MaskRun out;
   for (int t = 0; t < steps; t++) {
@@ -86,11 +82,10 @@ MaskRun mask_run(M& m, const text::Gpt2Tokenizer& tok, int batch, int steps, int
       }
       mask_s = 0;
     }
-    masks.resize(mode > 0 ? static_cast<std::size_t>(batch) * W : 0);
     model::Batch b{tokens, seqs, model::Logits::Last, {}, rows, masks};
     const double t0 = now_s();
     if (mode == 1) write();
-    if (mode == 2) b.late_masks = {&Writer::call, &write};
+    if (mode == 2) b.late_masks = model::MaskWriter::of(write);
     m.forward_pick(cache, b, ids, lp);
     if (t >= kWarm) out.step_ms.push_back(1e3 * (now_s() - t0));
     if (t == kWarm - 1) mask_s = 0;

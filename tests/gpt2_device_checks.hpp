@@ -447,14 +447,7 @@ TEST_CASE("masked decode steps replay their forward and match eager steps", "[de
   }
   std::mt19937 rng(5);
   std::vector<uint32_t> masks, late_buf;
-  struct Late {
-    std::vector<uint32_t>* dst;
-    const std::vector<uint32_t>* src;
-    static void write(void* self) {
-      auto& l = *static_cast<Late*>(self);
-      *l.dst = *l.src;
-    }
-  };
+  auto write_late = [&] { std::copy(masks.begin(), masks.end(), late_buf.begin()); };
   const sk::simt::Counts before = sk::simt::counts();
   for (int step = 0; step < 16; step++) {
     INFO("step " << step);
@@ -470,10 +463,9 @@ TEST_CASE("masked decode steps replay their forward and match eager steps", "[de
     }
     const sk::model::Batch ba{a.tokens, a.seqs, Logits::Last, {}, a.rows, masks};
     sk::model::Batch bb{b.tokens, b.seqs, Logits::Last, {}, b.rows, masks};
-    Late writer{&late_buf, &masks};
     if (late && !masks.empty()) {
       late_buf.assign(masks.size(), ~0u);  // what the forward is launched with: all allowed
-      bb.masks = late_buf, bb.late_masks = {&Late::write, &writer};
+      bb.masks = late_buf, bb.late_masks = sk::model::MaskWriter::of(write_late);
     }
     eager.forward_pick(c1, ba, a.ids, a.lp);
     graphed.forward_pick(c2, bb, b.ids, b.lp);

@@ -115,31 +115,26 @@ TEST_CASE("forward_pick names the mask argument it cannot use", "[constrain][emu
 
   // Late masks: what the writer leaves is what applies (not what the buffer held at launch),
   // and a writer that throws fails the step with its message, after which steps run again.
-  struct Late {
-    std::vector<uint32_t>* masks;
-    int allow;
-    static void write(void* self) {
-      auto& l = *static_cast<Late*>(self);
-      if (l.allow < 0) throw Error("the grammar failed here");
-      std::fill(l.masks->begin(), l.masks->end(), 0u);
-      (*l.masks)[l.allow / 32] = 1u << (l.allow % 32);
-    }
-  };
   std::vector<uint32_t> late_mask(W, ~0u);
-  Late writer{&late_mask, 301};
+  int allow = 301;
+  auto write_late = [&] {
+    if (allow < 0) throw Error("the grammar failed here");
+    std::fill(late_mask.begin(), late_mask.end(), 0u);
+    late_mask[allow / 32] = 1u << (allow % 32);
+  };
   model::Batch b = batch;
-  b.sampling = rows, b.masks = late_mask, b.late_masks = {&Late::write, &writer};
+  b.sampling = rows, b.masks = late_mask, b.late_masks = model::MaskWriter::of(write_late);
   const std::vector<model::SeqStep> next = {{0, 2, 2, 0}, {1, 2, 2, 0}};
   b.seqs = next;
   model.forward_pick(cache, b, ids, lp);
   CHECK(ids[0] == 301);
   CHECK(lp[0] == 0.f);
-  writer.allow = -1;
+  allow = -1;
   std::fill(late_mask.begin(), late_mask.end(), ~0u);
   const std::vector<model::SeqStep> third = {{0, 4, 2, 0}, {1, 4, 2, 0}};
   b.seqs = third;
   REQUIRE_THROWS_WITH(model.forward_pick(cache, b, ids, lp), Contains("the grammar failed here"));
-  writer.allow = 77;
+  allow = 77;
   model.forward_pick(cache, b, ids, lp);
   CHECK(ids[0] == 77);
 }

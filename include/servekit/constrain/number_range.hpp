@@ -172,18 +172,22 @@ inline int frac_max(int int_digits) {
   return kDigits - int_digits;
 }
 
-// The fewest more bytes after which the number holds a value in range (kInf: none).
-// Phase N_MINUS with a = 0 is a number not yet begun.
+// The fewest more bytes after which the number holds a value in range (kInf: none); with kAny,
+// 0 as soon as some value is reachable at all, each length then trying only its finest grid of
+// fractions (a point of a coarser grid is on the finest one too), since the matcher asks that
+// for every byte of every candidate token. Phase N_MINUS with a = 0 is a number not yet begun.
+template <bool kAny = false>
 inline int num_more_bytes(const DecimalRange& r, const Frame& f) {
   using namespace phase;
   const Span s = magnitudes(r, f.a != 0);
   if (s.lo > s.hi) return kInf;
   const i128 digits = static_cast<i128>(f.bits);
   if (f.phase == N_DOT || f.phase == N_FRAC) {
-    const int d = f.phase == N_FRAC ? f.count : 0;
+    const int d = f.phase == N_FRAC ? f.count : 0, first = std::max(d, 1), last = frac_max(f.b);
     const i128 base = digits * pow10(18 - d), width = pow10(18 - d);
-    for (int e = std::max(d, 1); e <= frac_max(f.b); e++)  // e fraction digits in all
-      if (hit(base, base + width - pow10(18 - e), pow10(18 - e), s.lo, s.hi, s.step)) return e - d;
+    for (int e = kAny ? std::max(first, last) : first; e <= last; e++)  // e fraction digits
+      if (hit(base, base + width - pow10(18 - e), pow10(18 - e), s.lo, s.hi, s.step))
+        return kAny ? 0 : e - d;
     return kInf;
   }
   if (f.phase != N_MINUS && f.phase != N_ZERO && f.phase != N_INT) return kInf;
@@ -197,46 +201,26 @@ inline int num_more_bytes(const DecimalRange& r, const Frame& f) {
                              : p / 10,
                hi = k > 0 ? digits * p + p - 1 : p - 1;
     if (lo * kUnit > s.hi) break;  // more digits only go further
+    const int last = frac_max(k + j);
+    if constexpr (kAny) {
+      const i128 g = last >= 1 ? pow10(18 - last) : kUnit;
+      if (hit(lo * kUnit, hi * kUnit + kUnit - g, g, s.lo, s.hi, s.step)) return 0;
+      continue;
+    }
     if (hit(lo * kUnit, hi * kUnit, kUnit, s.lo, s.hi, s.step)) {
       best = j;
       break;
     }
-    for (int e = 1; e <= frac_max(k + j) && j + 1 + e < best; e++) {
+    for (int e = 1; e <= last && j + 1 + e < best; e++) {
       const i128 g = pow10(18 - e);
       if (hit(lo * kUnit, hi * kUnit + kUnit - g, g, s.lo, s.hi, s.step)) best = j + 1 + e;
     }
   }
   return best;
 }
-// Whether some value in range is still reachable: num_more_bytes(r, f) < kInf, with one grid
-// per integer length where that tries each fraction length (a point of a coarser grid is on
-// the finest one too), since the matcher asks it for every byte of every candidate token.
+// Whether some value in range is still reachable.
 inline bool number_feasible(const DecimalRange& r, const Frame& f) {
-  using namespace phase;
-  const Span s = magnitudes(r, f.a != 0);
-  if (s.lo > s.hi) return false;
-  const i128 digits = static_cast<i128>(f.bits);
-  if (f.phase == N_DOT || f.phase == N_FRAC) {
-    const int d = f.phase == N_FRAC ? f.count : 0, e = frac_max(f.b);
-    if (e < std::max(d, 1)) return false;
-    const i128 base = digits * pow10(18 - d), width = pow10(18 - d);
-    return hit(base, base + width - pow10(18 - e), pow10(18 - e), s.lo, s.hi, s.step);
-  }
-  if (f.phase != N_MINUS && f.phase != N_ZERO && f.phase != N_INT) return false;
-  const int k = f.phase == N_MINUS ? 0 : f.phase == N_ZERO ? 1 : f.count;
-  const int j_max = f.phase == N_ZERO ? 0 : kIntDigits - k;
-  for (int j = k == 0 ? 1 : 0; j <= j_max; j++) {
-    const i128 p = pow10(j);
-    const i128 lo = k > 0    ? digits * p
-                    : j == 1 ? 0
-                             : p / 10,
-               hi = k > 0 ? digits * p + p - 1 : p - 1;
-    if (lo * kUnit > s.hi) break;
-    const int e = frac_max(k + j);
-    const i128 g = e >= 1 ? pow10(18 - e) : kUnit;
-    if (hit(lo * kUnit, hi * kUnit + kUnit - g, g, s.lo, s.hi, s.step)) return true;
-  }
-  return false;
+  return num_more_bytes<true>(r, f) < kInf;
 }
 inline bool number_in_range(const DecimalRange& r, const Frame& f) {
   using namespace phase;

@@ -31,6 +31,11 @@ struct MaskWriter {
   void* arg = nullptr;
   explicit operator bool() const { return fn != nullptr; }
   void operator()() const { fn(arg); }
+  // A writer that calls f(); f must outlive the step.
+  template <class F>
+  static MaskWriter of(F& f) {
+    return {[](void* p) { (*static_cast<F*>(p))(); }, &f};
+  }
 };
 
 enum class Logits {
