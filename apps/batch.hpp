@@ -28,19 +28,21 @@ namespace servekit::cli {
 // temperature (0: greedy, the default), top_k, top_p, seed, stop (string or list), ignore_eos,
 // adapter (the folder name of one of --adapter's adapters), json_schema (the output is JSON
 // that fits it; a schema object), regex (the whole output matches it), choice (the output is
-// one of these strings), speculate (false: no speculation for it under --speculative).
+// one of these strings), grammar (a GBNF grammar's text: the whole output is a text of its rule
+// root), speculate (false: no speculation for it under --speculative).
 inline serve::Request parse_request(const json& j, int lineno) {
   auto where = [&](const char* f) { return detail::cat("line ", lineno, ": field \"", f, "\""); };
   if (!j.is_object()) fail("line ", lineno, ": expected a JSON object, got ", j.type_name());
-  static const char* known[] = {
-      "prompt", "prompt_ids", "max_new_tokens", "temperature", "top_k", "top_p",  "seed",
-      "stop",   "ignore_eos", "adapter",        "json_schema", "regex", "choice", "speculate"};
+  static const char* known[] = {"prompt",     "prompt_ids", "max_new_tokens", "temperature",
+                                "top_k",      "top_p",      "seed",           "stop",
+                                "ignore_eos", "adapter",    "json_schema",    "regex",
+                                "choice",     "grammar",    "speculate"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known),
                      [&](const char* k) { return it.key() == k; }) == std::end(known))
       fail("line ", lineno, ": unknown field \"", it.key(),
            "\" (known: prompt, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop, "
-           "ignore_eos, adapter, json_schema, regex, choice, speculate)");
+           "ignore_eos, adapter, json_schema, regex, choice, grammar, speculate)");
   serve::Request r;
   auto get = [&](const char* f, auto& out) {
     if (!j.contains(f)) return;
@@ -70,8 +72,18 @@ inline serve::Request parse_request(const json& j, int lineno) {
     else
       get("stop", r.stop.stop_strings);
   }
-  if ((j.contains("json_schema") + j.contains("regex") + j.contains("choice")) > 1)
-    fail("line ", lineno, ": give one of the fields json_schema, regex and choice");
+  if ((j.contains("json_schema") + j.contains("regex") + j.contains("choice") +
+       j.contains("grammar")) > 1)
+    fail("line ", lineno, ": give one of the fields json_schema, regex, choice and grammar");
+  if (j.contains("grammar")) {
+    std::string text;
+    get("grammar", text);
+    try {
+      r.json_schema = constrain::compile_gbnf(text);
+    } catch (const Error& e) {
+      fail(where("grammar"), ": ", e.what());
+    }
+  }
   if (j.contains("json_schema")) {
     try {
       r.json_schema = constrain::compile_json_schema(j["json_schema"]);

@@ -76,8 +76,12 @@ struct GenerateCommand {
     auto* choice = sub->add_option("--choice", a.choices,
                                    "the output is exactly one of these texts (repeatable)")
                        ->allow_extra_args(false);  // one text each: the prompt stays positional
-    schema->excludes(regex)->excludes(choice);
-    regex->excludes(choice);
+    auto* grammar = sub->add_option("--grammar", a.grammar,
+                                    "a GBNF grammar file (llama.cpp's notation): the whole output "
+                                    "is a text of its rule root");
+    schema->excludes(regex)->excludes(choice)->excludes(grammar);
+    regex->excludes(choice)->excludes(grammar);
+    choice->excludes(grammar);
     sub->add_flag("--no-cache", a.no_cache,
                   "recompute the whole sequence every step (no KV cache)");
     sub->add_flag("--json", a.as_json, "print one JSON object: ids, text, timings");

@@ -19,6 +19,7 @@
 #include "servekit/model/merge_lora.hpp"
 #include "servekit/model/random_gpt2.hpp"
 #include "servekit/serve/engine.hpp"
+#include "servekit/constrain/gbnf.hpp"
 #include "servekit/constrain/text_grammar.hpp"
 #include "servekit/serve/generate.hpp"
 
@@ -101,6 +102,13 @@ int generate_with(Model& model, const GenerateArgs& a, const text::Gpt2Tokenizer
       opt.json_schema = constrain::compile_regex(a.regex);
     } catch (const Error& e) {
       fail("--regex: ", e.what());
+    }
+  }
+  if (!a.grammar.empty()) {
+    try {
+      opt.json_schema = constrain::compile_gbnf(text::detail::read_file(a.grammar, "grammar"));
+    } catch (const Error& e) {
+      fail("--grammar ", a.grammar, ": ", e.what());
     }
   }
   if (!a.choices.empty()) {

@@ -34,6 +34,7 @@ inline bool g_stdout_mid_line = false;
 
 struct GenerateArgs {
   std::string model, vocab, prompt, adapter, prompt_ids_text, seed_text, json_schema, regex;
+  std::string grammar;  // a GBNF file
   std::vector<std::string> choices;
   std::vector<int32_t> prompt_ids;
   int max_new_tokens = 32, top_k = 0, top_logprobs = 0;

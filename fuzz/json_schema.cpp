@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Any bytes as a JSON schema (or, if they are not one, a regex or a choice constraint), then
+// Any bytes as a JSON schema (or, if they are not one, a regex, a choice or a GBNF grammar), then
 // (after the first NUL byte) as a text fed to its matcher,
 // with the tiny fixture vocabulary (512 tokens, every byte one of them): compiling is a
 // servekit::Error or a grammar; and where the text starts and where it stops (its last live
@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const std::string_view schema = all.substr(0, cut);
   const std::string_view text = cut == std::string_view::npos ? "" : all.substr(cut + 1, 64);
   // Bytes that are not a schema are tried as a regex constraint (a whole text it matches), or,
-  // after a first byte 0x01, as a choice among the lines that follow: the same matcher and masks.
+  // after a first byte 0x01, as a choice among the lines that follow, or after 0x02 as a GBNF
+  // grammar: the same matcher and masks.
   std::shared_ptr<const c::Grammar> g;
   try {
     g = c::compile_json_schema(schema);
@@ -40,6 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
           at = nl + 1;
         }
         g = c::compile_choice(choices);
+      } else if (!schema.empty() && schema[0] == '\x02') {
+        g = c::compile_gbnf(schema.substr(1));
       } else {
         g = c::compile_regex(std::string(schema));
       }

@@ -3,7 +3,8 @@
 # then the engine on a random model over a corpus of schemas, whose outputs Python's
 # jsonschema validates (test_constrain_validate, in the server tests' venv).
 servekit_test(test_constrain LABELS host
-  SOURCES test_constrain.cpp test_constrain_ranges.cpp test_constrain_keywords.cpp)
+  SOURCES test_constrain.cpp test_constrain_ranges.cpp test_constrain_keywords.cpp
+          test_constrain_gbnf.cpp)
 target_compile_definitions(test_constrain PRIVATE SERVEKIT_SOURCE_TESTS="${CMAKE_CURRENT_SOURCE_DIR}")
 
 servekit_test(test_constrain_engine LABELS host SOURCES test_constrain_engine.cpp)

@@ -49,6 +49,38 @@ inline std::string error_of(const std::string& schema_text) {
   return "";
 }
 
+// Every token fed on its own from s: allowed if a thread survives it and the text can still be
+// completed within budget - 1 more tokens. Returns the allowed count; max_fin: the largest
+// min_finish() among them.
+inline int brute_mask(const servekit::constrain::Matcher& m, const servekit::constrain::Vocab& v,
+                      const servekit::constrain::State& s, int budget, std::vector<uint32_t>& words,
+                      int& max_fin) {
+  words.assign(v.words(), 0);
+  max_fin = 0;
+  int allowed = 0;
+  const bool complete = m.complete(s);
+  for (int32_t id = 0; id < v.V; id++) {
+    bool ok;
+    if (id == v.eos) {
+      ok = complete || m.accepts(s);
+    } else if (complete || tok().token_view(id).empty()) {
+      ok = false;
+    } else {
+      servekit::constrain::State a, b;
+      a.copy_from(s);
+      for (char ch : tok().token_view(id)) {
+        m.feed(a, static_cast<uint8_t>(ch), b);
+        std::swap(a, b);
+        if (a.dead()) break;
+      }
+      ok = !a.dead() && m.min_finish(a) <= budget - 1;
+      if (ok) max_fin = std::max(max_fin, m.min_finish(a));
+    }
+    if (ok) words[id >> 5] |= 1u << (id & 31), allowed++;
+  }
+  return allowed;
+}
+
 // A token the mask allows, drawn uniformly (there must be one).
 inline int32_t pick(const std::vector<uint32_t>& words, int V, std::mt19937& rng) {
   std::vector<int32_t> ok;

@@ -512,6 +512,39 @@ TEST_CASE("generate --regex and --choice, and batch's regex and choice, constrai
   CHECK_THAT(got[3]["error"].get<std::string>(), Contains("one of the fields json_schema"));
 }
 
+TEST_CASE("generate --grammar and batch's grammar: a GBNF grammar's texts; bad ones named") {
+  const fs::path dir = servekit::test::temp_file("servekit_cli_gbnf");
+  fs::create_directories(dir);
+  const fs::path sum = dir / "sum.gbnf", bad = dir / "bad.gbnf";
+  std::ofstream(sum)
+      << "# sums of small numbers\nroot ::= num (\" + \" num)*\nnum ::= [1-9] [0-9]?\n";
+  std::ofstream(bad) << "root ::= num\nnum ::= num \"1\" | \"1\"\n";
+  const std::regex want("[1-9][0-9]?( \\+ [1-9][0-9]?)*");
+  const std::string gen = "generate --model " + kTinyA + " --vocab " + kTinyVocab +
+                          " --json -n 16 --temperature 1 --seed ";
+  for (int seed = 1; seed <= 3; seed++) {
+    auto r = run(gen + std::to_string(seed) + " --grammar " + sum.string() + " 'Add:'");
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    CHECK(std::regex_match(json::parse(r.out)["text"].get<std::string>(), want));
+  }
+  auto e = run(gen + "1 --grammar " + bad.string() + " hi");
+  CHECK(e.code != 0);
+  CHECK_THAT(e.out, Contains(bad.string()) && Contains("left recursion") && Contains("num"));
+  auto missing = run(gen + "1 --grammar " + (dir / "none.gbnf").string() + " hi");
+  CHECK(missing.code != 0);
+  CHECK_THAT(missing.out, Contains("none.gbnf"));
+  const auto got =
+      run_batch("servekit_cli_gbnf_batch",
+                {R"({"prompt": "Add:", "temperature": 1, "seed": 2, "max_new_tokens": 12,)"
+                 R"( "grammar": "root ::= [1-9] [0-9]? (\" + \" [1-9] [0-9]?)*"})",
+                 R"({"prompt": "x", "grammar": "root ::= \"a\" x"})"});
+  REQUIRE(got.size() == 2);
+  CHECK(std::regex_match(got[0]["text"].get<std::string>(), want));
+  CHECK_THAT(got[1]["error"].get<std::string>(),
+             Contains("line 2: field \"grammar\"") && Contains("rule \"x\" is used but never"));
+}
+
 // The CSV `servekit bench` writes: one row per (composition, batch) after the header.
 static std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
   std::ifstream f(p);

@@ -350,41 +350,6 @@ TEST_CASE("the matcher takes valid texts and refuses the others") {
   CHECK(fits(json::object(), "12"));
 }
 
-namespace {
-
-// Every token fed on its own from s: allowed if a thread survives it and the text can still be
-// completed within budget - 1 more tokens. Returns the allowed count; max_fin: the largest
-// min_finish() among them.
-int brute_mask(const Matcher& m, const Vocab& v, const State& s, int budget,
-               std::vector<uint32_t>& words, int& max_fin) {
-  words.assign(v.words(), 0);
-  max_fin = 0;
-  int allowed = 0;
-  const bool complete = m.complete(s);
-  for (int32_t id = 0; id < v.V; id++) {
-    bool ok;
-    if (id == v.eos) {
-      ok = complete || m.accepts(s);
-    } else if (complete || tok().token_view(id).empty()) {
-      ok = false;
-    } else {
-      State a, b;
-      a.copy_from(s);
-      for (char ch : tok().token_view(id)) {
-        m.feed(a, static_cast<uint8_t>(ch), b);
-        std::swap(a, b);
-        if (a.dead()) break;
-      }
-      ok = !a.dead() && m.min_finish(a) <= budget - 1;
-      if (ok) max_fin = std::max(max_fin, m.min_finish(a));
-    }
-    if (ok) words[id >> 5] |= 1u << (id & 31), allowed++;
-  }
-  return allowed;
-}
-
-}  // namespace
-
 TEST_CASE("a mask allows exactly the tokens whose bytes keep the text valid") {
   const auto g = compile_json_schema(json::parse(R"j({"type": "object", "properties": {
       "name": {"type": "string", "maxLength": 4},

@@ -368,3 +368,43 @@ TEST_CASE("jump-forward changes how many steps, not which tokens", "[constrain][
     }
   }
 }
+
+// GBNF grammars through the engine: every text that ends with end-of-text is one of the
+// grammar's, and a request gets the same tokens alone (generate(), a step each) as in a batch
+// with jump-forward.
+TEST_CASE("GBNF grammars through the engine: texts fit, tokens as alone", "[constrain][gbnf]") {
+  auto model = Host::random(31);
+  const char* grammars[] = {
+      "root ::= \"(\" expr \")\"\nexpr ::= num (\" \" [-+*] \" \" num)*\nnum ::= [0-9]{1,3}\n",
+      "root ::= \"name: \" [A-Z] [a-z]+ \", tags: [\" tag (\", \" tag)* \"]\"\n"
+      "tag ::= \"\\\"\" (\"red\" | \"green\" | \"blue\") \"\\\"\"\n"};
+  std::vector<serve::Request> rs;
+  for (int i = 0; i < 8; i++)
+    rs.push_back(
+        constrained(constrain::compile_gbnf(grammars[i % 2]), 50 + i, 40, i % 3 == 0 ? 0.f : 1.f));
+  serve::Engine<Host, serve::sched::Continuous> engine(model, tok(), {.max_batch = 4});
+  const auto got = engine.run_all(rs);
+  int ended = 0;
+  for (std::size_t i = 0; i < rs.size(); i++) {
+    serve::GenerateOptions o{
+        .sampling = rs[i].sampling, .stop = rs[i].stop, .json_schema = rs[i].json_schema};
+    const serve::Result want = serve::generate(model, tok(), tok().encode(rs[i].prompt), o);
+    INFO("request " << i << ": " << got[i].text);
+    CHECK(got[i].ids() == want.ids());
+    CHECK(got[i].text == want.text);
+    if (got[i].finish_reason != serve::finish::eos) continue;
+    constrain::Matcher m(*rs[i].json_schema);
+    constrain::State s, n;
+    m.start(s);
+    for (char c : got[i].text) {
+      m.feed(s, static_cast<uint8_t>(c), n);
+      std::swap(s, n);
+      REQUIRE_FALSE(s.dead());
+    }
+    CHECK(m.accepts(s));
+    ended++;
+  }
+  CHECK(ended >= 4);
+  engine.wait_idle();
+  CHECK(engine.stats().forced_tokens > 0);  // "name: ", ", tags: [" and the like
+}

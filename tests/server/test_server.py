@@ -528,6 +528,15 @@ def test_regex_and_choice_constraints_through_openai_and_tgi(server):
                                       "type": "object", "properties": {"ok": {"type": "boolean"}},
                                       "required": ["ok"]}})
         assert isinstance(json.loads(js.choices[0].text)["ok"], bool)
+        # vLLM's guided_grammar: a GBNF grammar (llama.cpp's notation), the whole text its root's.
+        gr = o.completions.create(model="tiny-a", prompt="Sum", max_tokens=16, temperature=1,
+                                  seed=seed, extra_body={"guided_grammar": (
+                                      'root ::= num (" + " num)*\nnum ::= [1-9] [0-9]?\n')})
+        assert re.fullmatch(r"[1-9][0-9]?( \+ [1-9][0-9]?)*", gr.choices[0].text), gr.choices[0].text
+    bad_grammar = requests.post(server.url + "/v1/completions", json={
+        "model": "tiny-a", "prompt": "x", "guided_grammar": "root ::= item"})
+    assert bad_grammar.status_code == 400, bad_grammar.text
+    assert "rule \"item\" is used but never defined" in bad_grammar.json()["error"]["message"]
     c = text_generation.Client(server.url)
     r = c.generate("Code:", max_new_tokens=12, do_sample=True, seed=4,
                    grammar=Grammar(type=GrammarType.Regex, value="[A-F]{2}[0-9]"))

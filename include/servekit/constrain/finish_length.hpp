@@ -61,7 +61,7 @@ inline long rest(const Grammar& g, const Frame& f, uint64_t child = 0) {
   using namespace phase;
   switch (nd.kind) {
     case Kind::Root:
-      return f.phase == R_START ? len(g, nd.items) : 0;
+      return f.phase != R_START ? 0 : g.start_len >= 0 ? g.start_len : len(g, nd.items);
     case Kind::Object: {
       auto [sum, k] = required_left(g, f);
       const long close = sum + k + 1;  // ", key:value" for each, then '}'
@@ -161,6 +161,13 @@ inline long rest(const Grammar& g, const Frame& f, uint64_t child = 0) {
       return long(nd.texts[f.which].size()) - f.count;
     case Kind::Text:
       return g.patterns[nd.pattern].chars_needed(f.bits);
+    case Kind::Seq: {  // the elements not begun
+      long sum = 0;
+      for (int j = f.count; j < static_cast<int>(nd.alts.size()); j++) sum += len(g, nd.alts[j]);
+      return sum;
+    }
+    case Kind::Repeat:
+      return std::max(0L, static_cast<long>(nd.min_items) - f.count) * len(g, nd.items);
     default:
       return kInf;
   }

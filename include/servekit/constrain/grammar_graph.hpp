@@ -17,8 +17,22 @@
 namespace servekit::constrain {
 
 // Text: a whole text (not JSON) that a pattern matches, a regex constraint's
-// (constrain/text_grammar.hpp).
-enum class Kind : uint8_t { Root, Object, Array, String, Integer, Number, Literal, AnyOf, Text };
+// (constrain/text_grammar.hpp). Seq, Repeat, Chars: a context-free grammar's (constrain/gbnf.hpp):
+// its elements in order, an element repeated, one byte of a set; rules are AnyOf nodes.
+enum class Kind : uint8_t {
+  Root,
+  Object,
+  Array,
+  String,
+  Integer,
+  Number,
+  Literal,
+  AnyOf,
+  Text,
+  Seq,
+  Repeat,
+  Chars
+};
 
 // 1e34 units (constrain/number_range.hpp): past any number a bounded one can be written as.
 inline constexpr __int128 kNumCap =
@@ -48,7 +62,8 @@ struct Node {
   uint64_t required = 0;                       // bit i: props[i]
   int additional = -1;                         // node of other keys' values; -1: none allowed
   std::vector<PatternProperty> pattern_props;  // keys by pattern (disjoint, and from props)
-  // Array: prefix[k] is position k's item (prefixItems), items every later one's
+  // Array: prefix[k] is position k's item (prefixItems), items every later one's; Repeat: its
+  // element is items, min_items..max_items times
   int items = -1, min_items = 0, max_items = kInf;
   std::vector<int> prefix;
   bool unique = false;  // uniqueItems: items is a Literal whose texts each appear once at most
@@ -59,9 +74,13 @@ struct Node {
   int64_t multiple = 0;
   // Number: its range (a bounded number is written without an exponent)
   DecimalRange num;
-  // Literal: the texts (enum, const, true, false, null); AnyOf: the alternatives
+  // Literal: the texts (enum, const, true, false, null); AnyOf: the alternatives; Seq: the
+  // elements, in order
   std::vector<std::string> texts;
   std::vector<int> alts;
+  // Chars: bit b of word b / 64: byte b
+  uint64_t chars[4] = {0, 0, 0, 0};
+  bool has_byte(uint8_t b) const { return chars[b >> 6] >> (b & 63) & 1; }
 
   int item_at(long k) const { return k < static_cast<long>(prefix.size()) ? prefix[k] : items; }
 
@@ -83,7 +102,10 @@ class Grammar {
   std::vector<int> min_len;  // (nodes) bytes of the shortest text of each node
   int root = 0;              // a Root node
   int key_node = -1;         // any string: the keys of additionalProperties
-  std::string source;        // the schema, for messages
+  // The shortest text a generation can write, where the root's child may be empty (GBNF): an
+  // empty text cannot be generated. -1: min_len of the root's child.
+  int start_len = -1;
+  std::string source;  // the schema, for messages
 
   // The mask cache is shared by every request with this grammar (and guarded: engines may
   // share it).

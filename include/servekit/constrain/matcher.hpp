@@ -55,8 +55,15 @@ class Matcher {
       const Thread& t = s.t[i];
       if (t.top().phase == phase::R_DONE && t.n == 1) return true;
       if (t.n == 2 && ends_here(t.top())) return true;
+      if (t.n >= 2 && rules_may_end(t)) return true;
     }
     return false;
+  }
+  // A grammar's text may end: every frame above the root is a rule that may end.
+  bool rules_may_end(const Thread& t) const {
+    for (int i = 1; i < t.n; i++)
+      if (!rule_may_end(t.f[i])) return false;
+    return true;
   }
   // Nothing may follow: every thread has closed the root value.
   bool complete(const State& s) const {
@@ -104,7 +111,19 @@ class Matcher {
       for (int a : nd.alts) begin(t, a, b, out);
       return;
     }
+    if (nd.kind == Kind::Chars) {  // one byte: done as soon as begun, no frame
+      if (!nd.has_byte(b)) return;
+      Thread& u = tmp(t);
+      if (node(u.top()).kind == Kind::Root) u.top().phase = phase::R_DONE;
+      return emit(u, out);
+    }
     if (t.n >= kMaxDepth) return;
+    if (nd.kind == Kind::Seq || nd.kind == Kind::Repeat) {
+      Thread u;
+      u.copy_from(t);
+      u.f[u.n++] = Frame{n, 0, 0, 0, 0, 0, 0, 0};
+      return next_element(u, b, out, false);
+    }
     Thread& u = tmp(t);
     Frame f{n, 0, 0, 0, 0, 0, 0, 0};
     switch (nd.kind) {
@@ -171,6 +190,49 @@ class Matcher {
     }
     u.f[u.n++] = f;
     emit(u, out);
+  }
+
+  // A grammar rule's frame (Seq: count elements begun; Repeat: count repetitions begun) takes
+  // byte b: its next element starts with it (an element that may be empty may also be passed
+  // over), or, where every element left may be empty and may_end, the frame ends and b goes to
+  // its parent. Threads are copied on the stack: begin may come back here for nested rules.
+  void next_element(const Thread& t, uint8_t b, State& out, bool may_end) const {
+    const Frame& f = t.top();
+    const Node& nd = node(f);
+    if (nd.kind == Kind::Seq) {
+      for (int j = f.count; j < static_cast<int>(nd.alts.size()); j++) {
+        Thread u;
+        u.copy_from(t);
+        u.top().count = j + 1;
+        begin(u, nd.alts[j], b, out);
+        if (g_.min_len[nd.alts[j]] > 0) return;
+      }
+    } else {
+      if (f.count < nd.max_items) {
+        Thread u;
+        u.copy_from(t);
+        // Unbounded, the count matters only up to the minimum: capped there, the states of
+        // `x*` repeat, and so do their cached masks.
+        if (nd.max_items < kInf || f.count < nd.min_items) u.top().count++;
+        begin(u, nd.items, b, out);
+      }
+      if (!rule_may_end(f)) return;
+    }
+    if (!may_end) return;
+    Thread u;
+    u.copy_from(t);
+    pop_done(u);
+    if (node(u.top()).kind == Kind::Root) return;  // nothing may follow the root's text
+    step(u, b, out);
+  }
+  // A rule's frame may end here: what is left of it may be empty.
+  bool rule_may_end(const Frame& f) const {
+    const Node& nd = node(f);
+    if (nd.kind == Kind::Repeat) return f.count >= nd.min_items || g_.min_len[nd.items] == 0;
+    if (nd.kind != Kind::Seq) return false;
+    for (int j = f.count; j < static_cast<int>(nd.alts.size()); j++)
+      if (g_.min_len[nd.alts[j]] > 0) return false;
+    return true;
   }
 
   // A thread copy to change and emit; each one is emitted (or dropped) before the next is
@@ -303,6 +365,9 @@ class Matcher {
         f.bits = g_.patterns[nd.pattern].step(f.bits, b);
         if (f.bits != 0) emit(t, out);
         return;
+      case Kind::Seq:
+      case Kind::Repeat:
+        return next_element(t, b, out, true);
       default:
         return;
     }

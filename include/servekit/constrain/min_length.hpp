@@ -57,6 +57,16 @@ inline void min_lengths(Grammar& g) {
         case Kind::Text:  // at least one character: an empty text cannot be generated
           v = g.patterns[n.pattern].shortest_nonempty();
           break;
+        case Kind::Seq:
+          v = 0;
+          for (int e : n.alts) v = std::min<long>(v + m[e], kInf);
+          break;
+        case Kind::Repeat:
+          v = n.min_items == 0 ? 0 : std::min<long>(long(n.min_items) * m[n.items], kInf);
+          break;
+        case Kind::Chars:
+          v = 1;
+          break;
       }
       if (sat(v) < m[i]) m[i] = sat(v), changed = true;
     }

@@ -26,6 +26,7 @@
 #include "servekit/constrain/grammar.hpp"
 #include "servekit/constrain/mask_maker.hpp"
 #include "servekit/constrain/matcher.hpp"
+#include "servekit/constrain/gbnf.hpp"
 #include "servekit/constrain/text_grammar.hpp"
 #include "servekit/constrain/vocab.hpp"
 #include "servekit/core/error.hpp"

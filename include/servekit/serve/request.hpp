@@ -51,9 +51,10 @@ struct Request {
   std::optional<std::string> adapter;  // LoRA adapter id; none: the base model
   int top_logprobs = 0;                // also report this many best alternatives per token
   // Structured output: the generated text fits this grammar (constrain::compile_json_schema,
-  // or a whole text's: compile_regex, compile_choice). The request ends when the JSON is
-  // complete (a regex's text: with the end-of-text token, where the text matches); with too few
-  // tokens left it closes what is open, so that it ends valid whenever the budget allows.
+  // or a whole text's: compile_regex, compile_choice, compile_gbnf). The request ends when the
+  // JSON is complete (a regex's or grammar's text: with the end-of-text token, where the text
+  // may end); with too few tokens left it closes what is open, so that it ends valid whenever
+  // the budget allows.
   std::shared_ptr<const constrain::Grammar> json_schema;
   // With the engine's speculation on (EngineOptions::speculative), whether this request takes
   // part; its tokens are the same either way.

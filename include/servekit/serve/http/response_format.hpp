@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "servekit/constrain/grammar.hpp"
+#include "servekit/constrain/gbnf.hpp"
 #include "servekit/constrain/text_grammar.hpp"
 #include "servekit/serve/http/api_error.hpp"
 #include "servekit/serve/http/json_fields.hpp"
@@ -78,6 +79,14 @@ inline std::shared_ptr<const constrain::Grammar> regex_grammar(const json& re,
     invalid("`", field, "` must be a string (a regular expression), got ", shown(re));
   const std::string text = re.get<std::string>();
   return kept_grammar("regex " + text, field, [&] { return constrain::compile_regex(text); });
+}
+
+// A whole text of a GBNF grammar's rule root (a JSON string: the grammar's text).
+inline std::shared_ptr<const constrain::Grammar> gbnf_grammar(const json& v,
+                                                              const std::string& field) {
+  if (!v.is_string()) invalid("`", field, "` must be a string (a GBNF grammar), got ", shown(v));
+  const std::string text = v.get<std::string>();
+  return kept_grammar("gbnf " + text, field, [&] { return constrain::compile_gbnf(text); });
 }
 
 // A whole text that is one of the choices (a JSON array of strings).
@@ -144,6 +153,8 @@ inline std::shared_ptr<const constrain::Grammar> guided_grammar(Fields& f) {
     take("guided_regex", regex_grammar(f.at("guided_regex"), "guided_regex"));
   if (f.has("guided_choice"))
     take("guided_choice", choice_grammar(f.at("guided_choice"), "guided_choice"));
+  if (f.has("guided_grammar"))
+    take("guided_grammar", gbnf_grammar(f.at("guided_grammar"), "guided_grammar"));
   return g;
 }
 
