@@ -203,6 +203,27 @@ TEST_CASE("constrained rows that speculate get their tokens alone", "[constrain]
   engine.wait_idle();
   CHECK(engine.stats().spec_proposed > 0);
   CHECK(engine.stats().spec_accepted > 0);
+  {
+    INFO(
+        "a draft model proposing (the model's twin): proposals the grammar refuses are drawn "
+        "never");
+    serve::EngineOptions o{.max_batch = 4,
+                           .max_batched_tokens = 32,
+                           .speculative = {.k = 4, .rule = serve::SpecRule::always}};
+    o.speculative.draft =
+        std::make_shared<serve::DraftModel<Host>>(std::make_shared<Host>(Host::random(13)), 4);
+    serve::Engine<Host, serve::sched::Continuous> drafted(model, tok(), o);
+    auto again = drafted.run_all(rs);
+    for (std::size_t i = 0; i < rs.size(); i++) {
+      INFO("request " << i << ": " << want[i].text << " vs " << again[i].text);
+      CHECK(again[i].ids() == want[i].ids());
+      REQUIRE(again[i].tokens.size() == want[i].tokens.size());
+      for (std::size_t t = 0; t < again[i].tokens.size(); t++)
+        CHECK(again[i].tokens[t].logprob == want[i].tokens[t].logprob);
+    }
+    drafted.wait_idle();
+    CHECK(drafted.stats().spec_accepted > 0);
+  }
 }
 
 // Constrained requests behind one long system prompt: the later ones map its cached blocks, and
@@ -330,15 +351,20 @@ TEST_CASE("jump-forward changes how many steps, not which tokens", "[constrain][
     const char* name;
     bool jump;
     int k, budget;
+    bool draft = false;
   };
   long steps_off = 0;
+  // A draft model's slot must forget the proposals a forced run replaced (serve/draft_model.hpp).
+  static Host twin = Host::random(21);  // the target's weights
   for (const Case& k : {Case{"off", false, 0, 64}, Case{"on", true, 0, 64},
-                        Case{"on, chunked", true, 0, 6}, Case{"on, speculating", true, 3, 64}}) {
+                        Case{"on, chunked", true, 0, 6}, Case{"on, speculating", true, 3, 64},
+                        Case{"on, a draft model speculating", true, 3, 64, true}}) {
     serve::EngineOptions o;
     o.max_batch = 5;
     o.max_batched_tokens = k.budget;
     o.jump_forward = k.jump;
     o.speculative = {.k = k.k, .rule = serve::SpecRule::always};
+    if (k.draft) o.speculative.draft = std::make_shared<serve::DraftModel<Host>>(twin, 5);
     serve::Engine<Paged, serve::sched::Continuous> engine(model, tok(), o);
     auto got = engine.run_all(rs);
     int forced = 0;

@@ -323,6 +323,141 @@ TEMPLATE_TEST_CASE("speculation: every request gets its tokens alone, proposals 
   }
 }
 
+// A draft model proposes instead of the n-gram lookup: still the tokens of plain decoding. A
+// draft with the target's own weights proposes what greedy decoding draws, so every proposal is
+// accepted (which fails if a slot's rows are rewound wrongly after a rejection, a preemption
+// or a request taking over another's slot); a smaller, different model is mostly rejected.
+TEMPLATE_TEST_CASE("a draft model proposes: every request gets its tokens alone",
+                   "[engine][spec][draft]", Contig, Paged) {
+  using Twin = Contig;                                                     // the target's weights
+  using Small = sk::Gpt2<sk::Config<sk::dims::Tiny<1, 2, 32, 512, 512>>>;  // its own
+  static Twin twin = Twin::random(11);
+  static Small small = Small::random(5);
+  auto& m = model<TestType>();
+  for (bool sample : {false, true}) {
+    INFO((sample ? "seeded sampling" : "greedy"));
+    auto rs =
+        make_repetitive_requests({.n = 24, .max_new = 90, .sample = sample}, D::vocab, 41 + sample);
+    rs[2].speculate = false;
+    const auto want = alone(m, rs);
+    serve::EngineOptions opt{.max_batch = 8,
+                             .max_batched_tokens = 64,
+                             .speculative = {.k = 4, .rule = serve::SpecRule::always}};
+    {
+      INFO("the target's twin drafting, 3 slots for 8 sequences: slots taken over");
+      opt.speculative.draft = std::make_shared<serve::DraftModel<Twin>>(twin, 3);
+      std::vector<serve::Result> got;
+      auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt, &got);
+      CHECK(s.spec_proposed > 0);
+      if (!sample) CHECK(s.spec_accepted == s.spec_proposed);
+      if (sample) CHECK(s.spec_accepted < s.spec_proposed);
+      CHECK(got[2].metrics.spec_proposed == 0);
+      auto off = opt;
+      off.speculative = {};
+      auto plain = run_and_compare<TestType, sched::Continuous>(m, rs, want, off);
+      CHECK(s.steps < plain.steps);
+    }
+    {
+      INFO("a smaller model drafting");
+      opt.speculative.draft = std::make_shared<serve::DraftModel<Small>>(small, 8);
+      auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt);
+      CHECK(s.spec_proposed > 0);
+      CHECK(s.spec_accepted < s.spec_proposed);
+      INFO("the cost rule");
+      opt.speculative.rule = serve::SpecRule::cost;
+      auto q = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt);
+      CHECK(q.spec_verifies + q.spec_declined > 0);
+      opt.speculative.rule = serve::SpecRule::always;
+    }
+    opt.speculative.draft = std::make_shared<serve::DraftModel<Twin>>(twin, 8);
+    {
+      INFO("one request at a time; a static batch");
+      auto q = run_and_compare<TestType, sched::Sequential<>>(m, rs, want, opt);
+      if (!sample) CHECK(q.spec_accepted == q.spec_proposed);
+      run_and_compare<TestType, sched::Static>(m, rs, want, opt);
+    }
+    if constexpr (std::is_same_v<TestType, Paged>) {
+      INFO("a pool of one sequence: preemptions, evictions, prefix hits");
+      auto small_pool = opt;
+      small_pool.kv_blocks = 32;
+      auto q = run_and_compare<Paged, sched::Continuous>(m, rs, want, small_pool);
+      CHECK(q.preemptions > 0);
+      if (!sample) CHECK(q.spec_accepted == q.spec_proposed);
+    }
+  }
+}
+
+// What a slot held before (rejected proposals, another request's tokens) never shows: each
+// call's proposals equal those of a draft that sees the tokens for the first time.
+TEST_CASE("a draft's proposals depend on the tokens alone, not on what its slots held",
+          "[spec][draft]") {
+  using Small = sk::Gpt2<sk::Config<sk::dims::Tiny<1, 2, 32, 512, 512>>>;
+  static Small small = Small::random(5);
+  serve::DraftModel<Small> kept(small, 2);  // 2 slots for 3 sequences: taken over too
+  std::mt19937_64 rng(7);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<std::vector<int32_t>> seqs(3);
+  for (auto& t : seqs)
+    for (int i = uni(1, 150); i > 0; i--) t.push_back(uni(0, 511));
+  int rewinds = 0;
+  for (int call = 0; call < 30; call++) {
+    std::vector<std::vector<int32_t>> outs(2), fresh_outs(2);
+    std::vector<serve::DraftAsk> asks;
+    const int first = uni(0, 2), second = (first + uni(1, 2)) % 3;
+    for (int q : {first, second})
+      asks.push_back({.id = static_cast<uint64_t>(q), .tokens = seqs[q], .k = uni(1, 5)});
+    for (int i = 0; i < 2; i++) asks[i].out = &outs[i];
+    kept.propose(asks);
+    serve::DraftModel<Small> fresh(small, 2);
+    auto again = asks;
+    for (int i = 0; i < 2; i++) again[i].out = &fresh_outs[i];
+    fresh.propose(again);
+    for (int i = 0; i < 2; i++) {
+      INFO("call " << call << ", ask " << i);
+      REQUIRE(outs[i].size() == static_cast<std::size_t>(asks[i].k));
+      CHECK(outs[i] == fresh_outs[i]);
+      // Its slot holds the tokens and every proposal but the last, nothing else.
+      std::vector<int32_t> want(asks[i].tokens.begin(), asks[i].tokens.end());
+      want.insert(want.end(), outs[i].begin(), outs[i].end() - 1);
+      const auto held = kept.held(asks[i].id);
+      CHECK(std::vector<int32_t>(held.begin(), held.end()) == want);
+    }
+    // As a verify would leave them: some proposals accepted, then a token of its own (and
+    // tokens a grammar forced after it).
+    for (int i = 0; i < 2; i++) {
+      auto& t = seqs[i == 0 ? first : second];
+      const int accepted = uni(0, static_cast<int>(outs[i].size()));
+      t.insert(t.end(), outs[i].begin(), outs[i].begin() + accepted);
+      rewinds += accepted < static_cast<int>(outs[i].size()) - 1;
+      for (int j = uni(1, 3); j > 0; j--) t.push_back(uni(0, 511));
+    }
+  }
+  CHECK(rewinds > 10);
+  CHECK(kept.forwards() > 0);
+}
+
+TEST_CASE("a draft model must share the vocabulary and serves one engine",
+          "[engine][spec][draft]") {
+  auto& m = model<Paged>();
+  using Other = sk::Gpt2<sk::Config<sk::dims::Tiny<1, 2, 32, 256, 64>>>;
+  static Other other = Other::random(3);
+  serve::EngineOptions o{.speculative = {.k = 2}};
+  o.speculative.draft = std::make_shared<serve::DraftModel<Other>>(other, 2);
+  REQUIRE_THROWS_WITH((serve::Engine<Paged, sched::Continuous>(m, tokenizer(), o)),
+                      Contains("has 256 tokens in its vocabulary, the model 512"));
+  static Contig twin = Contig::random(11);
+  o.speculative.draft = std::make_shared<serve::DraftModel<Contig>>(twin, 2);
+  {
+    serve::Engine<Paged, sched::Continuous> a(m, tokenizer(), o);
+    REQUIRE_THROWS_WITH((serve::Engine<Paged, sched::Continuous>(m, tokenizer(), o)),
+                        Contains("the draft model is already in another engine"));
+  }
+  serve::Engine<Paged, sched::Continuous> b(m, tokenizer(), o);  // the first one let it go
+  auto r = b.generate({.prompt_ids = {1, 2, 3, 1, 2, 3}, .stop = {.max_new_tokens = 8}});
+  CHECK(r.finish_reason == "length");
+  CHECK(r.tokens.size() == 8);
+}
+
 TEST_CASE("static batching runs each batch until its longest request ends",
           "[engine][invariance]") {
   // The course's workload: 32 requests in batches of 8, every 8th wants 100 tokens, the

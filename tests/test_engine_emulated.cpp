@@ -74,6 +74,15 @@ TEMPLATE_TEST_CASE("device kernels: speculation changes no token or logprob",
     auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt);
     CHECK(s.spec_accepted > 0);
     if constexpr (std::is_same_v<TestType, Paged>) CHECK(s.preemptions > 0);
+    {
+      INFO("a draft model proposing (the target's twin, picking on the device too)");
+      opt.speculative.draft = std::make_shared<serve::DraftModel<Contig>>(
+          std::make_shared<Contig>(Contig::random(5)), 2);
+      auto q = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt);
+      CHECK(q.spec_proposed > 0);
+      if (!sample) CHECK(q.spec_accepted == q.spec_proposed);
+      if (sample) CHECK(q.spec_accepted > 0);
+    }
   }
 }
 

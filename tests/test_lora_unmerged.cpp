@@ -251,6 +251,22 @@ TEMPLATE_TEST_CASE("speculation with adapters changes no token or logprob", "[lo
     const auto s = engine.stats();
     CHECK(s.spec_accepted > 0);
     CHECK(s.cache_blocks_free == s.cache_blocks);
+    {
+      INFO("the base model drafting for every adapter");
+      using Base = sk::Gpt2<sk::Config<D>>;
+      auto drafted = opt;
+      drafted.speculative.draft = std::make_shared<sk::serve::DraftModel<Base>>(
+          std::make_shared<Base>(Base::load(fixture_dir<D>())), 8);
+      sk::serve::Engine<Model, sched::Continuous> e2(model, tokenizer(), drafted);
+      auto again = e2.run_all(rs);
+      for (std::size_t i = 0; i < rs.size(); i++) {
+        INFO("adapter " << rs[i].adapter.value_or("(none)"));
+        REQUIRE(again[i].error == "");
+        check_same(want[i], again[i], i, true);
+      }
+      e2.wait_idle();
+      CHECK(e2.stats().spec_accepted > 0);
+    }
   }
 }
 

@@ -80,6 +80,12 @@ class Engine {
         cache_.enable_prefix_cache(opt_.prefix_cache_blocks);
         core_.use_prefix_cache(true);
       }
+    if (const auto& d = opt_.speculative.draft) {
+      if (d->vocab() != V)
+        fail("engine: the draft model ", d->name(), " has ", d->vocab(),
+             " tokens in its vocabulary, the model ", V, ": a draft must share the vocabulary");
+      d->attach();
+    }
     if (opt_.pad_id < 0) opt_.pad_id = std::max(0, tok.eos_id());
     if (opt_.pad_id >= V) opt_.pad_id = 0;
     if constexpr (kLora) {
@@ -95,6 +101,7 @@ class Engine {
   ~Engine() {
     mail_.stop();
     thread_.join();
+    if (opt_.speculative.draft) opt_.speculative.draft->detach();
     if constexpr (kLora) parking_->slots.clear();  // the model keeps only its pinned adapters
   }
 
@@ -239,12 +246,14 @@ class Engine {
   // One step: schedule -> drafts -> build the batch -> execute -> update (vLLM's schedule /
   // propose / execute_model / update_from_output). Returns false when there was nothing to run.
   // A step in which every row brings its logits (decode rows and drafts, no prompt chunk) is
-  // timed into cost_, the line speculation's rule reads.
+  // timed into cost_, the line speculation's rule reads; with a draft model, from before the
+  // draft ran, so that a proposed row costs its share of the draft's forwards too.
   bool step() {
     if (!schedule()) return false;
+    const auto t_draft = Clock::now();
     add_drafts(plan_, core_, opt_.speculative, cost_, opt_.max_batched_tokens, cache_.max_len(),
                Model::kDeviceSampling);
-    const auto t0 = Clock::now();
+    const auto t0 = opt_.speculative.draft ? t_draft : Clock::now();
     batch_.build(plan_, opt_.pad_id, Model::kDeviceSampling, kMaskWords, core_.counters,
                  Model::kDeviceSampling && opt_.late_masks);
     const int rows = batch_.rows();
@@ -372,6 +381,7 @@ class Engine {
   // Takes s out of the engine: slot and blocks back to the pool, then its result delivered.
   void retire(Seq* s) {
     core_.remove(s);
+    if (opt_.speculative.draft) opt_.speculative.draft->forget(s->st->id());
     if constexpr (kLora)
       if (parking_->release(s)) replace_ = true;  // room may have come free for a parked one
     const uint64_t id = s->st->id();

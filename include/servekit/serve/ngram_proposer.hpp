@@ -10,6 +10,7 @@
 //   draft:                          d e ...     the k tokens that followed it
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -22,12 +23,16 @@ namespace servekit::serve {
 // more than its expected tokens save); `always` (a test's or a benchmark's fixed choice).
 enum class SpecRule { cost, always };
 
+class Drafter;  // serve/draft_model.hpp
+
 // EngineOptions::speculative. k = 0: no speculation.
 struct Speculation {
   int k = 0;          // proposed tokens per sequence and step at most
   int ngram_max = 3;  // the longest suffix looked up first...
   int ngram_min = 1;  // ...down to this one
   SpecRule rule = SpecRule::cost;
+  // A draft model proposes instead of the n-gram lookup (serve/draft_model.hpp); one engine's.
+  std::shared_ptr<Drafter> draft;
 
   bool on() const { return k > 0; }
   void validate() const {

@@ -2,7 +2,8 @@
 #pragma once
 // Speculative decoding in the engine's step, as two halves around the forward pass:
 //   add_drafts  after the scheduler's plan: decoding sequences propose tokens (n-gram lookup,
-//               serve/ngram_proposer.hpp) that ride in the same step as rows after their own;
+//               serve/ngram_proposer.hpp, or a draft model, serve/draft_model.hpp) that ride in
+//               the same step as rows after their own;
 //   verify      after the step: a sequence's rows are fed to its request in order while the
 //               token drawn equals the one proposed.
 // Each row's token is drawn exactly as a plain decode step would draw it (the same logits, which
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "servekit/serve/draft_model.hpp"
 #include "servekit/serve/ngram_proposer.hpp"
 #include "servekit/serve/sched/core.hpp"
 #include "servekit/serve/step_cost.hpp"
@@ -47,8 +49,10 @@ void add_drafts(std::vector<Work>& plan, Core<Cache>& core, const Speculation& s
     rows += w.n_new;
     tokens += !w.seq->ghost && w.seq->uncached() == w.n_new;  // it draws a token this step
   }
+  std::vector<DraftAsk> asks;  // a draft model's, run for all of them at once after the loop
+  std::vector<Work*> asking;
   for (Work& w : plan) {
-    if (budget <= 0) return;
+    if (budget <= 0) break;
     Seq* s = w.seq;
     if (s->ghost || w.n_new != 1 || s->uncached() != 1) continue;  // not a decode row
     const RequestState& st = *s->st;
@@ -64,16 +68,28 @@ void add_drafts(std::vector<Work>& plan, Core<Cache>& core, const Speculation& s
       s->pace.declined();
       continue;
     }
-    propose_ngram(st.tokens(), sp, k, s->draft);
-    int d = static_cast<int>(s->draft.size()), extra = 0;
+    // The proposals the free blocks hold (a draft model's, asked for that many).
+    int d = k, extra = 0;
+    if (!sp.draft) {
+      propose_ngram(st.tokens(), sp, k, s->draft);
+      d = static_cast<int>(s->draft.size());
+    }
     while (d > 0 && (extra = core.blocks_needed(*s, 1 + d) - core.blocks_needed(*s, 1)) > blocks)
       d--;
-    s->draft.resize(d);
+    if (sp.draft && d > 0) {
+      asks.push_back({.id = st.id(), .tokens = st.tokens(), .k = d, .out = &s->draft});
+      asking.push_back(&w);
+    } else if (!sp.draft) {
+      s->draft.resize(d);
+    }
     w.n_new += d;
     budget -= d;
     rows += d, tokens += s->pace.rate * d;
     blocks -= d > 0 ? extra : 0;
   }
+  if (asks.empty()) return;
+  sp.draft->propose(asks);
+  for (Work* w : asking) w->n_new = 1 + static_cast<int>(w->seq->draft.size());
 }
 
 // Feeds s's rows r, r + 1, ... (its last token's, then one after each proposed token) to its
