@@ -104,7 +104,7 @@ struct GenerateCommand {
         sub->count("--temperature") + sub->count("--top-k") + sub->count("--top-p") == 0)
       a.greedy = true;  // no sampling option given: greedy, the reproducible default
     if (merge) detail::take(flags.lora, "--lora", "merge", "--merge");
-    a.speculative = parse_speculative(spec);
+    a.speculative = parse_speculative(spec, 1);
     if (a.speculative.on() && a.no_cache)
       fail("--speculative verifies proposals against the KV cache: it cannot go with --no-cache");
     Job job;
@@ -157,7 +157,7 @@ struct BatchCommand {
 
   Job job() {
     if (!seed.empty()) a.seed = parse_number<uint64_t>("--seed", seed);
-    a.speculative = parse_speculative(spec);
+    a.speculative = parse_speculative(spec, a.max_batch);
     Job job;
     job.choice = resolve(flags, {.lora = a.adapters.empty() ? "none" : "gathered"});
     if (job.choice.merge && a.adapters.size() != 1)
@@ -230,7 +230,7 @@ struct ServeCommand {
 
   Job job() {
     if (!seed.empty()) a.seed = parse_number<uint64_t>("--seed", seed);
-    a.speculative = parse_speculative(spec);
+    a.speculative = parse_speculative(spec, a.max_batch);
     Job job;
     job.choice = resolve(flags, {.kv = "paged16", .lora = "gathered"});
     // SIGINT / SIGTERM blocked before the engine's and the server's threads exist (the server

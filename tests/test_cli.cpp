@@ -653,3 +653,39 @@ TEST_CASE(
   CHECK(e.code != 0);
   CHECK_THAT(e.out, Contains("--speculative"));
 }
+
+TEST_CASE("generate and batch --speculative draft: a draft model's proposals, plain tokens") {
+  const std::string base = "generate --model " + kTinyA + " --vocab " + kVocab +
+                           " --json -n 24 --top-logprobs 1 --prompt-ids 5,9,2,7,11,3";
+  // The target drafting for itself: greedy, every proposal is what it draws.
+  const std::string twin = " --speculative-config '{\"method\": \"draft_model\", \"model\": \"" +
+                           kTinyA + "\", \"num_speculative_tokens\": 4, \"rule\": \"always\"}'";
+  for (const std::string& opts :
+       {std::string(" --greedy"), std::string(" --temperature 1 --seed 3")}) {
+    INFO(opts);
+    auto plain = run(base + opts), spec = run(base + opts + twin);
+    INFO(plain.out << "\n" << spec.out);
+    REQUIRE(plain.code == 0);
+    REQUIRE(spec.code == 0);
+    const json p = json::parse(plain.out), s = json::parse(spec.out);
+    CHECK(s["generated_ids"] == p["generated_ids"]);
+    REQUIRE(s["tokens"].size() == p["tokens"].size());
+    for (std::size_t i = 0; i < p["tokens"].size(); i++)
+      CHECK(s["tokens"][i]["logprob"].get<double>() == p["tokens"][i]["logprob"].get<double>());
+    CHECK(s["speculative"]["proposed"].get<int>() > 0);
+    if (opts == " --greedy") CHECK(s["speculative"]["accepted"] == s["speculative"]["proposed"]);
+    auto short_form = run(base + opts + " --speculative draft:" + kTinyA + ":3");
+    REQUIRE(short_form.code == 0);
+    CHECK(json::parse(short_form.out)["generated_ids"] == p["generated_ids"]);
+  }
+  auto e = run(base + " --speculative draft:" + kTinyA + "/no-such-folder");
+  CHECK(e.code != 0);
+  CHECK_THAT(e.out, Contains("--speculative draft " + kTinyA + "/no-such-folder") &&
+                        Contains("config.json"));
+  e = run(base + " --speculative-config '{\"method\": \"draft_model\"}'");
+  CHECK(e.code != 0);
+  CHECK_THAT(e.out, Contains("needs \"model\""));
+  e = run(base + " --speculative draft:");
+  CHECK(e.code != 0);
+  CHECK_THAT(e.out, Contains("should be draft:DIR or draft:DIR:K"));
+}
