@@ -7,3 +7,7 @@ if(SERVEKIT_HAVE_CUDA)
   servekit_cuda_program(bench_speculative_cuda)
   target_link_libraries(bench_speculative_cuda PRIVATE CLI11::CLI11)
 endif()
+# A draft model against plain decoding and n-gram lookup (host).
+add_executable(bench_speculative_draft ${CMAKE_CURRENT_LIST_DIR}/speculative_draft.cpp)
+target_link_libraries(bench_speculative_draft PRIVATE servekit::servekit servekit_warnings
+  CLI11::CLI11)

@@ -15,6 +15,7 @@
 //   plan:   [A: t]          [B: t | d1 d2 d3]          [C: prompt chunk]
 //   verify: A draws 1       B draws x1 == d1, x2 == d2, x3 != d3: 3 tokens, d3's row dropped
 #include <algorithm>
+#include <exception>
 #include <vector>
 
 #include "servekit/serve/draft_model.hpp"
@@ -88,7 +89,12 @@ void add_drafts(std::vector<Work>& plan, Core<Cache>& core, const Speculation& s
     blocks -= d > 0 ? extra : 0;
   }
   if (asks.empty()) return;
-  sp.draft->propose(asks);
+  try {
+    sp.draft->propose(asks);
+  } catch (const std::exception&) {
+    // A draft that fails costs this step's proposals, never a request: its slots start over.
+    for (DraftAsk& a : asks) a.out->clear(), sp.draft->forget(a.id);
+  }
   for (Work* w : asking) w->n_new = 1 + static_cast<int>(w->seq->draft.size());
 }
 
