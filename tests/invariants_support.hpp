@@ -160,7 +160,10 @@ inline Compared compare(const std::vector<SeqTrace>& got, const std::vector<SeqT
 //    linear in the format too), each off by at most u_w relative, move the logits by at most
 //    ~(4 L + 1) u_w scale (tests/test_kernels_gpt2.cpp).
 //  - kv: an f16 cache rounds every key and value (u = 2^-11); two rounded operands per layer
-//    move the logits by at most ~2 L u scale against an fp32 cache, by the same argument.
+//    move the logits by at most ~2 L u scale against an fp32 cache, by the same argument. An
+//    int8 cache rounds each to half a step of its head's scale, max |x| / 127: 2^-8 of the
+//    head's largest feature, which is up to 4x its typical one in these heads of 16-64
+//    features, so u = 2^-6 relative to an operand's own size.
 //  - weights (HF only): the 16-bit weights themselves, (4 L + 1) u_w scale (tests/
 //    test_weights_hf.cpp); tiny-b's weights are bf16 already, so bf16 rounds nothing there.
 template <class I>
@@ -175,7 +178,9 @@ struct Tolerances {
     order = static_cast<float>(kTol * rounding_ratio<F>(t, I::Dims::n_embd));
     xround =
         k16 && !std::is_same_v<typename I::Backend, backend::Host> ? (4 * L + 1) * uw * scale : 0;
-    kv = std::is_same_v<typename I::Kv::Elem, kv::F16> ? 2 * L * 0x1p-11f * scale : 0;
+    kv = std::is_same_v<typename I::Kv::Elem, kv::F16>  ? 2 * L * 0x1p-11f * scale
+         : std::is_same_v<typename I::Kv::Elem, kv::I8> ? 2 * L * 0x1p-6f * scale
+                                                        : 0;
     const bool exact =
         std::is_same_v<F, weights::BF16> && std::is_same_v<typename I::Dims, dims::TinyB>;
     weights = k16 && !exact ? (4 * L + 1) * uw * scale : 0;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Serving invariants on the host backend (see invariants_support.hpp): every weight format x
-// {contiguous, paged4} on tiny-a and tiny-b, the f16 caches on an fp32 and a uint8 format;
+// {contiguous, paged4} on tiny-a and tiny-b, the f16 and int8 caches on an fp32 and a uint8
+// format;
 // HF's 10 reference decode steps.
 #include <tuple>
 
@@ -24,7 +25,8 @@ using Layouts =
                Inv<D, U8G, sk::kv::Contiguous, Host>, Inv<D, U8G, sk::kv::Paged<4>, Host>,
                Inv<D, w::F32, sk::kv::ContiguousF16, Host>,
                Inv<D, w::F32, sk::kv::PagedF16<4>, Host>, Inv<D, U8C, sk::kv::ContiguousF16, Host>,
-               Inv<D, U8G, sk::kv::PagedF16<4>, Host>>;
+               Inv<D, U8G, sk::kv::PagedF16<4>, Host>, Inv<D, w::F32, sk::kv::ContiguousI8, Host>,
+               Inv<D, w::F32, sk::kv::PagedI8<4>, Host>, Inv<D, U8C, sk::kv::PagedI8<4>, Host>>;
 
 TEMPLATE_LIST_TEST_CASE("host: batch == alone, HF's logits and tokens (tiny-a)",
                         "[invariants][host]", Layouts<sk::dims::TinyA>) {

@@ -17,6 +17,8 @@
 #include "servekit/kernels/attention_prefill.hpp"
 #include "servekit/kernels/host/attention.hpp"
 #include "servekit/kernels/ref/attention.hpp"
+#include "servekit/kv/contiguous_cache.hpp"
+#include "servekit/kv/policy.hpp"
 #include "test_kernels_support.hpp"
 
 namespace sk = servekit;
@@ -360,4 +362,72 @@ TEST_CASE("the host attention's scores are dot()'s bits, however the keys are bl
   check_scores_bits<4, float>(rng);
   check_scores_bits<8, float>(rng);
   check_scores_bits<4, sk::half_t>(rng);
+}
+
+// An int8 cache (kv::I8): each row's K and V quantized per head with a scale (ref::kv_append);
+// the host attention folds the scales in and must agree with the reference over the same codes,
+// give a row the same bits whatever its call holds, and stay within the quantization's reach of
+// the attention over the f32 rows it came from.
+TEST_CASE("an int8 cache: codes within half a step, host attention as the reference's",
+          "[kernels][attention][host]") {
+  for (auto [C, H] : {std::pair{64, 4}, {128, 2}, {60, 3}, {256, 4}}) {
+    INFO("C = " << C << ", n_head = " << H);
+    const int slots = 3, max_len = 300;
+    std::mt19937 rng(7 + C);
+    sk::kv::ContiguousCache<sk::kv::ContiguousI8> i8(1, C, slots, max_len, H);
+    sk::kv::ContiguousCache<sk::kv::Contiguous> f32(1, C, slots, max_len);
+    const auto q8 = i8.view(0);
+    const auto qf = f32.view(0);
+    // Every row of every slot written, as the model's steps would.
+    std::vector<int32_t> slot, row;
+    for (int s = 0; s < slots; s++)
+      for (int t = 0; t < max_len; t++) slot.push_back(s), row.push_back(t);
+    const int R = static_cast<int>(slot.size());
+    const auto rows = random_floats(static_cast<std::size_t>(R) * 3 * C, rng, -3.f, 3.f);
+    sk::kernels::ref::kv_append(q8, rows.data(), slot.data(), row.data(), R, C);
+    sk::kernels::ref::kv_append(qf, rows.data(), slot.data(), row.data(), R, C);
+    std::size_t far = 0;
+    for (int r = 0; r < R; r++)
+      for (int c = 0; c < C; c++) {
+        const int64_t at = q8.offset(slot[r], row[r]) + c;
+        for (int kv = 0; kv < 2; kv++) {
+          const float s = (kv ? q8.scales.v : q8.scales.k)[q8.scales.at(at)];
+          const float x = rows[static_cast<std::size_t>(r) * 3 * C + (1 + kv) * C + c];
+          const float back = s * static_cast<float>((kv ? q8.v : q8.k)[at]);
+          far += !(std::fabs(back - x) <= 0.5f * s * (1 + 1e-5f));
+        }
+      }
+    CHECK(far == 0);
+    // Queries: the last 40 rows of slot 0 (a prompt chunk), one decode row of slots 1 and 2.
+    std::vector<int32_t> qs, qfirst, qrow;
+    for (int t = max_len - 40; t < max_len; t++)
+      qs.push_back(0), qfirst.push_back(0), qrow.push_back(t);
+    qs.push_back(1), qfirst.push_back(0), qrow.push_back(150);
+    qs.push_back(2), qfirst.push_back(7), qrow.push_back(max_len - 1);
+    const int N = static_cast<int>(qs.size());
+    const auto qkv = random_floats(static_cast<std::size_t>(N) * 3 * C, rng, -2.f, 2.f);
+    auto host = poisoned(static_cast<std::size_t>(N) * C), apart = host, want = host, exact = host;
+    kn::host::attention(host.data(), qkv.data(), q8, qs.data(), qfirst.data(), qrow.data(), N, C, H,
+                        max_len);
+    for (int r = 0; r < N; r++)  // each row alone: the same bits
+      kn::host::attention(apart.data() + static_cast<std::size_t>(r) * C,
+                          qkv.data() + static_cast<std::size_t>(r) * 3 * C, q8, qs.data() + r,
+                          qfirst.data() + r, qrow.data() + r, 1, C, H, max_len);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < host.size(); i++)
+      differ += std::bit_cast<uint32_t>(host[i]) != std::bit_cast<uint32_t>(apart[i]);
+    CHECK(differ == 0);
+    sk::kernels::ref::attention(want.data(), qkv.data(), q8, qs.data(), qfirst.data(), qrow.data(),
+                                N, C, H, max_len);
+    require_close(host, want, 1e-5f, 1e-5f);
+    // Against the f32 rows: V's codes are off by at most half a step (3 / 254 here), and the
+    // scores' error moves the weights; outputs (|v| <= 3) stay within a few steps.
+    sk::kernels::ref::attention(exact.data(), qkv.data(), qf, qs.data(), qfirst.data(), qrow.data(),
+                                N, C, H, max_len);
+    float worst = 0.f;
+    for (std::size_t i = 0; i < host.size(); i++)
+      worst = std::max(worst, std::fabs(host[i] - exact[i]));
+    WARN("int8 cache vs f32: max |d out| " << worst << " (a step: " << 3.f / 127 << ")");
+    CHECK(worst <= 2 * 3.f / 127);
+  }
 }

@@ -49,7 +49,12 @@ using W1 = Combo<sk::dims::TinyA, sk::kv::Paged<4>, sk::weights::F16>;
 using W2 = Combo<sk::dims::TinyA, sk::kv::Contiguous, sk::weights::BF16>;
 using W3 =
     Combo<sk::dims::TinyB, sk::kv::PagedF16<4>, sk::weights::U8ZeroPoint<sk::weights::PerChannel>>;
-#define KV_COMBOS A1, A2, A3, A4, A5, B1, B2, B3, B4, B5, W1, W2, W3
+// int8 caches (a scale per token and head): a row's codes depend on that row alone.
+using I1 = Combo<sk::dims::TinyA, sk::kv::PagedI8<4>>;
+using I2 = Combo<sk::dims::TinyB, sk::kv::ContiguousI8>;
+using I3 =
+    Combo<sk::dims::TinyB, sk::kv::PagedI8<4>, sk::weights::U8ZeroPoint<sk::weights::PerChannel>>;
+#define KV_COMBOS A1, A2, A3, A4, A5, B1, B2, B3, B4, B5, W1, W2, W3, I1, I2, I3
 
 TEMPLATE_TEST_CASE("one batch of prompts of different lengths gives each its tokens alone",
                    "[kv][batch]", KV_COMBOS) {

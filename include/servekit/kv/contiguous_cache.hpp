@@ -13,6 +13,7 @@
 #include "servekit/core/error.hpp"
 #include "servekit/core/storage.hpp"
 #include "servekit/kv/capacity.hpp"
+#include "servekit/kv/scales.hpp"
 #include "servekit/kv/slots.hpp"
 #include "servekit/kv/view.hpp"
 
@@ -23,17 +24,25 @@ class ContiguousCache {
  public:
   using T = typename Policy::Elem::type;
 
-  ContiguousCache(int n_layer, int n_embd, int slots, int max_len)
-      : n_layer_(n_layer), n_embd_(n_embd), max_len_(max_len), slots_(slots) {
+  // n_head: an int8 cache keeps a scale per token and head (one per row when 1).
+  ContiguousCache(int n_layer, int n_embd, int slots, int max_len, int n_head = 1)
+      : n_layer_(n_layer),
+        n_embd_(n_embd),
+        max_len_(max_len),
+        slots_(slots),
+        scales_(n_layer, n_embd, n_head) {
     if (max_len < 1) fail("kv cache: max_len must be >= 1, got ", max_len);
-    data_.resize(2 * static_cast<std::size_t>(n_layer) * slots * max_len * n_embd);
+    const std::size_t rows = static_cast<std::size_t>(slots) * max_len;
+    data_.resize(2 * static_cast<std::size_t>(n_layer) * rows * n_embd);
+    scales_.resize(rows);
   }
 
   // (max_len, C) rows of one layer and slot; device memory under device storage.
   T* k(int layer, int slot) { return data_.data() + offset(layer, slot, 0); }
   T* v(int layer, int slot) { return data_.data() + offset(layer, slot, 1); }
   ContiguousView<T> view(int layer) {
-    return {k(layer, 0), v(layer, 0), static_cast<int64_t>(max_len_) * n_embd_, n_embd_};
+    return {k(layer, 0), v(layer, 0), static_cast<int64_t>(max_len_) * n_embd_, n_embd_,
+            scales_.view(layer)};
   }
 
   // Records the rows each slot holds after the coming step. Every row is preallocated, so
@@ -64,9 +73,12 @@ class ContiguousCache {
   int n_layer() const { return n_layer_; }
   int n_embd() const { return n_embd_; }
   int32_t length(int slot) const { return slots_.length(slot); }
-  std::size_t bytes() const { return data_.size() * sizeof(T); }
-  // 2 (K and V) x layers x d_model x bytes per element: the cost of one cached token.
-  std::size_t bytes_per_token() const { return 2ull * n_layer_ * n_embd_ * sizeof(T); }
+  std::size_t bytes() const { return data_.size() * sizeof(T) + scales_.bytes(); }
+  // 2 (K and V) x layers x d_model x bytes per element (and an int8 cache's scales): the cost
+  // of one cached token.
+  std::size_t bytes_per_token() const {
+    return 2ull * n_layer_ * n_embd_ * sizeof(T) + scales_.bytes_per_token();
+  }
 
   int acquire() { return slots_.acquire(); }
   void release(int slot) { slots_.release(slot); }
@@ -80,6 +92,7 @@ class ContiguousCache {
   int n_layer_, n_embd_, max_len_;
   Slots slots_;
   typename S::template Vec<T> data_;  // (L, 2, slots, max_len, C)
+  KvScaleStore<T, S> scales_;
 };
 
 }  // namespace servekit::kv

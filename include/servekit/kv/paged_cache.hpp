@@ -23,6 +23,7 @@
 #include "servekit/core/storage.hpp"
 #include "servekit/kv/block_allocator.hpp"
 #include "servekit/kv/capacity.hpp"
+#include "servekit/kv/scales.hpp"
 #include "servekit/kv/prefix_index.hpp"
 #include "servekit/kv/slots.hpp"
 #include "servekit/kv/view.hpp"
@@ -35,7 +36,8 @@ class PagedCache {
   using T = typename Policy::Elem::type;
   static constexpr int B = Policy::block_tokens;
 
-  PagedCache(int n_layer, int n_embd, int slots, int max_len, int n_blocks)
+  // n_head: an int8 cache keeps a scale per token and head (one per row when 1).
+  PagedCache(int n_layer, int n_embd, int slots, int max_len, int n_blocks, int n_head = 1)
       : n_layer_(n_layer),
         n_embd_(n_embd),
         max_len_(max_len),
@@ -45,8 +47,10 @@ class PagedCache {
         held_(slots, 0),
         table_(static_cast<std::size_t>(slots) * stride_, -1),
         prefix_(n_blocks, B),
-        chain_(slots) {
+        chain_(slots),
+        scales_(n_layer, n_embd, n_head) {
     data_.resize(2 * static_cast<std::size_t>(n_layer) * n_blocks * B * n_embd);
+    scales_.resize(static_cast<std::size_t>(n_blocks) * B);
     mirror_table();
   }
 
@@ -54,7 +58,8 @@ class PagedCache {
   T* k_block(int layer, int block) { return data_.data() + offset(layer, block, 0); }
   T* v_block(int layer, int block) { return data_.data() + offset(layer, block, 1); }
   PagedView<T> view(int layer) {
-    return {k_block(layer, 0), v_block(layer, 0), table_data(), stride_, B, n_embd_};
+    return {k_block(layer, 0), v_block(layer, 0),  table_data(), stride_, B,
+            n_embd_,           scales_.view(layer)};
   }
 
   // Grows block tables so that each slot holds at least x.rows rows. All-or-nothing: when
@@ -114,8 +119,10 @@ class PagedCache {
     return std::span(table_).subspan(static_cast<std::size_t>(slot) * stride_, held_.at(slot));
   }
   int32_t length(int slot) const { return slots_.length(slot); }
-  std::size_t bytes() const { return data_.size() * sizeof(T); }
-  std::size_t bytes_per_token() const { return 2ull * n_layer_ * n_embd_ * sizeof(T); }
+  std::size_t bytes() const { return data_.size() * sizeof(T) + scales_.bytes(); }
+  std::size_t bytes_per_token() const {
+    return 2ull * n_layer_ * n_embd_ * sizeof(T) + scales_.bytes_per_token();
+  }
 
   int acquire() { return slots_.acquire(); }
   // Returns the slot and every block it holds. The last blocks go first, so that a cached
@@ -260,6 +267,7 @@ class PagedCache {
   // Device copy of table_ under device storage; unused (empty) on the host.
   typename S::template Vec<int32_t> dtable_;
   typename S::template Vec<T> data_;  // (L, 2, n_blocks, B, C)
+  KvScaleStore<T, S> scales_;
 };
 
 }  // namespace servekit::kv

@@ -3,6 +3,7 @@
 // KV-cache layout policies: how a sequence's keys and values are laid out in memory, and in
 // which element type. Every policy has a printable name, e.g. "contiguous", "paged16-f16".
 #include <array>
+#include <cstdint>
 #include <concepts>
 #include <string_view>
 #include <type_traits>
@@ -22,6 +23,16 @@ struct F16 {
   static constexpr std::string_view name = "f16";
 };
 
+// int8 with a float scale per token and head (absmax / 127, rounded to nearest even): a
+// quarter of f32's bytes and about half of f16's (the scales add 4 bytes per 64 features). The
+// kernels fold the scales in: q . k_t * scale_k(t), and p_t * scale_v(t) before the sum of
+// the values (kernels/host/attention_rows.hpp). A row's codes depend on that row alone, so a
+// request's tokens still do not depend on what shares its steps.
+struct I8 {
+  using type = int8_t;
+  static constexpr std::string_view name = "i8";
+};
+
 template <class E>
 concept CacheElem = requires {
   typename E::type;
@@ -35,7 +46,9 @@ template <int BlockTokens, class E>
 struct LayoutName {
   static constexpr auto chars = [] {
     constexpr std::string_view base = BlockTokens == 0 ? "contiguous" : "paged";
-    constexpr std::string_view suffix = std::is_same_v<E, F32> ? "" : "-f16";
+    constexpr std::string_view suffix = std::is_same_v<E, F32>   ? ""
+                                        : std::is_same_v<E, F16> ? "-f16"
+                                                                 : "-i8";
     std::array<char, 32> s{};
     std::size_t n = 0;
     for (char c : base) s[n++] = c;
@@ -64,6 +77,7 @@ struct BasicContiguous {
 };
 using Contiguous = BasicContiguous<F32>;
 using ContiguousF16 = BasicContiguous<F16>;
+using ContiguousI8 = BasicContiguous<I8>;
 
 // A pool of fixed-size blocks of BlockTokens rows; each sequence owns a block table and grows
 // one block at a time, so at most BlockTokens - 1 rows per sequence are reserved but unused.
@@ -77,6 +91,8 @@ struct Paged {
 };
 template <int BlockTokens>
 using PagedF16 = Paged<BlockTokens, F16>;
+template <int BlockTokens>
+using PagedI8 = Paged<BlockTokens, I8>;
 
 template <class K>
 concept KvLayout = requires {

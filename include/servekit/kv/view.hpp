@@ -31,6 +31,16 @@ struct PagedRows {
   }
 };
 
+// An int8 cache's scales (kv::I8): one float per `group` features of a row, at element offset
+// / group, in arrays beside k and v. group is a multiple of the head width, so a (row, head)
+// has one scale: scale(offset(slot, t) + h * hd). Other element types: none (nullptr).
+struct KvScales {
+  float* k = nullptr;
+  float* v = nullptr;
+  int32_t group = 0;
+  SERVEKIT_HD SERVEKIT_FORCE_INLINE int64_t at(int64_t offset) const { return offset / group; }
+};
+
 // Slot s, row t starts at s * slot_stride + t * C in k and v.
 template <class T>
 struct ContiguousView {
@@ -39,6 +49,7 @@ struct ContiguousView {
   T* v;
   int64_t slot_stride;  // max_len * C
   int32_t C;
+  KvScales scales = {};
   ContiguousRows rows() const { return {slot_stride, C}; }
   int64_t offset(int32_t slot, int32_t row) const { return rows()(slot, row); }
 };
@@ -56,6 +67,7 @@ struct PagedView {
   int32_t table_stride;        // ceil(max_len / B)
   int32_t block_tokens;        // B
   int32_t C;
+  KvScales scales = {};
   PagedRows rows() const { return {block_table, table_stride, block_tokens, C}; }
   int64_t offset(int32_t slot, int32_t row) const { return rows()(slot, row); }
 };

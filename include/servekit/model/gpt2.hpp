@@ -77,13 +77,13 @@ class Gpt2 {
       return make_cache(slots, max_len, slots * ((std::max(max_len, 1) + B - 1) / B));
     } else {
       check_max_len(max_len);
-      return Cache(L, C, slots, max_len);
+      return Cache(L, C, slots, max_len, H);
     }
   }
   Cache make_cache(int slots, int max_len,
                    int n_blocks) const requires kv::is_paged<typename Cfg::Kv> {
     check_max_len(max_len);
-    return Cache(L, C, slots, max_len, n_blocks);
+    return Cache(L, C, slots, max_len, n_blocks, H);
   }
 
   // Runs one step. logits: (M, V): for Logits::Last each sequence's last n_logits rows (one

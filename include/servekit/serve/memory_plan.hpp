@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "servekit/core/error.hpp"
 #include "servekit/core/memory_info.hpp"
@@ -59,6 +60,8 @@ MemoryPlan plan_memory(const EngineOptions& o) {
                      "; memory_limit, --memory-limit";
   }
   m.kv_token = 2.0 * L * C * sizeof(typename Cache::T);
+  if constexpr (std::is_same_v<typename Cache::T, int8_t>)
+    m.kv_token += 2.0 * L * Model::H * sizeof(float);  // an int8 cache's scales, per head
   const int rows = max_logit_rows(o);
   m.workspace =
       static_cast<double>(Model::reserve_bytes(o.max_batched_tokens, rows, P)) +

@@ -14,10 +14,14 @@
 // Each (row, head) is computed in one fixed order that depends only on its own keys (the pieces:
 // host/attention_rows.hpp), so a row's output does not depend on the batch around it or on
 // which row it was paired with, and prefill and decode rows give the same bits (cached decode
-// equals the no-cache recompute bit for bit).
+// equals the no-cache recompute bit for bit). An int8 cache's scales (kv::I8) multiply each
+// score and each value's weight, in the same place on every path.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
+
+#include "servekit/core/error.hpp"
 
 #include "servekit/core/thread_pool.hpp"
 #include "servekit/kernels/host/attention_rows.hpp"
@@ -36,6 +40,11 @@ void attention(float* out,        // (N, C)
   const int hd = C / n_head;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int nv = hd % kLanes == 0 ? hd / kLanes : 0;
+  constexpr bool kScaled = std::is_same_v<std::remove_cv_t<typename View::elem_type>, int8_t>;
+  if constexpr (kScaled)
+    if (kv.scales.group < hd || kv.scales.group % hd != 0)
+      fail("kernels::attention: an int8 cache's scale groups (", kv.scales.group,
+           " features) must be whole heads of ", hd);
   // Task order: within a run of rows of one slot (a prompt's chunk), the rows of one head are
   // neighbours, so a thread's next task reads the keys and values it has just read (one head of
   // one sequence: a few hundred KB, in L2); a decode row is a run of one, whose heads are
@@ -69,38 +78,48 @@ void attention(float* out,        // (N, C)
         auto key = [&](int t) { return kv.k + kv.offset(slot[r], t) + h * hd; };
         auto value = [&](int t) { return kv.v + kv.offset(slot[r], t) + h * hd; };
         float* o = out + static_cast<int64_t>(r) * C + h * hd;
-        auto run = [&]<int NV>() {
+        auto run = [&]<int NV>(auto ks, auto vs) {
           if constexpr (NV > 0 && NV <= kPairMaxNV) {
             if (two) {
               float* att1 = att + max_rows;
               const float* q1 = q + 3 * C;
               const int T1 = row[r + 1] + 1;
-              const int t = scores_pair<NV>(att, att1, q, q1, key, t0, T < T1 ? T : T1, scale);
-              scores<NV>(att, q, key, t, T, hd, scale);
-              scores<NV>(att1, q1, key, t, T1, hd, scale);
+              const int t = scores_pair<NV>(att, att1, q, q1, key, t0, T < T1 ? T : T1, scale, ks);
+              scores<NV>(att, q, key, t, T, hd, scale, ks);
+              scores<NV>(att1, q1, key, t, T1, hd, scale, ks);
               const float inv = softmax_in_place(att, t0, T);
               const float inv1 = softmax_in_place(att1, t0, T1);
-              return weighted_sum_pair<NV>(o, o + C, att, att1, inv, inv1, t0, T, T1, value);
+              return weighted_sum_pair<NV>(o, o + C, att, att1, inv, inv1, t0, T, T1, value, vs);
             }
           }
-          scores<NV>(att, q, key, t0, T, hd, scale);
+          scores<NV>(att, q, key, t0, T, hd, scale, ks);
           const float inv = softmax_in_place(att, t0, T);
           if constexpr (NV > 0)
-            weighted_sum<NV>(o, att, inv, t0, T, value);
+            weighted_sum<NV>(o, att, inv, t0, T, value, vs);
           else
-            weighted_sum_any(o, att, inv, t0, T, hd, value);
+            weighted_sum_any(o, att, inv, t0, T, hd, value, vs);
         };
-        switch (nv) {
-          case 1:
-            return run.template operator()<1>();
-          case 2:
-            return run.template operator()<2>();
-          case 4:
-            return run.template operator()<4>();
-          case 8:
-            return run.template operator()<8>();
-          default:
-            return run.template operator()<0>();
+        auto by_width = [&](auto ks, auto vs) {
+          switch (nv) {
+            case 1:
+              return run.template operator()<1>(ks, vs);
+            case 2:
+              return run.template operator()<2>(ks, vs);
+            case 4:
+              return run.template operator()<4>(ks, vs);
+            case 8:
+              return run.template operator()<8>(ks, vs);
+            default:
+              return run.template operator()<0>(ks, vs);
+          }
+        };
+        if constexpr (kScaled) {  // an int8 cache: each key's and value's scale for this head
+          auto at = [&](int t) { return kv.scales.at(kv.offset(slot[r], t) + h * hd); };
+          auto ks = [&](int t) { return kv.scales.k[at(t)]; };
+          auto vs = [&](int t) { return kv.scales.v[at(t)]; };
+          by_width(RowScale<decltype(ks)>{ks}, RowScale<decltype(vs)>{vs});
+        } else {
+          by_width(NoScale{}, NoScale{});
         }
       },
       4);

@@ -12,6 +12,19 @@
 
 namespace servekit::kernels::host {
 
+// A key's or value's factor from an int8 cache (kv::I8): its row's scale for the head. Other
+// caches pass NoScale, and no multiplication is made at all (their bits stay what they were).
+struct NoScale {
+  static constexpr bool on = false;
+  float operator()(int) const { return 1.f; }
+};
+template <class F>
+struct RowScale {
+  static constexpr bool on = true;
+  F f;
+  float operator()(int t) const { return f(t); }
+};
+
 // q . k over hd features; k in the cache's element type.
 template <class E>
 inline float dot(const float* q, const E* k, int hd) {
@@ -76,8 +89,11 @@ inline vec lane_sums(const vec* a) {
 // att[t] = scale * q . k_t for t in [t0, T), each dot()'s bits. NV: the head's width in vectors
 // (q and every key NV vectors; 0: any width). kLanes keys at a time where lane_sums exists:
 // q stays in registers, each key's chain is dot()'s, and the chains are summed together.
-template <int NV, class Key>
-inline void scores(float* att, const float* q, Key&& key, int t0, int T, int hd, float scale) {
+// With an int8 cache, each score is q . k_t * (scale * ks(t)), whichever path computes it.
+template <int NV, class Key, class KScale = NoScale>
+inline void scores(float* att, const float* q, Key&& key, int t0, int T, int hd, float scale,
+                   KScale ks = {}) {
+  auto factor = [&](int u) { return KScale::on ? scale * ks(u) : scale; };
   int t = t0;
 #if defined(__AVX512F__) || defined(__AVX2__)
   if constexpr (NV > 0) {
@@ -90,17 +106,23 @@ inline void scores(float* att, const float* q, Key&& key, int t0, int T, int hd,
         acc[j] = vec{};
         for (int i = 0; i < NV; i++) acc[j] = madd(qv[i], load(k + i * kLanes), acc[j]);
       }
-      store(att + t, lane_sums(acc) * scale);
+      if constexpr (KScale::on) {
+        vec f;
+        for (int j = 0; j < kLanes; j++) f[j] = factor(t + j);
+        store(att + t, lane_sums(acc) * f);
+      } else {
+        store(att + t, lane_sums(acc) * scale);
+      }
     }
   }
 #endif
   for (; t + 4 <= T; t += 4) {  // four independent chains
     const float s0 = dot(q, key(t), hd), s1 = dot(q, key(t + 1), hd);
     const float s2 = dot(q, key(t + 2), hd), s3 = dot(q, key(t + 3), hd);
-    att[t] = s0 * scale, att[t + 1] = s1 * scale, att[t + 2] = s2 * scale;
-    att[t + 3] = s3 * scale;
+    att[t] = s0 * factor(t), att[t + 1] = s1 * factor(t + 1), att[t + 2] = s2 * factor(t + 2);
+    att[t + 3] = s3 * factor(t + 3);
   }
-  for (; t < T; t++) att[t] = dot(q, key(t), hd) * scale;
+  for (; t < T; t++) att[t] = dot(q, key(t), hd) * factor(t);
 }
 
 // att[t0 .. T) = exp(att - max), returns 1 / their sum. Vectors of keys start at t0, so the
@@ -130,16 +152,25 @@ inline float softmax_in_place(float* att, int t0, int T) {
   return 1.f / lane_sum(sum);
 }
 
+// A value's weight: p_t = att[t] * inv, times its int8 scale where there is one.
+template <class VScale>
+inline float weight(const float* att, float inv, int t, VScale& vs) {
+  if constexpr (VScale::on)
+    return att[t] * inv * vs(t);
+  else
+    return att[t] * inv;
+}
+
 // o (NV vectors) = sum_t p_t v_t over [t, T), the head's features in registers: even keys
 // (from the row's first) into a, odd ones into b, so that two FMA chains are in flight. a and b
 // come in holding the keys before t (none: zero).
-template <int NV, class Value>
+template <int NV, class Value, class VScale = NoScale>
 inline void weighted_sum_from(float* o, vec* a, vec* b, const float* att, float inv, int t, int T,
-                              Value&& value) {
+                              Value&& value, VScale vs = {}) {
   for (; t + 2 <= T; t += 2) {
     const auto* v0 = value(t);
     const auto* v1 = value(t + 1);
-    const vec p0 = vec{} + att[t] * inv, p1 = vec{} + att[t + 1] * inv;
+    const vec p0 = vec{} + weight(att, inv, t, vs), p1 = vec{} + weight(att, inv, t + 1, vs);
     for (int i = 0; i < NV; i++) {
       a[i] = madd(p0, load(v0 + i * kLanes), a[i]);
       b[i] = madd(p1, load(v1 + i * kLanes), b[i]);
@@ -147,25 +178,26 @@ inline void weighted_sum_from(float* o, vec* a, vec* b, const float* att, float 
   }
   if (t < T) {
     const auto* v0 = value(t);
-    const vec p0 = vec{} + att[t] * inv;
+    const vec p0 = vec{} + weight(att, inv, t, vs);
     for (int i = 0; i < NV; i++) a[i] = madd(p0, load(v0 + i * kLanes), a[i]);
   }
   for (int i = 0; i < NV; i++) store(o + i * kLanes, a[i] + b[i]);
 }
-template <int NV, class Value>
-inline void weighted_sum(float* o, const float* att, float inv, int t0, int T, Value&& value) {
+template <int NV, class Value, class VScale = NoScale>
+inline void weighted_sum(float* o, const float* att, float inv, int t0, int T, Value&& value,
+                         VScale vs = {}) {
   vec a[NV] = {}, b[NV] = {};
-  weighted_sum_from<NV>(o, a, b, att, inv, t0, T, value);
+  weighted_sum_from<NV>(o, a, b, att, inv, t0, T, value, vs);
 }
 
 // Any head width: the output row in memory.
-template <class Value>
+template <class Value, class VScale = NoScale>
 inline void weighted_sum_any(float* o, const float* att, float inv, int t0, int T, int hd,
-                             Value&& value) {
+                             Value&& value, VScale vs = {}) {
   for (int d = 0; d < hd; d++) o[d] = 0.f;
   for (int t = t0; t < T; t++) {
     const auto* v = value(t);
-    const float p = att[t] * inv;
+    const float p = weight(att, inv, t, vs);
     const vec pv = vec{} + p;
     int d = 0;
     for (; d + kLanes <= hd; d += kLanes) store(o + d, madd(pv, load(v + d), load(o + d)));
@@ -183,9 +215,9 @@ inline constexpr int kPairMaxNV = 4;
 
 // Both rows' scores for keys [t, min(T0, T1)) in blocks of kLanes / 2 keys; returns where the
 // blocks stopped.
-template <int NV, class Key>
+template <int NV, class Key, class KScale = NoScale>
 inline int scores_pair(float* att0, float* att1, const float* q0, const float* q1, Key&& key, int t,
-                       int T, float scale) {
+                       int T, float scale, KScale ks = {}) {
   constexpr int KB = kLanes / 2;
   vec qa[NV], qb[NV];
   for (int i = 0; i < NV; i++) qa[i] = load(q0 + i * kLanes), qb[i] = load(q1 + i * kLanes);
@@ -201,30 +233,37 @@ inline int scores_pair(float* att0, float* att1, const float* q0, const float* q
       }
     }
     float s[kLanes];
-    store(s, lane_sums(acc) * scale);
+    if constexpr (KScale::on) {
+      vec f;
+      for (int j = 0; j < KB; j++) f[j] = f[KB + j] = scale * ks(t + j);
+      store(s, lane_sums(acc) * f);
+    } else {
+      store(s, lane_sums(acc) * scale);
+    }
     std::memcpy(att0 + t, s, KB * sizeof(float));
     std::memcpy(att1 + t, s + KB, KB * sizeof(float));
   }
   return t;
 }
 
-template <int NV, class Value>
+template <int NV, class Value, class VScale = NoScale>
 inline void weighted_sum_pair(float* o0, float* o1, const float* att0, const float* att1,
-                              float inv0, float inv1, int t, int T0, int T1, Value&& value) {
+                              float inv0, float inv1, int t, int T0, int T1, Value&& value,
+                              VScale vs = {}) {
   vec a0[NV] = {}, b0[NV] = {}, a1[NV] = {}, b1[NV] = {};
   for (const int T = T0 < T1 ? T0 : T1; t + 2 <= T; t += 2) {
     const auto* v0 = value(t);
     const auto* v1 = value(t + 1);
-    const vec p00 = vec{} + att0[t] * inv0, p01 = vec{} + att0[t + 1] * inv0;
-    const vec p10 = vec{} + att1[t] * inv1, p11 = vec{} + att1[t + 1] * inv1;
+    const vec p00 = vec{} + weight(att0, inv0, t, vs), p01 = vec{} + weight(att0, inv0, t + 1, vs);
+    const vec p10 = vec{} + weight(att1, inv1, t, vs), p11 = vec{} + weight(att1, inv1, t + 1, vs);
     for (int i = 0; i < NV; i++) {
       const vec x0 = load(v0 + i * kLanes), x1 = load(v1 + i * kLanes);
       a0[i] = madd(p00, x0, a0[i]), b0[i] = madd(p01, x1, b0[i]);
       a1[i] = madd(p10, x0, a1[i]), b1[i] = madd(p11, x1, b1[i]);
     }
   }
-  weighted_sum_from<NV>(o0, a0, b0, att0, inv0, t, T0, value);
-  weighted_sum_from<NV>(o1, a1, b1, att1, inv1, t, T1, value);
+  weighted_sum_from<NV>(o0, a0, b0, att0, inv0, t, T0, value, vs);
+  weighted_sum_from<NV>(o1, a1, b1, att1, inv1, t, T1, value, vs);
 }
 #else
 inline constexpr int kPairMaxNV = 0;

@@ -143,6 +143,9 @@ inline float widen(bf16_t h) {
 inline float widen(uint8_t q) {  // a raw zero-point code; scale and min are applied per group
   return static_cast<float>(q);
 }
+inline float widen(int8_t q) {  // an int8 cache's code; its row's scale is applied per head
+  return static_cast<float>(q);
+}
 
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_*, which it then reports
 // as maybe uninitialised (GCC bug 105593, fixed in 13).
@@ -183,6 +186,19 @@ inline vec load(const uint8_t* p) {
 #elif defined(__AVX2__)
   return vec(_mm256_cvtepi32_ps(
       _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+#else
+  vec v;
+  for (int i = 0; i < kLanes; i++) v[i] = static_cast<float>(p[i]);
+  return v;
+#endif
+}
+inline vec load(const int8_t* p) {
+#if defined(__AVX512F__)
+  return vec(_mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+#elif defined(__AVX2__)
+  return vec(_mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
 #else
   vec v;
   for (int i = 0; i < kLanes; i++) v[i] = static_cast<float>(p[i]);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "servekit/core/dtype.hpp"
@@ -15,8 +16,9 @@
 
 namespace servekit::kernels::ref {
 
-// The cache is any kv view (contiguous or paged, f32 or f16) that maps (slot, row) to an
-// offset, and a sequence's rows may start after some left padding.
+// The cache is any kv view (contiguous or paged; f32, f16, or int8 with a scale per row and
+// head) that maps (slot, row) to an offset, and a sequence's rows may start after some left
+// padding.
 
 inline float load_f32(float x) {
   return x;
@@ -29,6 +31,30 @@ inline void store_from_f32(float& d, float x) {
 }
 inline void store_from_f32(half_t& d, float x) {
   d = float_to_half(x);
+}
+inline float load_f32(int8_t x) {  // an int8 cache's code: times its row's scale (kv_scale)
+  return static_cast<float>(x);
+}
+
+template <class View>
+inline constexpr bool kInt8Kv = std::is_same_v<std::remove_cv_t<typename View::elem_type>, int8_t>;
+
+// The scale of the K (or V) features at element offset `at` of an int8 cache; 1 otherwise.
+template <class View>
+float kv_scale(const View& kv, int64_t at, bool value) {
+  if constexpr (kInt8Kv<View>)
+    return (value ? kv.scales.v : kv.scales.k)[kv.scales.at(at)];
+  else
+    return 1.f;
+}
+
+// One group of an int8 cache row: codes round(x / s) with s = max |x| / 127 (all zero: s = 0).
+inline float quantize_group(int8_t* q, const float* x, int n) {
+  float m = 0.f;
+  for (int i = 0; i < n; i++) m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
+  const float s = m / 127.f;
+  for (int i = 0; i < n; i++) q[i] = s > 0.f ? static_cast<int8_t>(std::nearbyint(x[i] / s)) : 0;
+  return s;
 }
 
 template <class View>
@@ -48,9 +74,17 @@ void kv_append(const View& kv,
   parallel_for(N, [&](int r) {
     const float* src = qkv + static_cast<int64_t>(r) * 3 * C;
     const int64_t dst = kv.offset(slot[r], row[r]);
-    for (int c = 0; c < C; c++) {
-      store_from_f32(kv.k[dst + c], src[C + c]);
-      store_from_f32(kv.v[dst + c], src[2 * C + c]);
+    if constexpr (kInt8Kv<View>) {  // a scale per group (head) of each row, for K and V
+      const int g = kv.scales.group;
+      for (int c = 0; c < C; c += g) {
+        kv.scales.k[kv.scales.at(dst + c)] = quantize_group(kv.k + dst + c, src + C + c, g);
+        kv.scales.v[kv.scales.at(dst + c)] = quantize_group(kv.v + dst + c, src + 2 * C + c, g);
+      }
+    } else {
+      for (int c = 0; c < C; c++) {
+        store_from_f32(kv.k[dst + c], src[C + c]);
+        store_from_f32(kv.v[dst + c], src[2 * C + c]);
+      }
     }
   });
 }
@@ -79,10 +113,11 @@ void attention(float* out,        // (N, C)
         const int t0 = first[r], T = row[r] + 1;
         float maxv = -INFINITY;
         for (int t = t0; t < T; t++) {
-          const auto* kt = kv.k + kv.offset(slot[r], t) + h * hd;
+          const int64_t at = kv.offset(slot[r], t) + h * hd;
+          const auto* kt = kv.k + at;
           float s = 0.f;
           for (int d = 0; d < hd; d++) s += q[d] * load_f32(kt[d]);
-          s *= scale;
+          s *= scale * kv_scale(kv, at, false);
           att[t] = s;
           maxv = s > maxv ? s : maxv;
         }
@@ -95,8 +130,9 @@ void attention(float* out,        // (N, C)
         float* o = out + static_cast<int64_t>(r) * C + h * hd;
         for (int d = 0; d < hd; d++) o[d] = 0.f;
         for (int t = t0; t < T; t++) {
-          const float p = att[t] * inv;
-          const auto* vt = kv.v + kv.offset(slot[r], t) + h * hd;
+          const int64_t at = kv.offset(slot[r], t) + h * hd;
+          const float p = att[t] * inv * kv_scale(kv, at, true);
+          const auto* vt = kv.v + at;
           for (int d = 0; d < hd; d++) o[d] += p * load_f32(vt[d]);
         }
       },
