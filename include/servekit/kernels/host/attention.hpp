@@ -78,7 +78,23 @@ void attention(float* out,        // (N, C)
         auto key = [&](int t) { return kv.k + kv.offset(slot[r], t) + h * hd; };
         auto value = [&](int t) { return kv.v + kv.offset(slot[r], t) + h * hd; };
         float* o = out + static_cast<int64_t>(r) * C + h * hd;
-        auto run = [&]<int NV>(auto ks, auto vs) {
+        // An int8 cache: each key's and value's scale for this head; otherwise none at all.
+        auto at = [&](int t) { return kv.scales.at(kv.offset(slot[r], t) + h * hd); };
+        auto k_scale = [&](int t) { return kv.scales.k[at(t)]; };
+        auto v_scale = [&](int t) { return kv.scales.v[at(t)]; };
+        const auto ks = [&] {
+          if constexpr (kScaled)
+            return RowScale<decltype(k_scale)>{k_scale};
+          else
+            return NoScale{};
+        }();
+        const auto vs = [&] {
+          if constexpr (kScaled)
+            return RowScale<decltype(v_scale)>{v_scale};
+          else
+            return NoScale{};
+        }();
+        auto run = [&]<int NV>() {
           if constexpr (NV > 0 && NV <= kPairMaxNV) {
             if (two) {
               float* att1 = att + max_rows;
@@ -99,27 +115,17 @@ void attention(float* out,        // (N, C)
           else
             weighted_sum_any(o, att, inv, t0, T, hd, value, vs);
         };
-        auto by_width = [&](auto ks, auto vs) {
-          switch (nv) {
-            case 1:
-              return run.template operator()<1>(ks, vs);
-            case 2:
-              return run.template operator()<2>(ks, vs);
-            case 4:
-              return run.template operator()<4>(ks, vs);
-            case 8:
-              return run.template operator()<8>(ks, vs);
-            default:
-              return run.template operator()<0>(ks, vs);
-          }
-        };
-        if constexpr (kScaled) {  // an int8 cache: each key's and value's scale for this head
-          auto at = [&](int t) { return kv.scales.at(kv.offset(slot[r], t) + h * hd); };
-          auto ks = [&](int t) { return kv.scales.k[at(t)]; };
-          auto vs = [&](int t) { return kv.scales.v[at(t)]; };
-          by_width(RowScale<decltype(ks)>{ks}, RowScale<decltype(vs)>{vs});
-        } else {
-          by_width(NoScale{}, NoScale{});
+        switch (nv) {
+          case 1:
+            return run.template operator()<1>();
+          case 2:
+            return run.template operator()<2>();
+          case 4:
+            return run.template operator()<4>();
+          case 8:
+            return run.template operator()<8>();
+          default:
+            return run.template operator()<0>();
         }
       },
       4);
