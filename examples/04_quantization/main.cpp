@@ -11,11 +11,15 @@
 //   1. the footprint of each, and the course's get_memory_footprint() numbers rebuilt from it;
 //   2. the quantization error per tensor |w - w'| (max and mean) of each format;
 //   3. the greedy continuation of the course's prompts in fp32 beside each format;
-//   4. formats.csv and formats.png: footprint and error per format.
+//   4. formats.csv and formats.png: footprint and error per format;
+//   5. the KV cache in fp32, f16 and int8 (a scale per token and head): bytes per cached token,
+//      the error of layer 0's keys and values, the prompt's logits, the greedy continuations
+//      (kv_caches.csv).
 // With --model DIR it uses a Hugging Face GPT-2; without, a seeded random GPT-2 124M (same
 // sizes, meaningless text; random weights have no outliers, so errors look kinder than real).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +31,7 @@
 #include "servekit/model/footprint.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/quant_report.hpp"
+#include "servekit/kernels/ref/attention.hpp"
 #include "servekit/serve/generate.hpp"
 #include "servekit/text/tokenizer.hpp"
 
@@ -137,6 +142,69 @@ Row run_format(const Args& a, const sk::model::Gpt2Tensors& t, const sk::text::G
   return r;
 }
 
+// The KV cache in fewer bits (kv::ContiguousF16, kv::ContiguousI8), fp32 weights: what a
+// cached token costs, how far layer 0's keys and values land from the fp32 cache's (its inputs
+// are the same in both: the error is the cache's own), how far the prompt's logits move, and
+// whether the greedy continuations stay fp32's.
+struct KvRow {
+  std::string cache;
+  std::size_t bytes_per_token = 0;
+  double k_err = 0, v_err = 0, k_range = 0, logit_err = 0;
+  int same_prompts = 0;
+};
+
+// Layer 0's first n K (or V) rows of slot 0 as floats, whatever the element type.
+template <class Cache>
+std::vector<float> layer0(Cache& cache, int n, int C, bool value) {
+  auto v = cache.view(0);
+  std::vector<float> out(static_cast<std::size_t>(n) * C);
+  for (int t = 0; t < n; t++)
+    for (int c = 0; c < C; c++) {
+      const int64_t at = v.offset(0, t) + c;
+      const auto x = (value ? v.v : v.k)[at];
+      out[static_cast<std::size_t>(t) * C + c] =
+          sk::kernels::ref::load_f32(x) * sk::kernels::ref::kv_scale(v, at, value);
+    }
+  return out;
+}
+
+template <class D, class Kv>
+KvRow run_cache(const Args& a, const sk::model::Gpt2Tensors& t, const sk::text::Gpt2Tokenizer& tok,
+                const std::vector<std::vector<int32_t>>& fp32_ids, std::vector<float>& f32_kv,
+                std::vector<float>& f32_logits) {
+  using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, Kv>>;
+  constexpr int C = D::n_embd;
+  Model model(t);
+  auto cache = model.make_cache(1);
+  KvRow r{std::string(Kv::name), cache.bytes_per_token()};
+  // The first prompt, every position's logits (each reads the cache rows before it).
+  auto ids = tok.encode(a.prompts[0]);
+  for (auto& id : ids) id %= D::vocab;
+  const int n = static_cast<int>(ids.size());
+  const sk::model::SeqStep s{0, 0, n};
+  std::vector<float> logits;
+  model.forward(cache, {ids, std::span(&s, 1), sk::model::Logits::All}, logits);
+  std::vector<float> kv = layer0(cache, n, C, false);
+  const auto vv = layer0(cache, n, C, true);
+  kv.insert(kv.end(), vv.begin(), vv.end());
+  if (f32_kv.empty()) f32_kv = kv, f32_logits = logits;
+  const std::size_t half = kv.size() / 2;
+  for (std::size_t i = 0; i < kv.size(); i++) {
+    const double e = std::fabs(kv[i] - f32_kv[i]);
+    (i < half ? r.k_err : r.v_err) = std::max(i < half ? r.k_err : r.v_err, e);
+    if (i < half) r.k_range = std::max(r.k_range, std::fabs(double(f32_kv[i])));
+  }
+  for (std::size_t i = 0; i < logits.size(); i++)
+    r.logit_err = std::max(r.logit_err, double(std::fabs(logits[i] - f32_logits[i])));
+  sk::serve::GenerateOptions opt;
+  opt.stop.max_new_tokens = a.tokens;
+  opt.stop.stop_at_eos = false;
+  for (std::size_t i = 0; i < a.prompts.size(); i++)
+    r.same_prompts +=
+        sk::serve::generate(model, tok, tok.encode(a.prompts[i]), opt).ids() == fp32_ids[i];
+  return r;
+}
+
 template <class D>
 int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok) {
   std::printf("loading %s ...\n", a.model.empty() ? "random GPT-2 124M (seed 0)" : a.model.c_str());
@@ -167,8 +235,36 @@ int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok) {
       static_cast<long long>(f32.params), mib(f32.hf_buffers), D::n_positions, D::n_positions,
       mib(f32.embeddings));
 
+  // 5. The KV cache in fewer bits, fp32 weights.
+  std::printf("\n=== the KV cache in fewer bits (fp32 weights; prompt \"%s\") ===\n",
+              a.prompts[0].c_str());
+  std::vector<float> f32_kv, f32_logits;
+  std::vector<KvRow> caches = {
+      run_cache<D, sk::kv::Contiguous>(a, t, tok, fp32_ids, f32_kv, f32_logits),
+      run_cache<D, sk::kv::ContiguousF16>(a, t, tok, fp32_ids, f32_kv, f32_logits),
+      run_cache<D, sk::kv::ContiguousI8>(a, t, tok, fp32_ids, f32_kv, f32_logits)};
+  std::printf("%-16s %10s %12s %9s %14s %14s %14s %9s\n", "cache", "B/token", "MiB/1k tok",
+              "vs fp32", "layer-0 K err", "layer-0 V err", "max |dlogit|", "greedy");
+  for (const auto& c : caches)
+    std::printf("%-16s %10zu %12.2f %8.2fx %14.3g %14.3g %14.3g %6d/%zu\n", c.cache.c_str(),
+                c.bytes_per_token, c.bytes_per_token * 1024 / 1048576.0,
+                double(caches[0].bytes_per_token) / c.bytes_per_token, c.k_err, c.v_err,
+                c.logit_err, c.same_prompts, a.prompts.size());
+  std::printf(
+      "(errors against the fp32 cache; layer 0's keys span |k| <= %.3g. int8: a scale per token\n"
+      "and head, max |x| / 127, so a key is off by at most half of its head's step; greedy: the\n"
+      "prompts whose %d tokens equal fp32 weights with an fp32 cache)\n",
+      caches[0].k_range, a.tokens);
+
   // CSV + plot.
   fs::create_directories(a.out);
+  {
+    std::ofstream kvf(fs::path(a.out) / "kv_caches.csv");
+    kvf << "cache,bytes_per_token,k_err,v_err,max_dlogit,prompts_same_as_fp32\n";
+    for (const auto& c : caches)
+      kvf << c.cache << ',' << c.bytes_per_token << ',' << c.k_err << ',' << c.v_err << ','
+          << c.logit_err << ',' << c.same_prompts << '\n';
+  }
   const fs::path csv = fs::path(a.out) / "formats.csv";
   std::ofstream f(csv);
   f << "format,weights_mib,linear_mib,state_mib,course_style_mib,max_abs_err,mean_abs_err,"

@@ -91,8 +91,6 @@ struct SimtOps {
   template <class KvView>
   static void kv_append(const KvView& kv, const float* qkv, const int32_t* slot, const int32_t* row,
                         int N, int C) {
-    static_assert(!std::is_same_v<typename KvView::elem_type, int8_t>,
-                  "servekit: an int8 KV cache (kv::I8) has host kernels only so far");
     kernels::kv_append(kernels::KvAppendParams{kernels::device_view(kv), qkv, slot, row, N, C},
                        stream());
     done();

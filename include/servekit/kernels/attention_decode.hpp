@@ -72,13 +72,12 @@ __global__ void __launch_bounds__(flash_decode::kThreads)
       off = p.kv.rows(slot, t) + h * kHd;
       sc = 0.f;
 #pragma unroll
-      for (int d = 0; d < kHd; ++d) sc = fmaf(s.q[d], to_f32(p.kv.k[off + d]), sc);
+      for (int d = 0; d < kHd; ++d) sc = fmaf(s.q[d], p.kv.key(off + d), sc);
     }
     s.row[warp][lane] = off;
     const int64_t* rows = s.row[warp];
-    attn::tile_step<kHd>(st, sc, s.p[warp], lane, [&](int j, int d) {
-      return rows[j] < 0 ? 0.f : to_f32(p.kv.v[rows[j] + d]);
-    });
+    attn::tile_step<kHd>(st, sc, s.p[warp], lane,
+                         [&](int j, int d) { return rows[j] < 0 ? 0.f : p.kv.value(rows[j] + d); });
   }
   if (ws.splits > kWarps) {  // every split's state goes to the workspace; combine merges them
     if (split >= ws.splits) return;

@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(flash::kThreads, 4)
         float kv_k = 0.f, kv_v = 0.f;
         if (t <= hi) {
           const int64_t o = p.kv.rows(cur, t) + h * kHd + d;
-          kv_k = to_f32(p.kv.k[o]), kv_v = to_f32(p.kv.v[o]);
+          kv_k = p.kv.key(o), kv_v = p.kv.value(o);
         }
         s.k[j][d] = kv_k, s.v[j][d] = kv_v;
       }

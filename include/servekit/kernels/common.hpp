@@ -5,6 +5,7 @@
 // do not build for the emulator), fp32 <-> cache element conversions, the linear epilogues, and
 // the addressing functors that let one attention kernel read a contiguous or a paged cache.
 #include <cstdint>
+#include <type_traits>
 
 #include "servekit/core/dtype.hpp"
 #include "servekit/core/error.hpp"
@@ -29,9 +30,13 @@ __device__ SERVEKIT_SIMT_INLINE float warp_max(float v) {
   return v;
 }
 
-// Cache elements are fp32 or IEEE half (servekit::half_t has __half's bit layout).
+// Cache elements are fp32, IEEE half (servekit::half_t has __half's bit layout) or int8 codes
+// (kv::I8, times their row's scale: KvDevice::key / value).
 __device__ SERVEKIT_SIMT_INLINE float to_f32(float x) {
   return x;
+}
+__device__ SERVEKIT_SIMT_INLINE float to_f32(int8_t x) {
+  return static_cast<float>(x);
 }
 __device__ SERVEKIT_SIMT_INLINE float to_f32(half_t x) {
   return __half2float(__ushort_as_half(x.bits));
@@ -70,22 +75,39 @@ __device__ SERVEKIT_SIMT_INLINE void store_epilogue(float* o, float v) {
 using kv::ContiguousRows;
 using kv::PagedRows;
 
-// One layer of a cache as the kernels see it.
+// One layer of a cache as the kernels see it. key(at) / value(at): the feature at element
+// offset `at` in fp32; an int8 cache's code times its row's scale for the head, the same
+// product in every kernel, so the decode and prefill kernels still agree to the bit.
 template <class T, class Rows>
 struct KvDevice {
   using elem_type = T;
+  static constexpr bool kInt8 = std::is_same_v<T, int8_t>;
   T* k;
   T* v;
   Rows rows;
+  kv::KvScales scales = {};
+
+  __device__ SERVEKIT_SIMT_INLINE float key(int64_t at) const {
+    if constexpr (kInt8)
+      return to_f32(k[at]) * scales.k[scales.at(at)];
+    else
+      return to_f32(k[at]);
+  }
+  __device__ SERVEKIT_SIMT_INLINE float value(int64_t at) const {
+    if constexpr (kInt8)
+      return to_f32(v[at]) * scales.v[scales.at(at)];
+    else
+      return to_f32(v[at]);
+  }
 };
 
 template <class T>
 KvDevice<T, ContiguousRows> device_view(const kv::ContiguousView<T>& v) {
-  return {v.k, v.v, v.rows()};
+  return {v.k, v.v, v.rows(), v.scales};
 }
 template <class T>
 KvDevice<T, PagedRows> device_view(const kv::PagedView<T>& v) {
-  return {v.k, v.v, v.rows()};
+  return {v.k, v.v, v.rows(), v.scales};
 }
 
 __host__ __device__ constexpr int ceil_div(int a, int b) {

@@ -19,30 +19,49 @@ struct KvAppendParams {
 
 constexpr int kKvAppendPerThread = 16;  // C <= 16 kThreads in registers (2048 at 128 threads)
 
+// One group (a head) of an int8 row: ref::quantize_group's codes and scale, to the bit (max
+// |x|, s = max / 127, code = x / s rounded to nearest even), so every backend caches the same.
+__device__ SERVEKIT_SIMT_INLINE float quantize_group(int8_t* q, const float* x, int n) {
+  float m = 0.f;
+  for (int i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+  const float s = m / 127.f;
+  for (int i = 0; i < n; i++) q[i] = s > 0.f ? static_cast<int8_t>(rintf(x[i] / s)) : 0;
+  return s;
+}
+
 template <class T, class Rows, int kThreads>
 __global__ void __launch_bounds__(kThreads) kv_append_kernel(const KvAppendParams<T, Rows> p) {
   const int r = blockIdx.x;
   const float* src = p.qkv + static_cast<int64_t>(r) * 3 * p.C;
   const int64_t dst = p.kv.rows(p.slot[r], p.row[r]);
-  if (p.C <= kThreads * kKvAppendPerThread) {
-    // The row's k and v read before anything is stored: a store to the cache might alias qkv,
-    // so a load after one would wait for it, one round trip per element.
-    float k[kKvAppendPerThread], v[kKvAppendPerThread];
-#pragma unroll
-    for (int i = 0; i < kKvAppendPerThread; i++) {
-      const int c = threadIdx.x + kThreads * i;
-      if (c < p.C) k[i] = src[p.C + c], v[i] = src[2 * p.C + c];
+  if constexpr (std::is_same_v<T, int8_t>) {  // a thread per group (head), K and V
+    const int g = p.kv.scales.group;
+    for (int c = threadIdx.x * g; c < p.C; c += kThreads * g) {
+      p.kv.scales.k[p.kv.scales.at(dst + c)] = quantize_group(p.kv.k + dst + c, src + p.C + c, g);
+      p.kv.scales.v[p.kv.scales.at(dst + c)] =
+          quantize_group(p.kv.v + dst + c, src + 2 * p.C + c, g);
     }
+  } else {
+    if (p.C <= kThreads * kKvAppendPerThread) {
+      // The row's k and v read before anything is stored: a store to the cache might alias qkv,
+      // so a load after one would wait for it, one round trip per element.
+      float k[kKvAppendPerThread], v[kKvAppendPerThread];
 #pragma unroll
-    for (int i = 0; i < kKvAppendPerThread; i++) {
-      const int c = threadIdx.x + kThreads * i;
-      if (c < p.C) store_f32(p.kv.k[dst + c], k[i]), store_f32(p.kv.v[dst + c], v[i]);
+      for (int i = 0; i < kKvAppendPerThread; i++) {
+        const int c = threadIdx.x + kThreads * i;
+        if (c < p.C) k[i] = src[p.C + c], v[i] = src[2 * p.C + c];
+      }
+#pragma unroll
+      for (int i = 0; i < kKvAppendPerThread; i++) {
+        const int c = threadIdx.x + kThreads * i;
+        if (c < p.C) store_f32(p.kv.k[dst + c], k[i]), store_f32(p.kv.v[dst + c], v[i]);
+      }
+      return;
     }
-    return;
-  }
-  for (int c = threadIdx.x; c < p.C; c += kThreads) {
-    store_f32(p.kv.k[dst + c], src[p.C + c]);
-    store_f32(p.kv.v[dst + c], src[2 * p.C + c]);
+    for (int c = threadIdx.x; c < p.C; c += kThreads) {
+      store_f32(p.kv.k[dst + c], src[p.C + c]);
+      store_f32(p.kv.v[dst + c], src[2 * p.C + c]);
+    }
   }
 }
 
