@@ -133,6 +133,70 @@ TEMPLATE_TEST_CASE("device kernels: the engine serves many adapters at once, eac
   }
 }
 
+// Speculation (n-gram, and a draft model: the base model drafting for every adapter) with the
+// CUDA kernels under every scheduler, with adapters and the base model mixed, and with stop
+// strings and end-of-text falling inside accepted runs: every request gets, bit for bit, the
+// tokens and logprobs it gets alone through a one-request engine without speculation.
+TEST_CASE("device kernels: speculation with every scheduler, adapters, stop strings and EOS",
+          "[engine][emulated][spec][lora]") {
+  using A = sk::dims::TinyA;
+  using Model =
+      sk::Gpt2<sk::Config<A, sk::weights::F32, sk::kv::Paged<16>, sk::lora::Segmented, Dev>>;
+  using Base = sk::Gpt2<sk::Config<A, sk::weights::F32, sk::kv::Contiguous, sk::lora::None, Dev>>;
+  auto model = Model::load(sk::test::fixture_dir<A>());
+  std::mt19937_64 gen(23);
+  std::vector<std::string> names;
+  for (int i = 0; i < 4; i++) {
+    names.push_back("r" + std::to_string(i));
+    sk::lora::RandomAdapterSpec spec{.name = names.back(), .rank = 4 + 4 * i};
+    spec.alpha = 2.f * spec.rank;
+    spec.stddev = 0.07f;
+    model.add_adapter(sk::lora::random_adapter<A>(spec, gen));
+  }
+  auto base = std::make_shared<Base>(Base::load(sk::test::fixture_dir<A>()));
+  for (bool sample : {false, true}) {
+    INFO((sample ? "seeded sampling" : "greedy"));
+    auto rs =
+        make_repetitive_requests({.n = 12, .max_new = 30, .sample = sample}, A::vocab, 4 + sample);
+    for (std::size_t i = 0; i < rs.size(); i++)
+      if (i % 4) rs[i].adapter = names[i % names.size()];
+    auto run_alone = [&] {
+      sk::serve::Engine<Model, sched::Sequential<sched::KvCache>> one(model, tokenizer(),
+                                                                      {.max_batch = 1});
+      return one.run_all(rs);
+    };
+    auto want = run_alone();
+    // A stop string from the middle of some texts, a token generated halfway as others' EOS.
+    for (std::size_t i = 0; i < rs.size(); i++) {
+      if (i % 3 == 1 && want[i].text.size() > 8)
+        rs[i].stop.stop_strings = {want[i].text.substr(want[i].text.size() / 2, 3)};
+      else if (i % 3 == 2 && want[i].tokens.size() > 12)
+        rs[i].stop.stop_at_eos = true, rs[i].stop.eos_id = want[i].tokens[12].id;
+    }
+    want = run_alone();
+    int stopped = 0;
+    for (const auto& w : want) stopped += w.finish_reason == "stop" || w.finish_reason == "eos";
+    CHECK(stopped >= 4);
+    for (bool draft : {false, true}) {
+      INFO((draft ? "a draft model" : "n-gram lookup"));
+      sk::serve::EngineOptions opt{.max_batch = 4,
+                                   .max_batched_tokens = 32,
+                                   .speculative = {.k = 4, .rule = sk::serve::SpecRule::always}};
+      auto fresh_draft = [&] {
+        if (draft) opt.speculative.draft = std::make_shared<sk::serve::DraftModel<Base>>(base, 4);
+      };
+      fresh_draft();
+      auto s = run_and_compare<Model, sched::Continuous>(model, rs, want, opt);
+      CHECK(s.spec_accepted > 0);
+      fresh_draft();
+      auto q = run_and_compare<Model, sched::Sequential<>>(model, rs, want, opt);
+      CHECK(q.spec_accepted > 0);
+      fresh_draft();
+      run_and_compare<Model, sched::Static>(model, rs, want, opt);
+    }
+  }
+}
+
 TEST_CASE("device kernels: tokens are picked on the device, each row with its own parameters",
           "[engine][emulated][sampling]") {
   static_assert(Contig::kDeviceSampling && Paged::kDeviceSampling);

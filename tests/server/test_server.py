@@ -332,7 +332,16 @@ def test_prefix_caching_reports_cached_tokens_and_changes_no_token():
         assert metrics(off.url)["servekit:prefix_cache_hits_total"] == 0
 
 
-def test_speculation_changes_no_token_and_is_counted():
+# n-gram prompt lookup, and a draft model (the target itself: every greedy proposal is right).
+SPECULATION = {
+    "ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3},
+    "draft": {"method": "draft_model", "model": str(FIXTURES / "tiny-a"),
+              "num_speculative_tokens": 4},
+}
+
+
+@pytest.mark.parametrize("method", list(SPECULATION))
+def test_speculation_changes_no_token_and_is_counted(method):
     # A prompt that repeats itself: prompt lookup proposes its continuation.
     loop = " ".join(["the cat sat on the mat,"] * 6)
     body = {"max_tokens": 24, "temperature": 0, "logprobs": 1, "extra_body": {"ignore_eos": True}}
@@ -340,8 +349,7 @@ def test_speculation_changes_no_token_and_is_counted():
               "extra_body": {"ignore_eos": True}}
     args = tiny_args() + ["-q"]
     # rule "always": proposals on every run (the default rule reads the machine's step times)
-    always = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, ' \
-        '"rule": "always"}'
+    always = json.dumps(dict(SPECULATION[method], rule="always"))
     with Server(args + ["--speculative-config", always]) as s, Server(args) as off:
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="none")
         o = openai.OpenAI(base_url=off.url + "/v1", api_key="none")
