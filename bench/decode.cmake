@@ -13,3 +13,6 @@ if(SERVEKIT_HAVE_CUDA)
   servekit_cuda_program(bench_decode_cuda)
   target_link_libraries(bench_decode_cuda PRIVATE CLI11::CLI11)
 endif()
+# Decode over a long context with the KV cache in fp32, f16 and int8.
+add_executable(bench_kv_formats ${CMAKE_CURRENT_LIST_DIR}/kv_formats.cpp)
+target_link_libraries(bench_kv_formats PRIVATE servekit::servekit servekit_warnings CLI11::CLI11)
