@@ -5,6 +5,7 @@
 // --kv-cache-dtype, --block-size, --max-loras, --max-lora-rank). resolve() turns them into a
 // composition name, checked by serve/compiled.hpp's parser and list.
 #include <CLI/CLI.hpp>
+#include <cstring>
 #include <string>
 
 #include "job.hpp"
@@ -33,12 +34,14 @@ inline void add_composition_flags(CLI::App* sub, CompositionFlags& f, bool engin
       ->group(g);
   sub->add_option("--quantization", f.quantization, "u8 | u8-channel | u8-groupG (as --weights)")
       ->group(g);
-  sub->add_option("--kv", f.kv, "KV cache: contiguous | paged | pagedN, each with -f16 (half)")
+  sub->add_option("--kv", f.kv,
+                  "KV cache: contiguous | paged | pagedN, each with -f16 (half) or -i8 (int8)")
       ->group(g);
   sub->add_option("--kv-block,--block-size", f.kv_block, "tokens per block of a paged cache")
       ->check(CLI::Range(1, 4096))
       ->group(g);
-  sub->add_option("--kv-cache-dtype", f.kv_cache_dtype, "auto | float32 | float16 (the cache's)")
+  sub->add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                  "auto | float32 | float16 | int8 (the cache's)")
       ->group(g);
   sub->add_option("--lora", f.lora, "LoRA dispatch: none | loop | gathered | segmented | merge")
       ->group(g);
@@ -74,11 +77,14 @@ inline std::string dtype_to_weights(const std::string& d) {
        "or --quantization)");
 }
 
-inline bool kv_half(const std::string& d) {
-  if (d.empty() || d == "auto" || d == "float32" || d == "fp32" || d == "f32") return false;
-  if (d == "float16" || d == "fp16" || d == "half" || d == "f16") return true;
-  fail("--kv-cache-dtype ", d, ": accepted: auto, float32, float16 (an 8-bit cache is not ",
-       "offered yet)");
+// --kv-cache-dtype -> the layout's suffix: "" (fp32, or auto: the --kv name's), "-f16", "-i8".
+inline std::string kv_suffix(const std::string& d) {
+  if (d.empty() || d == "auto" || d == "float32" || d == "fp32" || d == "f32") return "";
+  if (d == "float16" || d == "fp16" || d == "half" || d == "f16") return "-f16";
+  if (d == "int8" || d == "i8") return "-i8";
+  fail("--kv-cache-dtype ", d,
+       ": accepted: auto, float32, float16, int8 (a scale per token and "
+       "head)");
 }
 
 }  // namespace detail
@@ -94,12 +100,13 @@ inline RunChoice resolve(const CompositionFlags& f, const CompositionDefaults& d
   if (w.empty()) w = d.weights;
 
   std::string kv = f.kv.empty() ? d.kv : f.kv;
-  bool half = kv.size() > 4 && kv.substr(kv.size() - 4) == "-f16";
-  if (half) kv.resize(kv.size() - 4);
-  if (!f.kv_cache_dtype.empty()) {
-    if (half && !detail::kv_half(f.kv_cache_dtype))
+  std::string elem;  // the element's suffix, from --kv or --kv-cache-dtype
+  for (const char* x : {"-f16", "-i8"})
+    if (kv.size() > std::strlen(x) && kv.ends_with(x)) elem = x, kv.resize(kv.size() - elem.size());
+  if (const std::string e = detail::kv_suffix(f.kv_cache_dtype); !e.empty()) {
+    if (!elem.empty() && elem != e)
       fail("--kv-cache-dtype ", f.kv_cache_dtype, " disagrees with --kv ", f.kv);
-    half = half || detail::kv_half(f.kv_cache_dtype);
+    elem = e;
   }
   if (kv == "paged")
     kv += std::to_string(f.kv_block > 0 ? f.kv_block : 16);
@@ -109,7 +116,7 @@ inline RunChoice resolve(const CompositionFlags& f, const CompositionDefaults& d
     if (kv != "paged" + std::to_string(f.kv_block))
       fail("--kv-block ", f.kv_block, " disagrees with --kv ", f.kv);
   }
-  if (half) kv += "-f16";
+  kv += elem;
 
   RunChoice c;
   std::string lora = f.lora.empty() ? d.lora : f.lora;

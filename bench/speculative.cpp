@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "speculation_runs.hpp"
 #if defined(__CUDACC__)
 #include "servekit/backend/cuda.hpp"
 #include "servekit/backend/cuda_device.hpp"
@@ -47,8 +48,12 @@ using Model = sk::Gpt2<
 #else
 using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous>>;
 #endif
+using servekit::bench::expected_tokens;
+using servekit::bench::Measured;
+using servekit::bench::motif_requests;
 using servekit::bench::now_s;
 using servekit::bench::plot;
+using servekit::bench::run_engine;
 
 struct Args {
   std::string vocab = sk::text::default_vocab_dir().string(), out = "out/bench_speculative",
@@ -132,60 +137,9 @@ std::vector<StepCosts> steps(Model& m, const Args& a) {
   return out;
 }
 
-// Tokens per verify step when each of k proposals is accepted with probability a (while the
-// ones before it were), and the speedup that gives over plain decode steps.
-double expected_tokens(double a, int k) {
-  return a >= 1 ? k + 1 : (1 - std::pow(a, k + 1)) / (1 - a);
-}
+// The speedup over plain decode steps when each of k proposals is accepted with probability a.
 double predicted(const StepCosts& c, double a, int k) {
   return expected_tokens(a, k) * c.decode_ms / c.verify_ms[k];
-}
-
-// `batch` requests at once whose prompts repeat a motif, at temperature T (seeded).
-std::vector<serve::Request> requests(const Args& a, int batch, float T) {
-  std::mt19937_64 rng(7 + batch);
-  std::vector<serve::Request> rs(batch);
-  for (auto& r : rs) {
-    std::vector<int32_t> motif(8 + rng() % 24);
-    for (auto& t : motif) t = static_cast<int32_t>(rng() % 50000);
-    while (static_cast<int>(r.prompt_ids.size()) < a.prompt)
-      r.prompt_ids.insert(r.prompt_ids.end(), motif.begin(), motif.end());
-    r.prompt_ids.resize(a.prompt);
-    r.stop = {.max_new_tokens = a.new_tokens, .stop_at_eos = false};
-    r.sampling = {.temperature = T, .top_k = 50, .seed = rng()};
-  }
-  return rs;
-}
-
-struct Measured {
-  double seconds = 0;  // decoding: from the last first token to the end
-  long generated = 0, proposed = 0, accepted = 0, declined = 0, verifies = 0;
-};
-
-// rs through a fresh engine, all at once (one prefill step for every prompt). Only the decode
-// part counts: the tokens after each request's first, over the time after the last first token.
-Measured run(Model& m, const sk::text::Gpt2Tokenizer& tok, const std::vector<serve::Request>& rs,
-             int k, serve::SpecRule rule) {
-  serve::EngineOptions o{.max_batch = static_cast<int>(rs.size()),
-                         .max_batched_tokens = 4096,
-                         .memory_limit = std::size_t{4} << 30,
-                         .speculative = {.k = k, .rule = rule}};
-  serve::Engine<Model, serve::sched::Continuous> e(m, tok, o);
-  const double t0 = now_s();
-  const auto results = e.run_all(rs);
-  const double wall = now_s() - t0;
-  Measured x;
-  double first = 0;
-  for (const auto& r : results) {
-    if (!r.error.empty()) servekit::fail("bench_speculative: a request failed: ", r.error);
-    first = std::max(first, r.metrics.ttft_ms / 1e3);
-    x.generated += static_cast<long>(r.tokens.size()) - 1;
-  }
-  x.seconds = wall - first;
-  const auto s = e.stats();
-  x.proposed = s.spec_proposed, x.accepted = s.spec_accepted;
-  x.declined = s.spec_declined, x.verifies = s.spec_verifies;
-  return x;
 }
 
 // Three ways, rounds alternating: plain; n-gram proposing whenever its pace allows (rule
@@ -205,17 +159,14 @@ void engine(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a,
   const serve::SpecRule always = serve::SpecRule::always, cost = serve::SpecRule::cost;
   for (const StepCosts& c : costs)
     for (float T : a.temperatures) {
-      const auto rs = requests(a, c.batch, T);
+      const auto rs = motif_requests(a.prompt, a.new_tokens, c.batch, T);
       Measured sum[3];  // plain, always, cost
       for (int r = 0; r < a.rounds; r++) {
         // Rotate which goes first, so that none always finds the machine warmer.
         for (int i = 0; i < 3; i++) {
           const int way = (r + i) % 3;
-          const Measured x = run(m, tok, rs, way == 0 ? 0 : a.k, way == 2 ? cost : always);
-          Measured& acc = sum[way];
-          acc.seconds += x.seconds, acc.generated += x.generated;
-          acc.proposed += x.proposed, acc.accepted += x.accepted;
-          acc.declined += x.declined, acc.verifies += x.verifies;
+          sum[way].add(
+              run_engine(m, tok, rs, {.k = way == 0 ? 0 : a.k, .rule = way == 2 ? cost : always}));
           std::fprintf(stderr, "\r  batch %d T %.1f round %d/%d %s  ", c.batch, T, r + 1, a.rounds,
                        way == 0   ? "plain"
                        : way == 1 ? "ngram"
@@ -223,12 +174,8 @@ void engine(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a,
         }
       }
       std::fprintf(stderr, "\r%60s\r", "");
-      auto rate = [](const Measured& x) { return x.generated / x.seconds; };
-      auto acceptance = [](const Measured& x) {
-        return x.proposed > 0 ? double(x.accepted) / x.proposed : 0;
-      };
-      const double plain = rate(sum[0]), spec = rate(sum[1]), ruled = rate(sum[2]);
-      const double acc = acceptance(sum[1]), pred = predicted(c, acc, a.k);
+      const double plain = sum[0].rate(), spec = sum[1].rate(), ruled = sum[2].rate();
+      const double acc = sum[1].acceptance(), pred = predicted(c, acc, a.k);
       // Of the times a sequence could have proposed, the share the rule said no to.
       const long asked = sum[2].declined + sum[2].verifies;
       const double declined = asked > 0 ? double(sum[2].declined) / asked : 0;
@@ -236,7 +183,7 @@ void engine(Model& m, const sk::text::Gpt2Tokenizer& tok, const Args& a,
                   T, plain, spec, acc, spec / plain, pred, ruled, ruled / plain, 100 * declined);
       std::fflush(stdout);
       f << c.batch << "," << T << "," << plain << "," << spec << "," << acc << "," << spec / plain
-        << "," << pred << "," << ruled << "," << ruled / plain << "," << acceptance(sum[2]) << ","
+        << "," << pred << "," << ruled << "," << ruled / plain << "," << sum[2].acceptance() << ","
         << declined << "\n";
     }
 }

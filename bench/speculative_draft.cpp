@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "speculation_runs.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"
 
@@ -42,9 +43,13 @@ using Target = sk::Gpt2<sk::Config<sk::dims::Gpt2Medium>>;
 using U8 = sk::weights::U8ZeroPoint<sk::weights::PerChannel>;
 using Distil = sk::Gpt2<sk::Config<sk::dims::DistilGpt2, U8>>;
 using Self2 = sk::Gpt2<sk::Config<sk::dims::Tiny<2, 16, 1024, 50257, 1024>, U8>>;
+using servekit::bench::expected_tokens;
+using servekit::bench::Measured;
+using servekit::bench::motif_requests;
 using servekit::bench::now_s;
 using servekit::bench::percentile;
 using servekit::bench::plot;
+using servekit::bench::run_engine;
 
 struct Args {
   std::string vocab = sk::text::default_vocab_dir().string(), out = "out/bench_speculative_draft";
@@ -146,57 +151,8 @@ std::vector<StepCosts> steps(Target& m, std::vector<Draft>& drafts, const Args& 
   return out;
 }
 
-double expected_tokens(double acc, int k) {
-  return acc >= 1 ? k + 1 : (1 - std::pow(acc, k + 1)) / (1 - acc);
-}
 double predicted(const StepCosts& c, double draft_ms, double acc, int k) {
   return expected_tokens(acc, k) * c.decode_ms / (c.verify_ms + k * draft_ms);
-}
-
-// `batch` requests whose prompts repeat a motif (as bench_speculative's), at temperature T.
-std::vector<serve::Request> requests(const Args& a, int batch, float T) {
-  std::mt19937_64 rng(7 + batch);
-  std::vector<serve::Request> rs(batch);
-  for (auto& r : rs) {
-    std::vector<int32_t> motif(8 + rng() % 24);
-    for (auto& t : motif) t = static_cast<int32_t>(rng() % 50000);
-    while (static_cast<int>(r.prompt_ids.size()) < a.prompt)
-      r.prompt_ids.insert(r.prompt_ids.end(), motif.begin(), motif.end());
-    r.prompt_ids.resize(a.prompt);
-    r.stop = {.max_new_tokens = a.new_tokens, .stop_at_eos = false};
-    r.sampling = {.temperature = T, .top_k = 50, .seed = rng()};
-  }
-  return rs;
-}
-
-struct Measured {
-  double seconds = 0;  // decoding: from the last first token to the end
-  long generated = 0, proposed = 0, accepted = 0;
-};
-
-// rs through a fresh engine, all at once; only the decode part counts (as bench_speculative).
-Measured run(Target& m, const sk::text::Gpt2Tokenizer& tok, const std::vector<serve::Request>& rs,
-             const Args& a, int k, std::shared_ptr<serve::Drafter> draft) {
-  serve::EngineOptions o{.max_batch = static_cast<int>(rs.size()),
-                         .max_batched_tokens = 4096,
-                         .memory_limit = std::size_t{4} << 30,
-                         .speculative = {.k = k, .rule = a.rule}};
-  o.speculative.draft = std::move(draft);
-  serve::Engine<Target, serve::sched::Continuous> e(m, tok, o);
-  const double t0 = now_s();
-  const auto results = e.run_all(rs);
-  const double wall = now_s() - t0;
-  Measured x;
-  double first = 0;
-  for (const auto& r : results) {
-    if (!r.error.empty()) servekit::fail("bench_speculative_draft: a request failed: ", r.error);
-    first = std::max(first, r.metrics.ttft_ms / 1e3);
-    x.generated += static_cast<long>(r.tokens.size()) - 1;
-  }
-  x.seconds = wall - first;
-  const auto s = e.stats();
-  x.proposed = s.spec_proposed, x.accepted = s.spec_accepted;
-  return x;
 }
 
 void engine(Target& m, const sk::text::Gpt2Tokenizer& tok, const Args& a,
@@ -212,29 +168,23 @@ void engine(Target& m, const sk::text::Gpt2Tokenizer& tok, const Args& a,
   for (std::size_t bi = 0; bi < costs.size(); bi++) {
     const StepCosts& c = costs[bi];
     for (float T : a.temperatures) {
-      const auto rs = requests(a, c.batch, T);
+      const auto rs = motif_requests(a.prompt, a.new_tokens, c.batch, T);
       std::vector<Measured> sum(ways);
       for (int r = 0; r < a.rounds; r++)
         for (int i = 0; i < ways; i++) {
           const int way = (r + i) % ways;  // rotate who goes first
           std::fprintf(stderr, "\r  batch %d T %.1f round %d/%d way %d/%d  ", c.batch, T, r + 1,
                        a.rounds, way + 1, ways);
-          const Measured x =
-              way < 2 ? run(m, tok, rs, a, way == 0 ? 0 : a.k, nullptr)
-                      : run(m, tok, rs, a, a.k,
-                            drafts[way - 2].make(c.batch, a.prompt + a.new_tokens + a.k));
-          Measured& acc = sum[way];
-          acc.seconds += x.seconds, acc.generated += x.generated;
-          acc.proposed += x.proposed, acc.accepted += x.accepted;
+          serve::Speculation sp{.k = way == 0 ? 0 : a.k, .rule = a.rule};
+          if (way >= 2) sp.draft = drafts[way - 2].make(c.batch, a.prompt + a.new_tokens + a.k);
+          sum[way].add(run_engine(m, tok, rs, sp));
         }
       std::fprintf(stderr, "\r%60s\r", "");
-      const double plain = sum[0].generated / sum[0].seconds;
+      const double plain = sum[0].rate();
       std::printf("batch %2d T %.1f: plain %7.1f", c.batch, T, plain);
       f << c.batch << "," << T << ",plain," << plain << ",1,0,1\n";
       for (int w = 1; w < ways; w++) {
-        const Measured& x = sum[w];
-        const double rate = x.generated / x.seconds;
-        const double acc = x.proposed > 0 ? double(x.accepted) / x.proposed : 0;
+        const double rate = sum[w].rate(), acc = sum[w].acceptance();
         const std::string name = w == 1 ? "ngram" : drafts[w - 2].name;
         const double pred = w == 1 ? 0 : predicted(c, drafts[w - 2].step_ms[bi], acc, a.k);
         std::printf(" | %s %7.1f (%.2fx, accept %.2f", name.c_str(), rate, rate / plain, acc);

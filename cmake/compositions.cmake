@@ -13,7 +13,7 @@ set(SERVEKIT_COMPOSITIONS "default" CACHE STRING
   "Compositions the CLI is compiled with: default, all, or a ;-list of weights/kv/lora/scheduler/backend")
 
 set(servekit_axis_values_0 f32 f16 bf16 u8 u8-channel u8-group64)
-set(servekit_axis_values_1 contiguous contiguous-f16 paged16 paged16-f16)
+set(servekit_axis_values_1 contiguous contiguous-f16 contiguous-i8 paged16 paged16-f16 paged16-i8)
 set(servekit_axis_values_2 none loop gathered segmented)
 set(servekit_axis_values_3 continuous static sequential)
 set(servekit_axis_values_4 host emulated cuda)

@@ -611,6 +611,14 @@ TEST_CASE(
   fs::remove_all(dir);
 }
 
+// The same generated ids and logprobs, bit for bit, in two `generate --json` outputs.
+static void check_same_tokens(const json& want, const json& got) {
+  CHECK(got["generated_ids"] == want["generated_ids"]);
+  REQUIRE(got["tokens"].size() == want["tokens"].size());
+  for (std::size_t i = 0; i < want["tokens"].size(); i++)
+    CHECK(got["tokens"][i]["logprob"].get<double>() == want["tokens"][i]["logprob"].get<double>());
+}
+
 TEST_CASE(
     "generate --speculative: the tokens and logprobs of plain generate, greedy, seeded and "
     "with an adapter; the proposals counted") {
@@ -630,21 +638,14 @@ TEST_CASE(
     REQUIRE(plain.code == 0);
     REQUIRE(spec.code == 0);
     const json p = json::parse(plain.out), s = json::parse(spec.out);
-    CHECK(s["generated_ids"] == p["generated_ids"]);
-    REQUIRE(s["tokens"].size() == p["tokens"].size());
-    for (std::size_t i = 0; i < p["tokens"].size(); i++)
-      CHECK(s["tokens"][i]["logprob"].get<double>() == p["tokens"][i]["logprob"].get<double>());
+    check_same_tokens(p, s);
     CHECK(s["speculative"]["proposed"].get<int>() > 0);
     CHECK(s["speculative"]["accepted"].get<int>() <= s["speculative"]["proposed"].get<int>());
     CHECK_FALSE(p.contains("speculative"));
     // The short form and the default rule: the same tokens and logprobs, whatever it proposed.
     auto cost = run(base + opts + " --speculative ngram:3,4");
     REQUIRE(cost.code == 0);
-    const json c = json::parse(cost.out);
-    CHECK(c["generated_ids"] == p["generated_ids"]);
-    REQUIRE(c["tokens"].size() == p["tokens"].size());
-    for (std::size_t i = 0; i < p["tokens"].size(); i++)
-      CHECK(c["tokens"][i]["logprob"].get<double>() == p["tokens"][i]["logprob"].get<double>());
+    check_same_tokens(p, json::parse(cost.out));
   }
   auto e = run(base + " --speculative ngram --no-cache");
   CHECK(e.code != 0);
@@ -654,7 +655,7 @@ TEST_CASE(
   CHECK_THAT(e.out, Contains("--speculative"));
 }
 
-TEST_CASE("generate and batch --speculative draft: a draft model's proposals, plain tokens") {
+TEST_CASE("generate --speculative draft: a draft model's proposals, plain tokens") {
   const std::string base = "generate --model " + kTinyA + " --vocab " + kVocab +
                            " --json -n 24 --top-logprobs 1 --prompt-ids 5,9,2,7,11,3";
   // The target drafting for itself: greedy, every proposal is what it draws.
@@ -668,15 +669,12 @@ TEST_CASE("generate and batch --speculative draft: a draft model's proposals, pl
     REQUIRE(plain.code == 0);
     REQUIRE(spec.code == 0);
     const json p = json::parse(plain.out), s = json::parse(spec.out);
-    CHECK(s["generated_ids"] == p["generated_ids"]);
-    REQUIRE(s["tokens"].size() == p["tokens"].size());
-    for (std::size_t i = 0; i < p["tokens"].size(); i++)
-      CHECK(s["tokens"][i]["logprob"].get<double>() == p["tokens"][i]["logprob"].get<double>());
+    check_same_tokens(p, s);
     CHECK(s["speculative"]["proposed"].get<int>() > 0);
     if (opts == " --greedy") CHECK(s["speculative"]["accepted"] == s["speculative"]["proposed"]);
     auto short_form = run(base + opts + " --speculative draft:" + kTinyA + ":3");
     REQUIRE(short_form.code == 0);
-    CHECK(json::parse(short_form.out)["generated_ids"] == p["generated_ids"]);
+    check_same_tokens(p, json::parse(short_form.out));
   }
   auto e = run(base + " --speculative draft:" + kTinyA + "/no-such-folder");
   CHECK(e.code != 0);

@@ -156,7 +156,9 @@ TEST_CASE("composition flags: unknown, uncompiled and refused choices are clear 
       {gen + " --dtype int4", "--dtype int4: accepted: auto, float32, float16"},
       {gen + " --kv contiguous --kv-block 32", "a contiguous cache has no blocks"},
       {gen + " --kv paged16 --block-size 32", "--kv-block 32 disagrees with --kv paged16"},
-      {gen + " --kv-cache-dtype fp8", "an 8-bit cache is not offered yet"},
+      {gen + " --kv-cache-dtype fp8",
+       "--kv-cache-dtype fp8: accepted: auto, float32, float16, int8"},
+      {gen + " --kv paged16-i8 --kv-cache-dtype float16", "disagrees with --kv paged16-i8"},
       {gen + " --lora merge", "--lora merge needs --adapter"},
       {gen + " --adapter " + kAdapter + " --lora none", "--adapter needs a LoRA dispatch"},
       {"batch --model " + kTinyA + " --vocab " + kVocab + " --input /dev/null --lora merge" +
@@ -279,6 +281,12 @@ TEST_CASE("batch --speculative: the same tokens, fewer steps; bad values name th
   const auto c = lines(off_out);
   REQUIRE(c.size() == 6);
   for (int i = 0; i < 6; i++) CHECK(c[i]["generated_ids"] == a[i]["generated_ids"]);
+  // A draft model (the target's own checkpoint): the same tokens again.
+  auto drafted = run(base + " --speculative draft:" + kTinyA + ":3 --output " + off_out.string());
+  REQUIRE(drafted.code == 0);
+  const auto dr = lines(off_out);
+  REQUIRE(dr.size() == 6);
+  for (int i = 0; i < 6; i++) CHECK(dr[i]["generated_ids"] == a[i]["generated_ids"]);
   auto refused = [&](const std::string& flag, const std::string& says) {
     auto r = run(base + " " + flag);
     INFO(flag << " -> " << r.out);
@@ -290,7 +298,8 @@ TEST_CASE("batch --speculative: the same tokens, fewer steps; bad values name th
   refused("--speculative ngram:3,0", "K must be >= 1");
   refused("--speculative ngram:0,4", "1 <= ngram_min <= ngram_max");
   refused("--speculative eagle", "--speculative: 'eagle' is not one of none, ngram, ngram:N,K");
-  refused("--speculative draft:models/distilgpt2", "a draft model is not offered yet");
+  refused("--speculative draft:models/distilgpt2",
+          "--speculative draft models/distilgpt2: models/distilgpt2/config.json");
   refused("--speculative-config '{\"method\": \"eagle\"}'", "method \"eagle\" is not offered");
   refused("--speculative-config '{\"num_speculative_tokens\": 4, \"k\": 2}'", "unknown field 'k'");
   refused("--speculative-config '[1'", "--speculative-config: not valid JSON");

@@ -37,6 +37,7 @@
   "u8/contiguous/none/continuous/host", \
   "u8-group64/contiguous/none/continuous/host", \
   "u8-channel/contiguous-f16/loop/continuous/host", \
+  "u8-channel/paged16-i8/none/continuous/host", \
   "f16/paged16-f16/segmented/continuous/host", \
   "f16/paged16-f16/segmented/continuous/emulated", \
   "f16/paged16-f16/segmented/continuous/cuda"

@@ -24,10 +24,10 @@
 namespace servekit::serve {
 
 // What a composition name parses into. weights: an index into kWeightsKinds (group: its size);
-// kv_block 0 is the contiguous cache.
+// kv_block 0 is the contiguous cache; kv_dtype an index into kKvDtypes.
 struct Spec {
   int weights = 0, group = 0, kv_block = 0, lora = 0, scheduler = 0, backend = 0;
-  bool kv_f16 = false;
+  int kv_dtype = 0;
   friend constexpr bool operator==(const Spec&, const Spec&) = default;
 };
 
@@ -35,6 +35,8 @@ struct Spec {
 inline constexpr std::array<std::string_view, 5> kFields = {"weights", "kv", "lora", "scheduler",
                                                             "backend"};
 inline constexpr std::array<std::string_view, 4> kWeightsKinds = {"f32", "f16", "bf16", "u8zp-"};
+// The cache's element: a layout name's suffix ("" for f32).
+inline constexpr std::array<std::string_view, 3> kKvDtypes = {"", "-f16", "-i8"};
 inline constexpr std::array<std::string_view, 4> kLoraNames = {"none", "lora-loop", "lora-gathered",
                                                                "lora-segmented"};
 inline constexpr std::array<std::string_view, 3> kSchedulerNames = {"continuous", "static",
@@ -90,10 +92,16 @@ constexpr bool parse_weights(std::string_view s, Spec& out) {
   return false;
 }
 
-// contiguous, pagedN, each with "-f16" for a half cache.
+// contiguous, pagedN, each with "-f16" for a half cache or "-i8" for an int8 one.
 constexpr bool parse_kv(std::string_view s, Spec& out) {
-  out.kv_f16 = s.size() > 4 && s.substr(s.size() - 4) == "-f16";
-  if (out.kv_f16) s = s.substr(0, s.size() - 4);
+  out.kv_dtype = 0;
+  for (int d = 1; d < static_cast<int>(kKvDtypes.size()); d++)
+    if (s.size() > kKvDtypes[d].size() &&
+        s.substr(s.size() - kKvDtypes[d].size()) == kKvDtypes[d]) {
+      out.kv_dtype = d;
+      s = s.substr(0, s.size() - kKvDtypes[d].size());
+      break;
+    }
   if (s == "contiguous") return out.kv_block = 0, true;
   return starts(s, "paged") && (out.kv_block = number(s.substr(5))) > 0;
 }
@@ -137,10 +145,11 @@ struct WeightsOf<kU8Channel, G> : std::type_identity<weights::U8ZeroPoint<weight
 template <int G>
 struct WeightsOf<kU8Group, G> : std::type_identity<weights::U8ZeroPoint<weights::Group<G>>> {};
 
-template <int Block, bool Half>
-using KvOf = std::conditional_t<
-    Block == 0, kv::BasicContiguous<std::conditional_t<Half, kv::F16, kv::F32>>,
-    kv::Paged<(Block > 0 ? Block : 1), std::conditional_t<Half, kv::F16, kv::F32>>>;
+template <int Dtype>
+using KvElemOf = std::tuple_element_t<Dtype, std::tuple<kv::F32, kv::F16, kv::I8>>;
+template <int Block, int Dtype>
+using KvOf = std::conditional_t<Block == 0, kv::BasicContiguous<KvElemOf<Dtype>>,
+                                kv::Paged<(Block > 0 ? Block : 1), KvElemOf<Dtype>>>;
 
 template <int I>
 using LoraOf =
@@ -157,7 +166,7 @@ template <Spec S>
 struct Composition {
   static constexpr Spec spec = S;
   using Weights = typename WeightsOf<S.weights, S.group>::type;
-  using Kv = KvOf<S.kv_block, S.kv_f16>;
+  using Kv = KvOf<S.kv_block, S.kv_dtype>;
   using Lora = LoraOf<S.lora>;
   using Backend = BackendOf<S.backend>;
   using Scheduler = SchedulerOf<S.scheduler>;
@@ -182,7 +191,7 @@ inline std::string spec_name(const Spec& s) {
                   : s.weights == kU8Channel ? "u8zp-channel"
                                             : "u8zp-group" + std::to_string(s.group);
   std::string k = s.kv_block == 0 ? "contiguous" : "paged" + std::to_string(s.kv_block);
-  if (s.kv_f16) k += "-f16";
+  k += kKvDtypes[s.kv_dtype];
   return w + "/" + k + "/" + std::string(kLoraNames[s.lora]) + "/" +
          std::string(kSchedulerNames[s.scheduler]) + "/" + std::string(kBackendNames[s.backend]);
 }
@@ -193,7 +202,8 @@ inline std::string field_values(int field) {
     case 0:
       return "f32, f16, bf16, u8 (per tensor), u8-channel, u8-groupG (e.g. u8-group64)";
     case 1:
-      return "contiguous, pagedN (e.g. paged16), each with -f16 for a half cache";
+      return "contiguous, pagedN (e.g. paged16), each with -f16 for a half cache or -i8 for an "
+             "int8 one";
     case 2:
       return "none, loop, gathered, segmented";
     case 3:
