@@ -95,6 +95,59 @@ inline double fma_gflops(int reps = 5) {
   return best;
 }
 
+// Peak int8 multiply-add rate of the instruction W8A8's host kernels use
+// (kernels/host/linear_i8.hpp: vpdpbusd with AVX-512 VNNI, vpmaddwd + vpaddd with AVX2), in
+// GOP/s (2 per multiply-add, as GFLOP/s), 12 independent chains per thread; 0 where those
+// kernels use plain integer loops.
+inline double int8_gops(int reps = 5) {
+#if (defined(__AVX512VNNI__) && defined(__AVX512BW__)) || defined(__AVX2__)
+  constexpr int kChains = 12;
+  constexpr long kIters = 20'000'000;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  constexpr int kMacs = 64;  // per instruction
+#else
+  constexpr int kMacs = 16;
+#endif
+  double best = 0;
+  volatile int sink = 0;
+  for (int r = 0; r < reps; r++) {
+    int threads = 1;
+    const double t0 = now_s();
+#pragma omp parallel
+    {
+#pragma omp single
+      threads = omp_get_num_threads();
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+      __m512i acc[kChains];
+      for (int c = 0; c < kChains; c++) acc[c] = _mm512_set1_epi32(c);
+      const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+      for (long i = 0; i < kIters; i++)
+        for (int c = 0; c < kChains; c++) acc[c] = _mm512_dpbusd_epi32(acc[c], a, b);
+      int s = 0;
+      for (int c = 0; c < kChains; c++) s += _mm512_reduce_add_epi32(acc[c]);
+#else
+      __m256i acc[kChains];
+      for (int c = 0; c < kChains; c++) acc[c] = _mm256_set1_epi32(c);
+      const __m256i b = _mm256_set1_epi16(-2);
+      // acc as the multiplicand too, so that the product cannot be hoisted out of the loop
+      for (long i = 0; i < kIters; i++)
+        for (int c = 0; c < kChains; c++)
+          acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(acc[c], b));
+      int s = 0;
+      for (int c = 0; c < kChains; c++) s += _mm256_extract_epi32(acc[c], 0);
+#endif
+      sink = sink + s;
+    }
+    const double dt = now_s() - t0;
+    best = std::max(best, 2.0 * kMacs * kChains * kIters * threads / dt / 1e9);
+  }
+  return best;
+#else
+  (void)reps;
+  return 0;
+#endif
+}
+
 // The --csv file of a benchmark with its header written, or nullptr when path is empty; a file
 // that cannot be written ends the program with a message naming it.
 inline std::FILE* open_csv(const std::string& path, const char* header) {

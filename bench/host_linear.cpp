@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // One host linear at a time: GPT-2 124M's four layer shapes and its lm_head as a (C, V) matrix,
-// in fp32, f16 and uint8 codes (per column), W in its (K, N) order and packed in the host
+// in fp32, f16 and uint8 codes (per column) and W8A8 (int8 x int8), W in its (K, N) order and packed in the host
 // backend's strips, at a few row counts, each timed over enough distinct matrices that every
 // call reads W from memory. Prints GB/s of W beside the machine's streaming
 // read bandwidth and GFLOP/s beside its multiply-add peak, both measured in the same run: the two
@@ -11,6 +11,7 @@
 
 #include "common.hpp"
 #include "servekit/core/dtype.hpp"
+#include "servekit/kernels/host/linear_i8.hpp"
 #include "servekit/kernels/host/lm_head.hpp"
 #include "servekit/kernels/host/matmul.hpp"
 #include "servekit/kernels/host/packed.hpp"
@@ -73,6 +74,29 @@ void run(const char* fmt, bool packed, int M, int K, int N, double bw, double pe
       [&](int i) { h::matmul<h::Epilogue::Store>(out.data(), x.data(), view(i), nullptr, M); });
 }
 
+// W8A8 (kernels/host/linear_i8.hpp): int8 codes packed in quads, x quantised per row in the
+// call; its multiply-adds against the int8 dot-product peak.
+void run_i8(int M, int K, int N, double bw, double ipeak) {
+  const std::size_t per = static_cast<std::size_t>(K) * N;
+  const int n_mats = static_cast<int>(std::max<std::size_t>(2, (256u << 20) / per));
+  std::vector<std::int8_t> w;
+  std::vector<std::int8_t> one(per);
+  for (std::size_t i = 0; i < per; i++) one[i] = static_cast<std::int8_t>((i * 7) % 255 - 127);
+  for (int i = 0; i < n_mats; i++) {
+    const auto p = h::pack_quads(one, K, N);
+    w.insert(w.end(), p.begin(), p.end());
+  }
+  const std::size_t stride = w.size() / n_mats;
+  std::vector<float> scale(N, 0.01f), x(static_cast<std::size_t>(M) * K),
+      out(static_cast<std::size_t>(M) * N);
+  for (std::size_t i = 0; i < x.size(); i++) x[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+  std::vector<std::int32_t> colsum(N, 5);
+  time_calls("w8a8", "packed", M, K, N, per, n_mats, bw, ipeak, [&](int i) {
+    const h::I8View v{w.data() + stride * i, K, N, K, scale.data(), colsum.data(), N};
+    h::linear_i8<h::Epilogue::Store>(out.data(), x.data(), v, nullptr, M, h::DenseAdd{});
+  });
+}
+
 // The fp32 tied head as the host backend runs it without a copy: wte (V, C) read along C.
 void run_tied_head(int M, int C, int V, double bw, double peak) {
   const std::size_t per = static_cast<std::size_t>(V) * C;
@@ -93,8 +117,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   std::fprintf(stderr, "measuring read bandwidth and the multiply-add peak ...\n");
   const double bw = sk::bench::read_bandwidth_gbs(), peak = sk::bench::fma_gflops();
-  std::printf("host, %d threads: read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s (this run)\n",
-              sk::host_threads(), bw, peak);
+  const double ipeak = sk::bench::int8_gops();
+  std::printf("host, %d threads: read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s, int8 (%s) "
+              "peak %.0f GOP/s (this run; w8a8 rows: of the int8 peak)\n",
+              sk::host_threads(), bw, peak, h::kI8Isa, ipeak);
   std::printf("%-4s %-6s %4s %5s %6s %10s %8s %8s %9s %8s\n", "fmt", "W", "M", "K", "N", "us/call",
               "GB/s", "of bw", "GFLOP/s", "of peak");
   const int shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50257}};
@@ -110,6 +136,7 @@ int main(int argc, char** argv) {
         run<sk::half_t>("f16", packed, M, K, N, bw, peak);
         run<std::uint8_t>("u8", packed, M, K, N, bw, peak);
       }
+      run_i8(M, K, N, bw, ipeak);
     }
   }
   return 0;

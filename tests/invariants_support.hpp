@@ -166,9 +166,17 @@ inline Compared compare(const std::vector<SeqTrace>& got, const std::vector<SeqT
 //    features, so u = 2^-6 relative to an operand's own size.
 //  - weights (HF only): the 16-bit weights themselves, (4 L + 1) u_w scale (tests/
 //    test_weights_hf.cpp); tiny-b's weights are bf16 already, so bf16 rounds nothing there.
+//  - w8a8 (HF only): W8A8 rounds both operands of every linear to half a step of their
+//    group's scale, max |v| / 127 over a weight column or an activation row: 2^-8 of its
+//    largest element, up to 4x a typical one, so u = 2^-6 relative per operand (as the int8
+//    cache's argument). Two rounded operands in each of the 4 L + 1 linears:
+//    2 (4 L + 1) 2^-6 scale. Its integer sums are exact, so batch against alone needs no more.
+template <class F>
+constexpr bool is_w8a8 = weights::Traits<F>::family == weights::LinearFamily::Int8;
+
 template <class I>
 struct Tolerances {
-  float order, xround, kv, weights;
+  float order, xround, kv, weights, w8a8;
 
   Tolerances(const model::Gpt2Tensors& t, float scale) {
     using F = typename I::Fmt;
@@ -184,12 +192,13 @@ struct Tolerances {
     const bool exact =
         std::is_same_v<F, weights::BF16> && std::is_same_v<typename I::Dims, dims::TinyB>;
     weights = k16 && !exact ? (4 * L + 1) * uw * scale : 0;
+    w8a8 = is_w8a8<F> ? 2 * (4 * L + 1) * 0x1p-6f * scale : 0;
   }
   // Batch against alone, same composition: each side within xround and kv of the computation
   // with exact x and an fp32 cache, plus the reordering.
   float batch() const { return order + 2 * xround + 2 * kv; }
   // Against HF: this side's roundings; HF is fp32 throughout.
-  float hf() const { return kTol + weights + xround + kv; }
+  float hf() const { return kTol + weights + w8a8 + xround + kv; }
   // Emulated against the host with the same composition: the host rounds no x; both round
   // their caches.
   float host() const { return order + xround + 2 * kv; }
@@ -198,7 +207,7 @@ struct Tolerances {
 template <class F>
 constexpr bool compares_with_hf =
     std::is_same_v<F, weights::F32> || std::is_same_v<F, weights::F16> ||
-    std::is_same_v<F, weights::BF16>;
+    std::is_same_v<F, weights::BF16> || is_w8a8<F>;
 
 // All the invariants of composition I, with n decode steps after the prefill.
 template <class I>

@@ -114,7 +114,9 @@ TEMPLATE_TEST_CASE("a row's result does not depend on the other rows or the thre
                    servekit::weights::BF16,
                    servekit::weights::U8ZeroPoint<servekit::weights::PerTensor>,
                    servekit::weights::U8ZeroPoint<servekit::weights::PerChannel>,
-                   servekit::weights::U8ZeroPoint<servekit::weights::Group<64>>) {
+                   servekit::weights::U8ZeroPoint<servekit::weights::Group<64>>,
+                   servekit::weights::W8A8<servekit::weights::PerChannel>,
+                   servekit::weights::W8A8<servekit::weights::Group<64>>) {
   std::mt19937 rng(9);
   for (auto [K, N] : {std::pair{64, 96}, {128, 257}, {320, 1030}})
     check_invariant<TestType>(K, N, rng);
@@ -122,7 +124,8 @@ TEMPLATE_TEST_CASE("a row's result does not depend on the other rows or the thre
 
 // Every format's host linear against the naive oracle, on shapes that leave partial tiles,
 // panels and K blocks (and row blocks past 128), for every epilogue. Both sum each output as one
-// fp32 chain (per group for zero-point codes), so they differ only by FMA contraction.
+// fp32 chain (per group for zero-point codes; W8A8: exact int32 sums, then the same float
+// chain of scales), so they differ only by FMA contraction.
 namespace {
 template <class Fmt, k::Epilogue E>
 void check_vs_ref(int M, int K, int N, std::mt19937& rng) {
@@ -153,7 +156,8 @@ void check_vs_ref(int M, int K, int N, std::mt19937& rng) {
 TEMPLATE_TEST_CASE("host linear == its kernels/ref oracle, every format, awkward shapes", "",
                    w::F32, w::F16, w::BF16, w::U8ZeroPoint<w::PerTensor>,
                    w::U8ZeroPoint<w::PerChannel>, w::U8ZeroPoint<w::Group<4>>,
-                   w::U8ZeroPoint<w::Group<64>>) {
+                   w::U8ZeroPoint<w::Group<64>>, w::W8A8<w::PerTensor>, w::W8A8<w::PerChannel>,
+                   w::W8A8<w::Group<4>>, w::W8A8<w::Group<64>>) {
   std::mt19937 rng(17);
   for (int M : {1, 2, 5, 6, 7, 8, 9, 13, 64, 67, 130})
     for (auto [K, N] : {std::pair{64, 31}, {256, 96}, {320, 257}, {576, 160}}) {

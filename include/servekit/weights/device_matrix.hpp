@@ -22,6 +22,8 @@ struct DeviceMatrix {
   using Format = Fmt;
   static_assert(Traits<Fmt>::family != LinearFamily::ZeroPoint8,
                 "servekit: a format with quantization state specialises DeviceMatrix");
+  static_assert(Traits<Fmt>::family != LinearFamily::Int8,
+                "servekit: W8A8 runs on the host backend only so far (no device kernels)");
   using Elem = typename Traits<Fmt>::Element;
   simt::DeviceVector<Elem> data;  // (K, N)
   int rows = 0;                   // K: input features

@@ -7,6 +7,7 @@
 #include "servekit/weights/f16.hpp"
 #include "servekit/weights/f32.hpp"
 #include "servekit/weights/u8_zero_point.hpp"
+#include "servekit/weights/w8a8.hpp"
 
 namespace servekit::weights {
 

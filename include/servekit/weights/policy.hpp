@@ -118,4 +118,22 @@ struct U8ZeroPoint {
   static constexpr std::string_view name = name_storage.view();
 };
 
+// W8A8: int8 weights and int8 activations, integer products summed in int32. The weights are
+// symmetric int8 per group (s_w = max |w| / 127, codes round(w / s_w) in -127..127;
+// core/symmetric_int8.hpp); each row of x is quantised the same way right before the linear
+// (dynamic, per token: s_x = max |x_row| / 127). Integer sums are exact whatever their order, so
+// the floats enter once per group and row:
+//   y[m][n] = s_x[m] * sum_g s_w[g][n] * isum_g[m][n],   isum_g = sum_{k in g} xq[m][k] wq[k][n]
+// One byte per weight plus a float per group (and an int32 column sum per group, for kernels
+// that take activations unsigned). No smoothing: without calibration data the activations'
+// outlier channels are unknown at load (see docs/04_quantization.md). A group spans a multiple
+// of 4 input rows (the integer kernels take k four at a time).
+template <Granularity G>
+struct W8A8 {
+  using axis = Axis;
+  using Gran = G;
+  static constexpr auto name_storage = detail::join<5 + G::name.size()>("w8a8-", G::name);
+  static constexpr std::string_view name = name_storage.view();
+};
+
 }  // namespace servekit::weights

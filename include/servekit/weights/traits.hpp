@@ -21,6 +21,7 @@ enum class LinearFamily {
   Dense32,     // fp32 codes: the host matmul; CUDA-core GEMV and tiled GEMM on a device
   Dense16,     // 16-bit floats widened as they stream: tensor cores (mma.sync) on a device
   ZeroPoint8,  // uint8 codes, (scale, min) per group, the dequantisation fused
+  Int8,        // int8 codes times int8 activations, int32 sums, a scale per group and row (W8A8)
 };
 
 template <class Fmt>

@@ -4,7 +4,9 @@
 // viewed as the (K, N) elements the matmul streams (host/matmul.hpp widens them as it loads),
 // so no dequantised copy of a matrix exists and a decode step reads the compact storage only.
 #include <cstdint>
+#include <type_traits>
 
+#include "servekit/kernels/host/linear_i8.hpp"
 #include "servekit/kernels/host/matmul.hpp"
 #include "servekit/kernels/host/packed.hpp"
 #include "servekit/weights/formats.hpp"
@@ -32,6 +34,27 @@ auto view(const Packed<Mat>& P) {
   return v;
 }
 
+// W8A8 packed (pack_quads) as host/linear_i8.hpp reads it.
+template <weights::Granularity G>
+I8View i8_view(const Packed<weights::Matrix<weights::W8A8<G>>>& P) {
+  const auto& m = P.strips();
+  return {m.q.data(), m.rows, m.cols, m.group_rows, m.scale.data(), m.colsum.data(), m.state_cols};
+}
+
+// The same with a row addend computed as the tiles store (host/lora.hpp's fused expand).
+template <Epilogue E, class Mat>
+void linear(float* out, const float* x, const Mat& W, const float* b, int M,
+            const RowAddend auto& add) {
+  if constexpr (weights::family_of<Mat> != weights::LinearFamily::Int8) {
+    matmul<E>(out, x, view(W), b, M, add);
+  } else if constexpr (std::is_same_v<Mat, weights::Matrix<weights::format_of<Mat>>>) {
+    // The integer kernels read W packed only; a Matrix passed as it is (tests) is packed here.
+    linear<E>(out, x, Packed<Mat>::pack(Mat(W)), b, M, add);
+  } else {
+    linear_i8<E>(out, x, i8_view(W), b, M, add);
+  }
+}
+
 template <Epilogue E, class Mat>
 void linear(float* out,      // (M, N)
             const float* x,  // (M, K)
@@ -39,14 +62,7 @@ void linear(float* out,      // (M, N)
             const float* b,  // (N)
             int M,
             const float* add = nullptr) {  // (M, N) added before the epilogue
-  matmul<E>(out, x, view(W), b, M, add);
-}
-
-// The same with a row addend computed as the tiles store (host/lora.hpp's fused expand).
-template <Epilogue E, class Mat>
-void linear(float* out, const float* x, const Mat& W, const float* b, int M,
-            const RowAddend auto& add) {
-  matmul<E>(out, x, view(W), b, M, add);
+  linear<E>(out, x, W, b, M, DenseAdd{add, W.cols});
 }
 
 }  // namespace servekit::kernels::host

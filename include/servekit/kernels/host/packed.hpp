@@ -33,12 +33,30 @@ std::vector<T> pack_strips(const std::vector<T>& w, int K, int N) {
   return p;
 }
 
+// int8 codes (W8A8) go in strips of kQNR columns made of quads, each quad kQNR columns x 4
+// consecutive k (the operand of an integer dot-product instruction, host/linear_i8.hpp):
+//   strip s, quad kq, column j, byte i  =  W[4 kq + i][s * kQNR + j]   at  ((s K/4 + kq) kQNR + j) 4 + i
+// K is a multiple of 4 (weights::W8A8 checks it at load); padding columns are zero.
+constexpr int kQNR = 16;
+inline std::vector<int8_t> pack_quads(const std::vector<int8_t>& w, int K, int N) {
+  const int strips = (N + kQNR - 1) / kQNR, KQ = K / 4;
+  std::vector<int8_t> p(static_cast<std::size_t>(strips) * KQ * kQNR * 4, 0);
+  for (int s = 0; s < strips; s++)
+    for (int kq = 0; kq < KQ; kq++)
+      for (int j = 0; j < kQNR && s * kQNR + j < N; j++)
+        for (int i = 0; i < 4; i++)
+          p[((static_cast<std::size_t>(s) * KQ + kq) * kQNR + j) * 4 + i] =
+              w[static_cast<std::size_t>(4 * kq + i) * N + s * kQNR + j];
+  return p;
+}
+
 // The format's Matrix (weights/) with its element array in strip order. It keeps what reports
 // read (rows, cols, bytes(), state_bytes()) and nothing that indexes W as (K, N): a
 // dequant(k, n) here would read the wrong element.
 template <class Mat>
 class Packed {
  public:
+  using Format = weights::format_of<Mat>;
   int rows = 0;  // K
   int cols = 0;  // N
 
@@ -46,7 +64,10 @@ class Packed {
     Packed p;
     p.rows = m.rows, p.cols = m.cols;
     auto& e = weights::Traits<weights::format_of<Mat>>::codes(m);
-    e = pack_strips(e, m.rows, m.cols);
+    if constexpr (weights::family_of<Mat> == weights::LinearFamily::Int8)
+      e = pack_quads(e, m.rows, m.cols);
+    else
+      e = pack_strips(e, m.rows, m.cols);
     p.m_ = std::move(m);
     return p;
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "servekit/core/dtype.hpp"
+#include "servekit/core/symmetric_int8.hpp"
 #include "servekit/core/thread_pool.hpp"
 #include "servekit/kv/view.hpp"
 
@@ -48,13 +49,9 @@ float kv_scale(const View& kv, int64_t at, bool value) {
     return 1.f;
 }
 
-// One group of an int8 cache row: codes round(x / s) with s = max |x| / 127 (all zero: s = 0).
+// One group of an int8 cache row: symmetric int8 (core/symmetric_int8.hpp).
 inline float quantize_group(int8_t* q, const float* x, int n) {
-  float m = 0.f;
-  for (int i = 0; i < n; i++) m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
-  const float s = m / 127.f;
-  for (int i = 0; i < n; i++) q[i] = s > 0.f ? static_cast<int8_t>(std::nearbyint(x[i] / s)) : 0;
-  return s;
+  return quantize_s8(q, x, n);
 }
 
 template <class View>

@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Symmetric int8 quantisation, the one formula every 8-bit path shares (the int8 KV cache's
+// rows, W8A8's weights and its activations): a group of values x with s = max |x| / 127 is
+// stored as codes round(x / s) (to nearest even, as std::nearbyint does in the default
+// rounding mode) in -127..127, and read back as code * s. An all-zero group has s = 0 and
+// codes 0. -128 is never written, so a code's negation is a code (the AVX2 W8A8 path and the
+// device's signed dot products rely on |code| <= 127).
+#include <cmath>
+#include <cstdint>
+
+namespace servekit {
+
+inline float s8_scale(float absmax) {
+  return absmax / 127.f;
+}
+
+inline int8_t s8_code(float x, float s) {
+  return s > 0.f ? static_cast<int8_t>(std::nearbyint(x / s)) : int8_t{0};
+}
+
+// n values at x[0], x[stride], ... into q[0], q[stride], ...; returns their scale.
+inline float quantize_s8(int8_t* q, const float* x, int n, int64_t stride = 1) {
+  float m = 0.f;
+  for (int i = 0; i < n; i++) m = std::fabs(x[i * stride]) > m ? std::fabs(x[i * stride]) : m;
+  const float s = s8_scale(m);
+  for (int i = 0; i < n; i++) q[i * stride] = s8_code(x[i * stride], s);
+  return s;
+}
+
+}  // namespace servekit

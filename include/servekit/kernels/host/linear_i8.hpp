@@ -1,0 +1,302 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// W8A8 linears on the host (weights::W8A8): each row of x quantised to int8 as the call starts,
+// int8 x int8 products summed in int32 by the CPU's integer dot products, the scales applied
+// once per group and row. Which instructions, chosen at compile time:
+//   AVX-512 VNNI  vpdpbusd: 64 unsigned x signed byte products, each 4 added into 16 int32
+//                 lanes. x goes in as xq + 128 (unsigned); colsum takes 128 sum_k w back.
+//   AVX2          codes widened to int16, vpmaddwd: 16 products, each 2 added into 8 lanes.
+//                 (vpmaddubsw would saturate its int16 pair sums: 255 x 127 x 2 > 32767.)
+//   otherwise     plain integer loops.
+// Integer sums are exact in any order, so every instruction set, tile shape and thread split
+// gives the same bits: a row's result depends on nothing else in the call (the engine's batch
+// invariance), and it is kernels/ref's float chain exactly:
+//   acc = fma(s_w[g], float(isum_g), acc) over the groups, y = acc * s_x.
+//
+// W is read packed (host/packed.hpp, pack_quads): strips of kQNR = 16 columns, each strip its
+// K / 4 quads of 16 columns x 4 consecutive k, which is one vpdpbusd operand.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "servekit/core/symmetric_int8.hpp"
+#include "servekit/core/thread_pool.hpp"
+#include "servekit/kernels/host/matmul.hpp"
+#include "servekit/kernels/host/packed.hpp"
+
+namespace servekit::kernels::host {
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+using ActCode = uint8_t;  // xq + 128
+constexpr int kActBias = 128;
+constexpr int kMRq = 6, kNSq = 4;  // 6 rows x 4 strips: 24 of 32 zmm accumulate
+constexpr const char* kI8Isa = "AVX512-VNNI";
+#elif defined(__AVX2__)
+using ActCode = int16_t;
+constexpr int kActBias = 0;
+constexpr int kMRq = 2, kNSq = 1;  // 2 rows x 4 column quads: 8 of 16 ymm accumulate
+constexpr const char* kI8Isa = "AVX2";
+#else
+using ActCode = int8_t;
+constexpr int kActBias = 0;
+constexpr int kMRq = 4, kNSq = 1;
+constexpr const char* kI8Isa = "scalar";
+#endif
+
+// W8A8 W as the kernel reads it: codes packed by pack_quads, one scale per group (and column,
+// or per tensor), and the groups' column sums of the codes.
+struct I8View {
+  const int8_t* w = nullptr;  // pack_quads((K, N))
+  int K = 0, N = 0;
+  int group_rows = 0;  // a multiple of 4
+  const float* scale = nullptr;     // (K / group_rows, state_cols)
+  const int32_t* colsum = nullptr;  // (K / group_rows, N)
+  int state_cols = 0;
+};
+
+// GCC 12's AVX-512 intrinsics start from an undefined value that it then reports as maybe
+// uninitialised (bug 105593, fixed in 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// Quads of W ahead that a tile asks for, into L2 (as matmul.hpp's kAhead rows).
+constexpr int kAheadQ = 32;
+
+// x (K) -> q (K) codes as the tiles read them (plus kActBias); returns the row's scale. The same
+// codes as quantize_s8 (core/symmetric_int8.hpp): the vector divide is IEEE's, and vcvtps2dq
+// rounds to nearest even as nearbyint does in the default rounding mode.
+inline float quantize_row(ActCode* q, const float* x, int K) {
+  float m = 0.f;
+  for (int k = 0; k < K; k++) m = std::fabs(x[k]) > m ? std::fabs(x[k]) : m;
+  const float s = s8_scale(m);
+  int k = 0;
+  if (s > 0.f) {
+#if defined(__AVX512F__)
+    const __m512 sv = _mm512_set1_ps(s);
+    for (; k + 16 <= K; k += 16) {
+      __m512i c = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_loadu_ps(x + k), sv));
+      c = _mm512_add_epi32(c, _mm512_set1_epi32(kActBias));
+      if constexpr (sizeof(ActCode) == 1)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtepi32_epi8(c));
+      else
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k), _mm512_cvtepi32_epi16(c));
+    }
+#elif defined(__AVX2__)
+    const __m256 sv = _mm256_set1_ps(s);
+    for (; k + 8 <= K; k += 8) {
+      const __m256i c = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(x + k), sv));
+      const __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+      if constexpr (sizeof(ActCode) == 2)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), h);
+      else
+        for (int i = 0; i < 8; i++) q[k + i] = static_cast<ActCode>(s8_code(x[k + i], s) + kActBias);
+    }
+#endif
+  }
+  for (; k < K; k++) q[k] = static_cast<ActCode>(s8_code(x[k], s) + kActBias);
+  return s;
+}
+
+// The micro-kernel: out (MR, NS * kQNR) at ldo = the int32 sums of x (MR rows, ldx apart) over
+// nq quads of NS strips (strip s at w + s * ss, each quad kQNR x 4 bytes).
+template <int MR, int NS>
+inline void tile_i8(int32_t* out, int ldo, const ActCode* x, int64_t ldx, const int8_t* w,
+                    int64_t ss, int nq) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  __m512i t[MR][NS];
+  SERVEKIT_UNROLL_FULLY
+  for (int r = 0; r < MR; r++) {
+    SERVEKIT_UNROLL_FULLY
+    for (int s = 0; s < NS; s++) t[r][s] = _mm512_setzero_si512();
+  }
+  for (int q = 0; q < nq; q++) {
+    __m512i wv[NS];
+    SERVEKIT_UNROLL_FULLY
+    for (int s = 0; s < NS; s++) {
+      prefetch_l2(w + s * ss, static_cast<int64_t>(q + kAheadQ) * 4 * kQNR);
+      wv[s] = _mm512_loadu_si512(w + s * ss + q * 4 * kQNR);
+    }
+    SERVEKIT_UNROLL_FULLY
+    for (int r = 0; r < MR; r++) {
+      int32_t x4;
+      std::memcpy(&x4, x + r * ldx + 4 * q, 4);
+      const __m512i xb = _mm512_set1_epi32(x4);
+      SERVEKIT_UNROLL_FULLY
+      for (int s = 0; s < NS; s++) t[r][s] = _mm512_dpbusd_epi32(t[r][s], xb, wv[s]);
+    }
+  }
+  SERVEKIT_UNROLL_FULLY
+  for (int r = 0; r < MR; r++) {
+    SERVEKIT_UNROLL_FULLY
+    for (int s = 0; s < NS; s++) _mm512_storeu_si512(out + r * ldo + s * kQNR, t[r][s]);
+  }
+#elif defined(__AVX2__)
+  // A strip's quad is 4 loads of 4 columns x 4 k; widened, vpmaddwd against x's 4 codes
+  // repeated gives lanes (column, k pair), added pairwise at the end.
+  __m256i t[MR][NS * 4];
+  SERVEKIT_UNROLL_FULLY
+  for (int r = 0; r < MR; r++) {
+    SERVEKIT_UNROLL_FULLY
+    for (int c = 0; c < NS * 4; c++) t[r][c] = _mm256_setzero_si256();
+  }
+  for (int q = 0; q < nq; q++) {
+    __m256i xb[MR];
+    SERVEKIT_UNROLL_FULLY
+    for (int r = 0; r < MR; r++) {
+      int64_t x4;
+      std::memcpy(&x4, x + r * ldx + 4 * q, 8);
+      xb[r] = _mm256_set1_epi64x(x4);
+    }
+    SERVEKIT_UNROLL_FULLY
+    for (int s = 0; s < NS; s++) {
+      const int8_t* ws = w + s * ss + q * 4 * kQNR;
+      prefetch_l2(w + s * ss, static_cast<int64_t>(q + kAheadQ) * 4 * kQNR);
+      SERVEKIT_UNROLL_FULLY
+      for (int c = 0; c < 4; c++) {
+        const __m256i wv =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws + 16 * c)));
+        SERVEKIT_UNROLL_FULLY
+        for (int r = 0; r < MR; r++)
+          t[r][s * 4 + c] = _mm256_add_epi32(t[r][s * 4 + c], _mm256_madd_epi16(xb[r], wv));
+      }
+    }
+  }
+  SERVEKIT_UNROLL_FULLY
+  for (int r = 0; r < MR; r++) {
+    SERVEKIT_UNROLL_FULLY
+    for (int c = 0; c < NS * 4; c++) {
+      alignas(32) int32_t l[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(l), t[r][c]);
+      for (int j = 0; j < 4; j++) out[r * ldo + c * 4 + j] = l[2 * j] + l[2 * j + 1];
+    }
+  }
+#else
+  for (int r = 0; r < MR; r++)
+    for (int s = 0; s < NS; s++) {
+      int32_t* o = out + r * ldo + s * kQNR;
+      std::fill(o, o + kQNR, 0);
+      for (int q = 0; q < nq; q++) {
+        const int8_t* ws = w + s * ss + q * 4 * kQNR;
+        const ActCode* xr = x + r * ldx + 4 * q;
+        for (int j = 0; j < kQNR; j++)
+          for (int i = 0; i < 4; i++) o[j] += int32_t{xr[i]} * int32_t{ws[4 * j + i]};
+      }
+    }
+#endif
+}
+
+// tile_i8<rows, NS> for rows in 1 .. kMRq chosen at run time; NS is kNSq or 1.
+template <int NS>
+inline void tile_i8_rows(int rows, int32_t* out, int ldo, const ActCode* x, int64_t ldx,
+                         const int8_t* w, int64_t ss, int nq) {
+  using Fn = void (*)(int32_t*, int, const ActCode*, int64_t, const int8_t*, int64_t, int);
+  static constexpr auto table = []<int... R>(std::integer_sequence<int, R...>) {
+    return std::array<Fn, kMRq>{&tile_i8<R + 1, NS>...};
+  }
+  (std::make_integer_sequence<int, kMRq>{});
+  table[rows - 1](out, ldo, x, ldx, w, ss, nq);
+}
+
+// The caller's buffer of activation codes, which the workers fill row by row.
+inline ActCode* act_scratch(std::size_t n) {
+  thread_local std::vector<ActCode> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+inline int32_t* isum_scratch(std::size_t n) {
+  thread_local std::vector<int32_t> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+template <Epilogue E, RowAddend A>
+void linear_i8(float* out,          // (M, N)
+               const float* x,      // (M, K)
+               const I8View& W,     // (K, N)
+               const float* b,      // (N) or nullptr
+               int M, const A& add) {  // added to the rows before the epilogue
+  const int K = W.K, N = W.N, GK = W.group_rows, KQ = K / 4;
+  // Codes (M, K) and scales (M) of x.
+  ActCode* xq = act_scratch(static_cast<std::size_t>(M) * K);
+  float* xs = thread_scratch<3>(M);
+  parallel_for(M, [&](int r) {
+    xs[r] = quantize_row(xq + static_cast<int64_t>(r) * K, x + static_cast<int64_t>(r) * K, K);
+  });
+  // Tasks of (up to MB rows) x (NB columns, whole strips), as matmul.hpp's gemm: at least two
+  // per thread where the rows give few.
+  constexpr int kMaxNB = 256, MB = 64;
+  const int m_blocks = (M + MB - 1) / MB;
+  int n_panels = (N + kMaxNB - 1) / kMaxNB;
+  if (m_blocks * n_panels < 2 * host_threads())
+    n_panels = std::max(n_panels, (2 * host_threads() + m_blocks - 1) / m_blocks);
+  const int NB = std::min(kMaxNB, ((N + n_panels - 1) / n_panels + kQNR - 1) / kQNR * kQNR);
+  n_panels = (N + NB - 1) / NB;
+  const int64_t ss = static_cast<int64_t>(KQ) * 4 * kQNR;  // one strip's bytes
+  parallel_for(
+      m_blocks * n_panels,
+      [&](int task) {
+        const int m0 = task / n_panels * MB, rows = std::min(MB, M - m0);
+        const int n0 = task % n_panels * NB, cols = std::min(NB, N - n0);
+        const int strips = (cols + kQNR - 1) / kQNR;
+        float* acc = thread_scratch<0>(static_cast<std::size_t>(MB) * kMaxNB);  // (rows, NB)
+        int32_t* isum = isum_scratch(static_cast<std::size_t>(MB) * kMaxNB);    // (rows, NB)
+        std::fill(acc, acc + static_cast<std::size_t>(rows) * NB, 0.f);
+        const ActCode* xb = xq + static_cast<int64_t>(m0) * K;
+        const int8_t* w0 = W.w + static_cast<int64_t>(n0 / kQNR) * ss;
+        for (int g0 = 0; g0 < K; g0 += GK) {
+          const int q0 = g0 / 4, nq = GK / 4;
+          // Strip by strip (kNSq at a time), every row tile reading them while they sit in L1.
+          for (int s = 0; s < strips;) {
+            const int ns = strips - s >= kNSq ? kNSq : 1;
+            for (int r0 = 0; r0 < rows; r0 += kMRq) {
+              const int mr = std::min(kMRq, rows - r0);
+              const ActCode* xr = xb + static_cast<int64_t>(r0) * K + 4 * q0;
+              const int8_t* ws = w0 + s * ss + static_cast<int64_t>(q0) * 4 * kQNR;
+              int32_t* o = isum + r0 * NB + s * kQNR;
+              if (ns == kNSq)
+                tile_i8_rows<kNSq>(mr, o, NB, xr, K, ws, ss, nq);
+              else
+                tile_i8_rows<1>(mr, o, NB, xr, K, ws, ss, nq);
+            }
+            s += ns;
+          }
+          const int g = g0 / GK;
+          const bool pc = W.state_cols > 1;
+          const float* sc = W.scale + static_cast<int64_t>(g) * W.state_cols + (pc ? n0 : 0);
+          const int32_t* cs = W.colsum + static_cast<int64_t>(g) * N + n0;
+          for (int r = 0; r < rows; r++) {
+            float* a = acc + r * NB;
+            const int32_t* is = isum + r * NB;
+            for (int c = 0; c < cols; c++)
+              a[c] = std::fma(sc[pc ? c : 0], static_cast<float>(is[c] - kActBias * cs[c]), a[c]);
+          }
+        }
+        float* scratch = thread_scratch<2>(kAddRows * kMaxNB);
+        for (int r0 = 0; r0 < rows; r0 += kAddRows) {
+          const int n = std::min(kAddRows, rows - r0);
+          const float* extra[kAddRows];
+          add.rows(m0 + r0, n, n0, cols, scratch, extra);
+          for (int r = r0; r < r0 + n; r++) {
+            float* a = acc + r * NB;
+            const float s = xs[m0 + r];
+            for (int c = 0; c < cols; c++) a[c] *= s;
+            store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, a, b ? b + n0 : nullptr,
+                         extra[r - r0], cols);
+          }
+        }
+      },
+      1);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace servekit::kernels::host
