@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // One host linear at a time: GPT-2 124M's four layer shapes and its lm_head as a (C, V) matrix,
-// in fp32, f16 and uint8 codes (per column) and W8A8 (int8 x int8), W in its (K, N) order and packed in the host
-// backend's strips, at a few row counts, each timed over enough distinct matrices that every
-// call reads W from memory. Prints GB/s of W beside the machine's streaming
+// in fp32, f16 and uint8 codes (per column) and W8A8 (int8 x int8), W in its (K, N) order and
+// packed in the host backend's strips, at a few row counts, each timed over enough distinct
+// matrices that every call reads W from memory. Prints GB/s of W beside the machine's streaming
 // read bandwidth and GFLOP/s beside its multiply-add peak, both measured in the same run: the two
 // ceilings a decode step's linears live under (one row: bandwidth; a batch: both).
 #include <CLI/CLI.hpp>
@@ -118,9 +118,10 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "measuring read bandwidth and the multiply-add peak ...\n");
   const double bw = sk::bench::read_bandwidth_gbs(), peak = sk::bench::fma_gflops();
   const double ipeak = sk::bench::int8_gops();
-  std::printf("host, %d threads: read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s, int8 (%s) "
-              "peak %.0f GOP/s (this run; w8a8 rows: of the int8 peak)\n",
-              sk::host_threads(), bw, peak, h::kI8Isa, ipeak);
+  std::printf(
+      "host, %d threads: read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s, int8 (%s) "
+      "peak %.0f GOP/s (this run; w8a8 rows: of the int8 peak)\n",
+      sk::host_threads(), bw, peak, h::kI8Isa, ipeak);
   std::printf("%-4s %-6s %4s %5s %6s %10s %8s %8s %9s %8s\n", "fmt", "W", "M", "K", "N", "us/call",
               "GB/s", "of bw", "GFLOP/s", "of peak");
   const int shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50257}};

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Weight formats: names, the course's zero-point formula, round-trip error bounds, the fused
-// linear kernels against a dequantised reference, and bad-input errors.
+// linear kernels against a dequantised reference, W8A8 against its quantisation bound, and
+// bad-input errors.
 #include <catch2/catch.hpp>
 #include <bit>
 #include <cmath>
@@ -50,6 +51,81 @@ TEST_CASE("format names are printable and reach Config::name()") {
   STATIC_REQUIRE(w::WeightFormat<w::U8ZeroPoint<w::Group<32>>>);
   CHECK(sk::Config<sk::dims::TinyA, w::U8ZeroPoint<w::Group<32>>>::name() ==
         "tiny-a/u8zp-group32/contiguous/none/host");
+  STATIC_REQUIRE(w::W8A8<w::PerChannel>::name == "w8a8-channel");
+  STATIC_REQUIRE(w::W8A8<w::Group<128>>::name == "w8a8-group128");
+}
+
+TEMPLATE_TEST_CASE("w8a8: symmetric codes in -127..127, |w - w'| <= s / 2, column sums", "",
+                   w::W8A8<w::PerTensor>, w::W8A8<w::PerChannel>, w::W8A8<w::Group<8>>) {
+  for (auto [K, N] : {std::pair{8, 1}, {64, 33}, {256, 70}}) {
+    const auto v = awkward_matrix(K, N, K * 31 + N);
+    const auto m = w::Matrix<TestType>::from_f32(v, K, N);
+    int bad = 0, at_max = 0;
+    for (int k = 0; k < K; k++)
+      for (int n = 0; n < N; n++) {
+        const std::size_t i = static_cast<std::size_t>(k) * N + n;
+        const float s = m.scale[m.state_index(k, n)];
+        // The scale is max |w| / 127 of the group, so every code is in range and the group's
+        // largest weight takes +-127.
+        if (m.q[i] < -127 || m.q[i] > 127) bad++;
+        if (std::abs(m.q[i]) == 127) at_max++;
+        if (!(std::abs(v[i] - m.dequant(k, n)) <= 0.5f * s * (1 + 4 * kU) + 1e-30f)) bad++;
+      }
+    CHECK(bad == 0);
+    CHECK(at_max >= static_cast<int>(m.scale.size()));
+    for (int g = 0; g < K / m.group_rows; g++)
+      for (int n = 0; n < N; n++) {
+        int32_t sum = 0;
+        for (int k = g * m.group_rows; k < (g + 1) * m.group_rows; k++)
+          sum += m.q[static_cast<std::size_t>(k) * N + n];
+        REQUIRE(m.colsum[static_cast<std::size_t>(g) * N + n] == sum);
+      }
+  }
+  // An all-zero group: scale 0, codes 0, exact.
+  const auto z = w::Matrix<TestType>::from_f32(std::vector<float>(16 * 3, 0.f), 16, 3);
+  for (float s : z.scale) CHECK(s == 0.f);
+  for (int k = 0; k < 16; k++)
+    for (int n = 0; n < 3; n++) CHECK(z.dequant(k, n) == 0.f);
+}
+
+// W8A8 changes both operands: the result is within the bound their rounding gives of the fp32
+// product, |x w - x' w'| <= |x| |w - w'| + |w'| |x - x'| with |w - w'| <= s_w / 2 and
+// |x - x'| <= s_x / 2, on the host kernels (here for this build's ISA; test_host_matmul checks
+// every ISA against the oracle).
+TEMPLATE_TEST_CASE("w8a8 linear is within its quantisation steps of the fp32 product", "",
+                   w::W8A8<w::PerChannel>, w::W8A8<w::Group<16>>) {
+  const int K = 128, N = 45;
+  const auto v = awkward_matrix(K, N, 5);
+  const auto m = w::Matrix<TestType>::from_f32(v, K, N);
+  for (int M : {1, 3, 8, 70}) {
+    auto x = randn(static_cast<std::size_t>(M) * K, 70 + M);
+    x[0] = 9.f;  // an outlier feature, as GPT-2's activations have
+    std::vector<float> out(static_cast<std::size_t>(M) * N);
+    sk::kernels::host::linear<Epilogue::Store>(out.data(), x.data(), m, nullptr, M);
+    int bad = 0;
+    double worst = 0;
+    for (int r = 0; r < M; r++) {
+      float amax = 0;
+      for (int k = 0; k < K; k++) amax = std::max(amax, std::abs(x[r * K + k]));
+      const double sx = amax / 127.0;
+      for (int n = 0; n < N; n++) {
+        double exact = 0, bound = 0, mag = 0;
+        for (int k = 0; k < K; k++) {
+          const double xv = x[r * K + k], wv = v[static_cast<std::size_t>(k) * N + n];
+          const double sw = m.scale[m.state_index(k, n)];
+          exact += xv * wv;
+          bound += std::abs(xv) * sw / 2 + (std::abs(wv) + sw / 2) * sx / 2;
+          mag += (std::abs(xv) + sx / 2) * (std::abs(wv) + sw / 2);
+        }
+        const double err = std::abs(out[r * N + n] - exact);
+        worst = std::max(worst, err / bound);
+        if (!(err <= bound * (1 + 1e-5) + 4 * K * kU * mag)) bad++;
+      }
+    }
+    INFO("M " << M << ": worst error / bound " << worst);
+    CHECK(bad == 0);
+    CHECK(worst > 0.01);  // the bound is not vacuous: quantisation does show
+  }
 }
 
 TEST_CASE("u8 zero-point is the course's formula, truncation included") {
@@ -169,6 +245,7 @@ TEMPLATE_TEST_CASE("fused linear == dequantised reference, every epilogue, awkwa
                    w::F32, w::F16, w::BF16, w::U8ZeroPoint<w::PerTensor>,
                    w::U8ZeroPoint<w::PerChannel>, w::U8ZeroPoint<w::Group<4>>,
                    w::U8ZeroPoint<w::Group<64>>) {
+  // (W8A8 also rounds x, so it is not a dequantised-weights product: see the test below.)
   // K a multiple of 64 and of 4 (group formats), N never a multiple of the 128-column block.
   const std::pair<int, int> shapes[] = {{64, 1}, {192, 130}, {128, 257}, {320, 77}};
   const int Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 33};
@@ -245,7 +322,17 @@ TEST_CASE("bad inputs name the tensor, the group size and K") {
                           Catch::Contains("(10, 8)"));
   REQUIRE_THROWS_WITH(w::Matrix<w::U8ZeroPoint<w::PerChannel>>::from_f32(v, 10, 8, "h.1.x"),
                       Catch::Contains("h.1.x") && Catch::Contains("(10, 8)"));
+  REQUIRE_THROWS_WITH(w::Matrix<w::W8A8<w::PerChannel>>::from_f32(std::vector<float>(10 * 8, 0.5f),
+                                                                  10, 8, "h.2.attn.c_attn.weight"),
+                      Catch::Contains("h.2.attn.c_attn.weight") && Catch::Contains("K = 10") &&
+                          Catch::Contains("multiple of 4"));
+  REQUIRE_THROWS_WITH(
+      w::Matrix<w::W8A8<w::Group<6>>>::from_f32(std::vector<float>(12 * 2, 1.f), 12, 2, "wg"),
+      Catch::Contains("wg") && Catch::Contains("w8a8-group6") && Catch::Contains("multiple of 4"));
   v[17] = std::nanf("");
+  REQUIRE_THROWS_WITH(
+      w::Matrix<w::W8A8<w::PerChannel>>::from_f32(v, 100, 8, "wq8"),
+      Catch::Contains("wq8") && Catch::Contains("non-finite") && Catch::Contains("(2, 1)"));
   REQUIRE_THROWS_WITH(
       w::Matrix<w::U8ZeroPoint<w::PerTensor>>::from_f32(v, 100, 8, "wq"),
       Catch::Contains("wq") && Catch::Contains("non-finite") && Catch::Contains("(2, 1)"));

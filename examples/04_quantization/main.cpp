@@ -49,6 +49,7 @@ struct Row {
   std::string format;
   sk::Footprint fp;
   double max_err = 0, mean_err = 0, emb_max_err = 0;
+  double logit_err = 0;  // max |logit - fp32's| over the first prompt's positions
   int same_prompts = 0;
 };
 
@@ -85,9 +86,21 @@ void show_corner(const sk::model::Gpt2Tensors& t) {
   print_corner("error", [&](int k, int n) { return m.dequant(k, n) - orig(k, n); });
 }
 
+// The first prompt's logits at every position, in a fresh slot 0 of cache.
+template <class D, class Model, class Cache>
+std::vector<float> prompt_logits(Model& model, Cache& cache, const Args& a,
+                                 const sk::text::Gpt2Tokenizer& tok) {
+  auto ids = tok.encode(a.prompts[0]);
+  for (auto& id : ids) id %= D::vocab;
+  const sk::model::SeqStep s{0, 0, static_cast<int>(ids.size())};
+  std::vector<float> logits;
+  model.forward(cache, {ids, std::span(&s, 1), sk::model::Logits::All}, logits);
+  return logits;
+}
+
 template <class D, class F>
 Row run_format(const Args& a, const sk::model::Gpt2Tensors& t, const sk::text::Gpt2Tokenizer& tok,
-               std::vector<std::vector<int32_t>>& fp32_ids) {
+               std::vector<std::vector<int32_t>>& fp32_ids, std::vector<float>& fp32_logits) {
   using Model = sk::Gpt2<sk::Config<D, F>>;
   std::printf("\n=== %s ===\n", std::string(F::name).c_str());
   std::fflush(stdout);
@@ -120,6 +133,17 @@ Row run_format(const Args& a, const sk::model::Gpt2Tensors& t, const sk::text::G
       std::printf(
           "  %s if quantized like the course (fp32 for the lookup here): max %.3g, mean %.3g\n",
           e.name.c_str(), e.max_abs, e.mean_abs);
+
+  // How far the first prompt's logits move (W8A8 also rounds every linear's input).
+  {
+    const auto logits = prompt_logits<D>(model, cache, a, tok);
+    if (fp32_logits.empty()) fp32_logits = logits;
+    for (std::size_t i = 0; i < logits.size(); i++)
+      r.logit_err = std::max(r.logit_err, double(std::fabs(logits[i] - fp32_logits[i])));
+    std::printf("max |logit - fp32's| over the first prompt's %zu positions: %.3g\n",
+                logits.size() / D::vocab, r.logit_err);
+    cache = model.make_cache(1);
+  }
 
   // Greedy continuations of the course's prompts.
   sk::serve::GenerateOptions opt;
@@ -168,22 +192,21 @@ std::vector<float> layer0(Cache& cache, int n, int C, bool value) {
   return out;
 }
 
-template <class D, class Kv>
+// F other than fp32: the cache with those weights (W8A8 + int8: every operand in 8 bits).
+template <class D, class Kv, class F = sk::weights::F32>
 KvRow run_cache(const Args& a, const sk::model::Gpt2Tensors& t, const sk::text::Gpt2Tokenizer& tok,
                 const std::vector<std::vector<int32_t>>& fp32_ids, std::vector<float>& f32_kv,
                 std::vector<float>& f32_logits) {
-  using Model = sk::Gpt2<sk::Config<D, sk::weights::F32, Kv>>;
+  using Model = sk::Gpt2<sk::Config<D, F, Kv>>;
   constexpr int C = D::n_embd;
   Model model(t);
   auto cache = model.make_cache(1);
-  KvRow r{std::string(Kv::name), cache.bytes_per_token()};
+  const bool f32 = std::is_same_v<F, sk::weights::F32>;
+  KvRow r{(f32 ? "" : std::string(F::name) + " + ") + std::string(Kv::name),
+          cache.bytes_per_token()};
   // The first prompt, every position's logits (each reads the cache rows before it).
-  auto ids = tok.encode(a.prompts[0]);
-  for (auto& id : ids) id %= D::vocab;
-  const int n = static_cast<int>(ids.size());
-  const sk::model::SeqStep s{0, 0, n};
-  std::vector<float> logits;
-  model.forward(cache, {ids, std::span(&s, 1), sk::model::Logits::All}, logits);
+  const auto logits = prompt_logits<D>(model, cache, a, tok);
+  const int n = static_cast<int>(logits.size() / D::vocab);
   std::vector<float> kv = layer0(cache, n, C, false);
   const auto vv = layer0(cache, n, C, true);
   kv.insert(kv.end(), vv.begin(), vv.end());
@@ -210,28 +233,35 @@ int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok) {
   std::printf("loading %s ...\n", a.model.empty() ? "random GPT-2 124M (seed 0)" : a.model.c_str());
   const auto t = a.model.empty() ? sk::model::random_gpt2<D>(0) : sk::model::load_gpt2<D>(a.model);
   std::vector<std::vector<int32_t>> fp32_ids;
+  std::vector<float> fp32_logits;
   std::vector<Row> rows;
   std::apply(
-      [&]<class... F>(F...) { (rows.push_back(run_format<D, F>(a, t, tok, fp32_ids)), ...); },
+      [&]<class... F>(F...) {
+        (rows.push_back(run_format<D, F>(a, t, tok, fp32_ids, fp32_logits)), ...);
+      },
       sk::weights::AllFormats{});
 
   // The course's numbers: HF's get_memory_footprint() counts every parameter in its dtype plus
   // the attention mask buffers; the quantization state is kept outside the model.
   const auto& f32 = rows[0].fp;
   std::printf("\n=== footprint summary (MiB) ===\n");
-  std::printf("%-14s %12s %12s %12s %12s %14s %14s\n", "format", "servekit", "linears", "lm_head",
-              "state", "course-style", "vs fp32");
+  std::printf("%-14s %12s %12s %12s %12s %14s %14s %13s %7s\n", "format", "servekit", "linears",
+              "lm_head", "state", "course-style", "vs fp32", "max |dlogit|", "greedy");
   for (const auto& r : rows)
-    std::printf("%-14s %12.2f %12.2f %12.2f %12.3f %14.2f %13.2fx\n", r.format.c_str(),
-                mib(r.fp.weights()), mib(r.fp.linear), mib(r.fp.lm_head), mib(r.fp.quant_state),
-                mib(r.fp.course_bytes()), double(f32.weights()) / r.fp.weights());
+    std::printf("%-14s %12.2f %12.2f %12.2f %12.3f %14.2f %13.2fx %13.3g %5d/%zu\n",
+                r.format.c_str(), mib(r.fp.weights()), mib(r.fp.linear), mib(r.fp.lm_head),
+                mib(r.fp.quant_state), mib(r.fp.course_bytes()),
+                double(f32.weights()) / r.fp.weights(), r.logit_err, r.same_prompts,
+                a.prompts.size());
   std::printf(
       "\ncourse-style = every parameter (%lld) in the format + HF's mask buffers (%.2f MiB:\n"
       "a bool (1,1,%d,%d) causal mask and a 4-byte masked_bias per layer). For GPT-2 the course\n"
       "prints 486.70 MiB for fp32 and 130.68 MiB after quantize_model (uint8, per tensor).\n"
       "servekit keeps wte/wpe (%.2f MiB) in fp32 for the input lookup and no mask buffers;\n"
       "it quantizes the linear layers and a copy of the tied lm_head (wte^T), which every step\n"
-      "reads whole. The course-style column is the all-weights figure.\n",
+      "reads whole. The course-style column is the all-weights figure. max |dlogit|: the first\n"
+      "prompt's logits against fp32's; greedy: prompts whose continuations equal fp32's. W8A8\n"
+      "also rounds each linear's input row to int8, which the weight error above does not show.\n",
       static_cast<long long>(f32.params), mib(f32.hf_buffers), D::n_positions, D::n_positions,
       mib(f32.embeddings));
 
@@ -242,18 +272,21 @@ int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok) {
   std::vector<KvRow> caches = {
       run_cache<D, sk::kv::Contiguous>(a, t, tok, fp32_ids, f32_kv, f32_logits),
       run_cache<D, sk::kv::ContiguousF16>(a, t, tok, fp32_ids, f32_kv, f32_logits),
-      run_cache<D, sk::kv::ContiguousI8>(a, t, tok, fp32_ids, f32_kv, f32_logits)};
-  std::printf("%-16s %10s %12s %9s %14s %14s %14s %9s\n", "cache", "B/token", "MiB/1k tok",
+      run_cache<D, sk::kv::ContiguousI8>(a, t, tok, fp32_ids, f32_kv, f32_logits),
+      run_cache<D, sk::kv::ContiguousI8, sk::weights::W8A8<sk::weights::PerChannel>>(
+          a, t, tok, fp32_ids, f32_kv, f32_logits)};
+  std::printf("%-32s %10s %12s %9s %14s %14s %14s %9s\n", "cache", "B/token", "MiB/1k tok",
               "vs fp32", "layer-0 K err", "layer-0 V err", "max |dlogit|", "greedy");
   for (const auto& c : caches)
-    std::printf("%-16s %10zu %12.2f %8.2fx %14.3g %14.3g %14.3g %6d/%zu\n", c.cache.c_str(),
+    std::printf("%-32s %10zu %12.2f %8.2fx %14.3g %14.3g %14.3g %6d/%zu\n", c.cache.c_str(),
                 c.bytes_per_token, c.bytes_per_token * 1024 / 1048576.0,
                 double(caches[0].bytes_per_token) / c.bytes_per_token, c.k_err, c.v_err,
                 c.logit_err, c.same_prompts, a.prompts.size());
   std::printf(
       "(errors against the fp32 cache; layer 0's keys span |k| <= %.3g. int8: a scale per token\n"
       "and head, max |x| / 127, so a key is off by at most half of its head's step; greedy: the\n"
-      "prompts whose %d tokens equal fp32 weights with an fp32 cache)\n",
+      "prompts whose %d tokens equal fp32 weights with an fp32 cache; the last row also has\n"
+      "W8A8 weights and activations, so its errors are all of them together)\n",
       caches[0].k_range, a.tokens);
 
   // CSV + plot.
@@ -268,11 +301,11 @@ int lesson(const Args& a, const sk::text::Gpt2Tokenizer& tok) {
   const fs::path csv = fs::path(a.out) / "formats.csv";
   std::ofstream f(csv);
   f << "format,weights_mib,linear_mib,state_mib,course_style_mib,max_abs_err,mean_abs_err,"
-       "prompts_same_as_fp32\n";
+       "prompts_same_as_fp32,max_dlogit\n";
   for (const auto& r : rows)
     f << r.format << ',' << mib(r.fp.weights()) << ',' << mib(r.fp.linear) << ','
       << mib(r.fp.quant_state) << ',' << mib(r.fp.course_bytes()) << ',' << r.max_err << ','
-      << r.mean_err << ',' << r.same_prompts << '\n';
+      << r.mean_err << ',' << r.same_prompts << ',' << r.logit_err << '\n';
   f.close();
   const fs::path png = fs::path(a.out) / "formats.png";
   sk::examples::gnuplot(

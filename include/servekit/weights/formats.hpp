@@ -13,6 +13,6 @@ namespace servekit::weights {
 
 // The formats the examples and benchmarks compare, fp32 first.
 using AllFormats = std::tuple<F32, F16, BF16, U8ZeroPoint<PerTensor>, U8ZeroPoint<PerChannel>,
-                              U8ZeroPoint<Group<64>>>;
+                              U8ZeroPoint<Group<64>>, W8A8<PerChannel>>;
 
 }  // namespace servekit::weights

@@ -57,7 +57,8 @@ struct Matrix<W8A8<G>> {
       }
       for (int k = 0; k < GK; k++)
         for (int n = 0; n < N; n++)
-          m.colsum[static_cast<std::size_t>(g) * N + n] += m.q[at + static_cast<std::size_t>(k) * N + n];
+          m.colsum[static_cast<std::size_t>(g) * N + n] +=
+              m.q[at + static_cast<std::size_t>(k) * N + n];
     }
     return m;
   }

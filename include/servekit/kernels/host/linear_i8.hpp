@@ -52,7 +52,7 @@ constexpr const char* kI8Isa = "scalar";
 struct I8View {
   const int8_t* w = nullptr;  // pack_quads((K, N))
   int K = 0, N = 0;
-  int group_rows = 0;  // a multiple of 4
+  int group_rows = 0;               // a multiple of 4
   const float* scale = nullptr;     // (K / group_rows, state_cols)
   const int32_t* colsum = nullptr;  // (K / group_rows, N)
   int state_cols = 0;
@@ -96,7 +96,8 @@ inline float quantize_row(ActCode* q, const float* x, int K) {
       if constexpr (sizeof(ActCode) == 2)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), h);
       else
-        for (int i = 0; i < 8; i++) q[k + i] = static_cast<ActCode>(s8_code(x[k + i], s) + kActBias);
+        for (int i = 0; i < 8; i++)
+          q[k + i] = static_cast<ActCode>(s8_code(x[k + i], s) + kActBias);
     }
 #endif
   }
@@ -217,10 +218,10 @@ inline int32_t* isum_scratch(std::size_t n) {
 }
 
 template <Epilogue E, RowAddend A>
-void linear_i8(float* out,          // (M, N)
-               const float* x,      // (M, K)
-               const I8View& W,     // (K, N)
-               const float* b,      // (N) or nullptr
+void linear_i8(float* out,             // (M, N)
+               const float* x,         // (M, K)
+               const I8View& W,        // (K, N)
+               const float* b,         // (N) or nullptr
                int M, const A& add) {  // added to the rows before the epilogue
   const int K = W.K, N = W.N, GK = W.group_rows, KQ = K / 4;
   // Codes (M, K) and scales (M) of x.

@@ -35,7 +35,8 @@ std::vector<T> pack_strips(const std::vector<T>& w, int K, int N) {
 
 // int8 codes (W8A8) go in strips of kQNR columns made of quads, each quad kQNR columns x 4
 // consecutive k (the operand of an integer dot-product instruction, host/linear_i8.hpp):
-//   strip s, quad kq, column j, byte i  =  W[4 kq + i][s * kQNR + j]   at  ((s K/4 + kq) kQNR + j) 4 + i
+//   strip s, quad kq, column j, byte i  =  W[4 kq + i][s * kQNR + j]   at  ((s K/4 + kq) kQNR + j)
+//   4 + i
 // K is a multiple of 4 (weights::W8A8 checks it at load); padding columns are zero.
 constexpr int kQNR = 16;
 inline std::vector<int8_t> pack_quads(const std::vector<int8_t>& w, int K, int N) {
