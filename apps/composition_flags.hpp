@@ -28,11 +28,13 @@ struct CompositionDefaults {
 
 inline void add_composition_flags(CLI::App* sub, CompositionFlags& f, bool engine) {
   const std::string g = "Composition (servekit --version lists the compiled ones)";
-  sub->add_option("--weights", f.weights, "f32 | f16 | bf16 | u8 | u8-channel | u8-groupG")
+  sub->add_option("--weights", f.weights,
+                  "f32 | f16 | bf16 | u8 | u8-channel | u8-groupG | w8a8 | w8a8-groupG")
       ->group(g);
   sub->add_option("--dtype", f.dtype, "vLLM's spelling: auto | float32 | float16 | bfloat16")
       ->group(g);
-  sub->add_option("--quantization", f.quantization, "u8 | u8-channel | u8-groupG (as --weights)")
+  sub->add_option("--quantization", f.quantization,
+                  "u8 | u8-channel | u8-groupG | w8a8 (as --weights)")
       ->group(g);
   sub->add_option("--kv", f.kv,
                   "KV cache: contiguous | paged | pagedN, each with -f16 (half) or -i8 (int8)")

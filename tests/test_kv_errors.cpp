@@ -171,6 +171,18 @@ TEST_CASE("capacity: bytes per token, utilisation and waste per layout") {
   os << cap;
   CHECK_THAT(os.str(),
              Contains("paged4-f16") && Contains("512 B/token") && Contains("waste 3 tokens"));
+
+  // What the engine's memory plan charges a token before any cache exists is what a cache of
+  // those dimensions then reports, whatever the element (an int8 cache's scales included).
+  using namespace servekit::kv;
+  CHECK(ContiguousCache<Contiguous>::token_bytes(2, 64, 4) ==
+        ContiguousCache<Contiguous>(2, 64, 1, 8, 4).bytes_per_token());
+  CHECK(ContiguousCache<ContiguousI8>::token_bytes(2, 64, 4) == 2 * 2 * 64 + 2 * 2 * 4 * 4);
+  CHECK(ContiguousCache<ContiguousI8>::token_bytes(2, 64, 4) ==
+        ContiguousCache<ContiguousI8>(2, 64, 1, 8, 4).bytes_per_token());
+  CHECK(PagedCache<PagedI8<4>>::token_bytes(3, 32, 2) ==
+        PagedCache<PagedI8<4>>(3, 32, 2, 8, 4, 2).bytes_per_token());
+  CHECK(PagedCache<PagedF16<4>>::token_bytes(3, 32, 2) == 2 * 3 * 32 * 2);
 }
 
 TEST_CASE("padded batch rejects bad input") {

@@ -19,13 +19,16 @@
 
 // The compositions this program may run, named as everywhere else (serve/compiled.hpp's
 // dispatch table turns --format and --kv into one of them): each weight format the peers have,
-// with an f32 or an f16 cache (llama.cpp's default).
-#define SERVEKIT_COMPILED_COMPOSITIONS                                                    \
-  "f32/contiguous/none/continuous/host", "f32/contiguous-f16/none/continuous/host",       \
-      "f16/contiguous/none/continuous/host", "f16/contiguous-f16/none/continuous/host",   \
-      "bf16/contiguous/none/continuous/host", "bf16/contiguous-f16/none/continuous/host", \
-      "u8-channel/contiguous/none/continuous/host",                                       \
-      "u8-channel/contiguous-f16/none/continuous/host"
+// with an f32 or an f16 cache (llama.cpp's default), W8A8, and the int8 cache under each class.
+#define SERVEKIT_COMPILED_COMPOSITIONS                                                             \
+  "f32/contiguous/none/continuous/host", "f32/contiguous-f16/none/continuous/host",                \
+      "f16/contiguous/none/continuous/host", "f16/contiguous-f16/none/continuous/host",            \
+      "bf16/contiguous/none/continuous/host", "bf16/contiguous-f16/none/continuous/host",          \
+      "u8-channel/contiguous/none/continuous/host",                                                \
+      "u8-channel/contiguous-f16/none/continuous/host",                                            \
+      "w8a8-channel/contiguous/none/continuous/host",                                              \
+      "w8a8-channel/contiguous-i8/none/continuous/host", "f32/contiguous-i8/none/continuous/host", \
+      "f16/contiguous-i8/none/continuous/host"
 #include "servekit/serve/compiled.hpp"
 
 namespace sk = servekit;
@@ -137,8 +140,13 @@ nlohmann::json measure(const Opts& o, Model& model) {
 
 // The composition --format and --kv name, from the dispatch table.
 nlohmann::json run(const Opts& o, sk::model::Gpt2Tensors t) {
-  const std::string name = (o.format == "u8" ? "u8-channel" : o.format) + "/" +
-                           (o.kv == "f16" ? "contiguous-f16" : "contiguous") +
+  const std::string name = (o.format == "u8"     ? "u8-channel"
+                            : o.format == "w8a8" ? "w8a8-channel"
+                                                 : o.format) +
+                           "/" +
+                           (o.kv == "f16"  ? "contiguous-f16"
+                            : o.kv == "i8" ? "contiguous-i8"
+                                           : "contiguous") +
                            "/none/continuous/host";
   return sk::serve::dispatch_composition(
       sk::serve::spec_from_name(name), [&]<class C>(std::type_identity<C>) {
@@ -154,7 +162,7 @@ int main(int argc, char** argv) {
   Opts o;
   app.add_option("--model", o.model, "Hugging Face GPT-2 124M folder")->required();
   app.add_option("--format", o.format, "weight format")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "u8"}));
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "u8", "w8a8"}));
   app.add_option("--mode", o.mode, "what to measure")
       ->check(CLI::IsMember({"prefill", "decode", "ids"}));
   app.add_option("--prompt", o.prompt, "prompt tokens per row")->check(CLI::Range(1, 512));
@@ -162,7 +170,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "rows decoded together")->check(CLI::Range(1, 256));
   app.add_option("--threads", o.threads, "host threads")->check(CLI::PositiveNumber);
   app.add_option("--kv", o.kv, "KV cache element type (llama.cpp's default is f16)")
-      ->check(CLI::IsMember({"f32", "f16"}));
+      ->check(CLI::IsMember({"f32", "f16", "i8"}));
   app.add_option("--ids", o.ids, "prompt ids for --mode ids")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   if (o.mode == "ids" && o.ids.empty()) {

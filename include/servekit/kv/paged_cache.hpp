@@ -123,6 +123,10 @@ class PagedCache {
   std::size_t bytes_per_token() const {
     return 2ull * n_layer_ * n_embd_ * sizeof(T) + scales_.bytes_per_token();
   }
+  // The same for a cache of these dimensions before one exists (the engine's memory plan).
+  static std::size_t token_bytes(int n_layer, int n_embd, int n_head) {
+    return 2ull * n_layer * n_embd * sizeof(T) + KvScaleStore<T, S>::token_bytes(n_layer, n_head);
+  }
 
   int acquire() { return slots_.acquire(); }
   // Returns the slot and every block it holds. The last blocks go first, so that a cached

@@ -21,6 +21,7 @@ class KvScaleStore {  // f32 and f16 caches: no scales
   KvScales view(int) { return {}; }
   std::size_t bytes() const { return 0; }
   std::size_t bytes_per_token() const { return 0; }
+  static std::size_t token_bytes(int /*n_layer*/, int /*n_head*/) { return 0; }
 };
 
 template <Storage S>
@@ -43,7 +44,11 @@ class KvScaleStore<int8_t, S> {
     return {base, base + rows_ * groups_, group_};
   }
   std::size_t bytes() const { return data_.size() * sizeof(float); }
-  std::size_t bytes_per_token() const { return 2ull * n_layer_ * groups_ * sizeof(float); }
+  std::size_t bytes_per_token() const { return token_bytes(n_layer_, groups_); }
+  // What a cached token's scales cost, before a store exists (the engine's memory plan).
+  static std::size_t token_bytes(int n_layer, int n_head) {
+    return 2ull * n_layer * n_head * sizeof(float);
+  }
 
  private:
   int n_layer_, groups_, group_;

@@ -21,7 +21,8 @@
 // every field at least once, without the full product. The f32 entries keep what `generate`,
 // `batch` and `serve` ran before they took composition flags; the contiguous f16 / bf16 / u8 /
 // u8-group64 entries beside f32/contiguous/none let `servekit bench --compare weights=...` compare
-// the formats alone; the f16 paged-f16 segmented one runs on each backend (--compare backend=).
+// the formats alone; w8a8 with the int8 cache is the all-8-bit composition; the f16 paged-f16
+// segmented one runs on each backend (--compare backend=).
 // clang-format off
 // servekit-default-compositions-begin
 #define SERVEKIT_DEFAULT_COMPOSITIONS \
@@ -37,7 +38,7 @@
   "u8/contiguous/none/continuous/host", \
   "u8-group64/contiguous/none/continuous/host", \
   "u8-channel/contiguous-f16/loop/continuous/host", \
-  "u8-channel/paged16-i8/none/continuous/host", \
+  "w8a8-channel/paged16-i8/none/continuous/host", \
   "f16/paged16-f16/segmented/continuous/host", \
   "f16/paged16-f16/segmented/continuous/emulated", \
   "f16/paged16-f16/segmented/continuous/cuda"
@@ -90,6 +91,9 @@ inline std::string compiled_list(std::string_view indent = "  ") {
 
 // The error for a composition that parses but was not compiled: what was, and how to add it.
 [[noreturn]] inline void fail_not_compiled(const Spec& spec) {
+  if ((spec.weights == kW8Channel || spec.weights == kW8Group) && spec.backend != 0)
+    fail("the composition ", spec_name(spec), " cannot be built: W8A8 weights have host kernels ",
+         "only so far; use --backend host (compiled W8A8 compositions:\n", compiled_list(), ")");
   fail("the composition ", spec_name(spec), " is not compiled into this build. Compiled:\n",
        compiled_list(), "Add it with cmake -DSERVEKIT_COMPOSITIONS=\"default;", spec_name(spec),
        "\" (or =all for every one) and rebuild.");

@@ -42,8 +42,9 @@ inline constexpr std::array<std::string_view, 4> kLoraNames = {"none", "lora-loo
 inline constexpr std::array<std::string_view, 3> kSchedulerNames = {"continuous", "static",
                                                                     "sequential"};
 inline constexpr std::array<std::string_view, 3> kBackendNames = {"host", "emulated", "cuda"};
-// u8 granularities after "u8zp-" (or "u8-"): index 3 "tensor", 4 "channel", then "groupG".
-inline constexpr int kU8Tensor = 3, kU8Channel = 4, kU8Group = 5;
+// u8 granularities after "u8zp-" (or "u8-"): index 3 "tensor", 4 "channel", then "groupG";
+// W8A8 after "w8a8-": 6 "channel", 7 "groupG".
+inline constexpr int kU8Tensor = 3, kU8Channel = 4, kU8Group = 5, kW8Channel = 6, kW8Group = 7;
 
 // What the parser says of a name: ok, or which field is wrong (an index into kFields; 5: the
 // number of fields).
@@ -80,9 +81,13 @@ constexpr int index_of(const std::array<std::string_view, N>& names, std::string
   return -1;
 }
 
-// f32 f16 bf16, u8 / u8zp (per tensor), u8-channel, u8-group64 (and their "u8zp-" forms).
+// f32 f16 bf16, u8 / u8zp (per tensor), u8-channel, u8-group64 (and their "u8zp-" forms);
+// w8a8 / w8a8-channel (w8a8_int8, SGLang's spelling), w8a8-group64.
 constexpr bool parse_weights(std::string_view s, Spec& out) {
   if (int i = index_of(kWeightsKinds, s); i >= 0 && i < 3) return out.weights = i, true;
+  if (s == "w8a8" || s == "w8a8_int8" || s == "w8a8-channel") return out.weights = kW8Channel, true;
+  if (starts(s, "w8a8-group") && number(s.substr(10)) > 0)
+    return out.weights = kW8Group, out.group = number(s.substr(10)), true;
   if (s == "u8" || s == "u8zp") return out.weights = kU8Tensor, true;
   std::string_view g = starts(s, "u8zp-") ? s.substr(5) : starts(s, "u8-") ? s.substr(3) : "";
   if (g == "tensor") return out.weights = kU8Tensor, true;
@@ -144,6 +149,10 @@ template <int G>
 struct WeightsOf<kU8Channel, G> : std::type_identity<weights::U8ZeroPoint<weights::PerChannel>> {};
 template <int G>
 struct WeightsOf<kU8Group, G> : std::type_identity<weights::U8ZeroPoint<weights::Group<G>>> {};
+template <int G>
+struct WeightsOf<kW8Channel, G> : std::type_identity<weights::W8A8<weights::PerChannel>> {};
+template <int G>
+struct WeightsOf<kW8Group, G> : std::type_identity<weights::W8A8<weights::Group<G>>> {};
 
 template <int Dtype>
 using KvElemOf = std::tuple_element_t<Dtype, std::tuple<kv::F32, kv::F16, kv::I8>>;
@@ -189,7 +198,9 @@ inline std::string spec_name(const Spec& s) {
   std::string w = s.weights < kU8Tensor     ? std::string(kWeightsKinds[s.weights])
                   : s.weights == kU8Tensor  ? "u8zp-tensor"
                   : s.weights == kU8Channel ? "u8zp-channel"
-                                            : "u8zp-group" + std::to_string(s.group);
+                  : s.weights == kU8Group   ? "u8zp-group" + std::to_string(s.group)
+                  : s.weights == kW8Channel ? "w8a8-channel"
+                                            : "w8a8-group" + std::to_string(s.group);
   std::string k = s.kv_block == 0 ? "contiguous" : "paged" + std::to_string(s.kv_block);
   k += kKvDtypes[s.kv_dtype];
   return w + "/" + k + "/" + std::string(kLoraNames[s.lora]) + "/" +
@@ -200,7 +211,8 @@ inline std::string spec_name(const Spec& s) {
 inline std::string field_values(int field) {
   switch (field) {
     case 0:
-      return "f32, f16, bf16, u8 (per tensor), u8-channel, u8-groupG (e.g. u8-group64)";
+      return "f32, f16, bf16, u8 (per tensor), u8-channel, u8-groupG (e.g. u8-group64), w8a8 "
+             "(int8 weights per channel and activations per token), w8a8-groupG";
     case 1:
       return "contiguous, pagedN (e.g. paged16), each with -f16 for a half cache or -i8 for an "
              "int8 one";

@@ -27,9 +27,9 @@ struct MemoryPlan {
   double limit = 0;                            // bytes the engine may allocate
   std::string limit_source;                    // where the limit came from, for messages
   double kv = 0, workspace = 0, adapters = 0;  // bytes of each part
-  double kv_token = 0;                         // bytes of one cached token: 2 x L x C x element
-  long kv_tokens = 0;                          // rows the KV cache holds
-  int kv_blocks = 0;                           // paged: blocks in the pool (0: contiguous)
+  double kv_token = 0;  // bytes of one cached token: 2 x L x C x element (+ an int8 cache's scales)
+  long kv_tokens = 0;   // rows the KV cache holds
+  int kv_blocks = 0;    // paged: blocks in the pool (0: contiguous)
 
   double total() const { return kv + workspace + adapters; }
   // "KV cache 1.1 GiB (16384 tokens), step buffers 52.0 MiB: 1.2 GiB of 19.9 GiB (...)"
@@ -59,9 +59,7 @@ MemoryPlan plan_memory(const EngineOptions& o) {
                      (Model::Storage::is_host ? "" : " on the device") +
                      "; memory_limit, --memory-limit";
   }
-  m.kv_token = 2.0 * L * C * sizeof(typename Cache::T);
-  if constexpr (std::is_same_v<typename Cache::T, int8_t>)
-    m.kv_token += 2.0 * L * Model::H * sizeof(float);  // an int8 cache's scales, per head
+  m.kv_token = static_cast<double>(Cache::token_bytes(L, C, Model::H));
   const int rows = max_logit_rows(o);
   m.workspace =
       static_cast<double>(Model::reserve_bytes(o.max_batched_tokens, rows, P)) +
