@@ -259,3 +259,44 @@ TEST_CASE("vector exp and gelu: accurate to a few ulp, the same in every lane") 
   for (std::size_t i = 0; i < row.size(); i++)
     REQUIRE(std::bit_cast<uint32_t>(row[i]) == std::bit_cast<uint32_t>(want[i]));
 }
+
+// W8A8's sums are integers, exact in any order, so the host kernels must give exactly the
+// float chain written out here, s_x * fma-chain(s_w[g] * float(isum_g)), on whatever
+// instructions this build chose (VNNI, AVX2 or plain loops): each ISA build passing this gives
+// the same bits as every other.
+TEMPLATE_TEST_CASE("w8a8: the host kernels give the integer sums' float chain exactly", "",
+                   w::W8A8<w::PerChannel>, w::W8A8<w::Group<8>>) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto [K, N] : {std::pair{8, 1}, {64, 40}, {200, 130}})
+    for (int M : {1, 2, 7, 70}) {
+      std::vector<float> x(static_cast<std::size_t>(M) * K), Wf(static_cast<std::size_t>(K) * N);
+      for (auto& v : x) v = nd(rng);
+      for (auto& v : Wf) v = nd(rng);
+      x[0] = 0.f * x[0];  // a row's first feature zero, and below a row of zeros
+      if (M > 1)
+        for (int k = 0; k < K; k++) x[K + k] = 0.f;
+      const auto W = w::Matrix<TestType>::from_f32(Wf, K, N);
+      std::vector<float> got(static_cast<std::size_t>(M) * N);
+      k::linear<k::Epilogue::Store>(got.data(), x.data(), W, nullptr, M);
+      int bad = 0;
+      std::vector<int8_t> xq(K);
+      for (int m = 0; m < M; m++) {
+        const float sx = servekit::quantize_s8(xq.data(), x.data() + m * K, K);
+        for (int n = 0; n < N; n++) {
+          float acc = 0.f;
+          for (int g0 = 0; g0 < K; g0 += W.group_rows) {
+            int64_t isum = 0;
+            for (int kk = g0; kk < g0 + W.group_rows; kk++)
+              isum += int64_t{xq[kk]} * W.q[static_cast<std::size_t>(kk) * N + n];
+            acc = std::fma(W.scale[W.state_index(g0, n)], static_cast<float>(isum), acc);
+          }
+          std::vector<float> y{acc * sx};  // through memory: no contraction with the add
+          const float want = y[0] + 0.f;
+          if (std::bit_cast<uint32_t>(got[m * N + n]) != std::bit_cast<uint32_t>(want)) bad++;
+        }
+      }
+      INFO(TestType::name << " M " << M << " K " << K << " N " << N << " on " << k::kI8Isa);
+      CHECK(bad == 0);
+    }
+}
