@@ -64,6 +64,28 @@ inline double read_bandwidth_gbs(std::size_t bytes = std::size_t(1) << 30, int r
   return best;
 }
 
+// The best of reps runs of body() on every OpenMP thread at once, as G ops/s: each call of body
+// does ops operations and returns a value that keeps them from being optimised away.
+template <class Body>
+double threads_peak(int reps, double ops, Body body) {
+  double best = 0;
+  volatile double sink = 0;
+  for (int r = 0; r < reps; r++) {
+    int threads = 1;
+    const double t0 = now_s();
+#pragma omp parallel
+    {
+#pragma omp single
+      threads = omp_get_num_threads();
+      const double v = body();
+#pragma omp critical
+      sink = sink + v;
+    }
+    best = std::max(best, ops * threads / (now_s() - t0) / 1e9);
+  }
+  return best;
+}
+
 // Peak fp32 multiply-add rate of this machine's cores, GFLOP/s (2 per FMA), best of reps: each
 // thread runs 12 independent chains of the host kernels' own vector FMA (12 fit AVX2's 16
 // registers as well as AVX-512's 32), long enough that the chains' latency is hidden.
@@ -71,28 +93,16 @@ inline double fma_gflops(int reps = 5) {
   namespace h = servekit::kernels::host;
   constexpr int kChains = 12;
   constexpr long kIters = 20'000'000;
-  double best = 0;
-  volatile float sink = 0;
-  for (int r = 0; r < reps; r++) {
-    int threads = 1;
-    const double t0 = now_s();
-#pragma omp parallel
-    {
-#pragma omp single
-      threads = omp_get_num_threads();
-      h::vec acc[kChains];
-      for (int c = 0; c < kChains; c++) acc[c] = h::vec{} + 0.001f * c;
-      const h::vec a = h::vec{} + 0.999999f, b = h::vec{} + 1e-7f;
-      for (long i = 0; i < kIters; i++)
-        for (int c = 0; c < kChains; c++) acc[c] = h::madd(acc[c], a, b);
-      float s = 0;
-      for (int c = 0; c < kChains; c++) s += h::lane_sum(acc[c]);
-      sink = sink + s;
-    }
-    const double dt = now_s() - t0;
-    best = std::max(best, 2.0 * h::kLanes * kChains * kIters * threads / dt / 1e9);
-  }
-  return best;
+  return threads_peak(reps, 2.0 * h::kLanes * kChains * kIters, [] {
+    h::vec acc[kChains];
+    for (int c = 0; c < kChains; c++) acc[c] = h::vec{} + 0.001f * c;
+    const h::vec a = h::vec{} + 0.999999f, b = h::vec{} + 1e-7f;
+    for (long i = 0; i < kIters; i++)
+      for (int c = 0; c < kChains; c++) acc[c] = h::madd(acc[c], a, b);
+    float s = 0;
+    for (int c = 0; c < kChains; c++) s += h::lane_sum(acc[c]);
+    return double(s);
+  });
 }
 
 // Peak int8 multiply-add rate of the instruction W8A8's host kernels use
@@ -100,50 +110,34 @@ inline double fma_gflops(int reps = 5) {
 // GOP/s (2 per multiply-add, as GFLOP/s), 12 independent chains per thread; 0 where those
 // kernels use plain integer loops.
 inline double int8_gops(int reps = 5) {
-#if (defined(__AVX512VNNI__) && defined(__AVX512BW__)) || defined(__AVX2__)
   constexpr int kChains = 12;
   constexpr long kIters = 20'000'000;
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  constexpr int kMacs = 64;  // per instruction
+  return threads_peak(reps, 2.0 * 64 * kChains * kIters, [] {  // 64 products an instruction
+    __m512i acc[kChains];
+    for (int c = 0; c < kChains; c++) acc[c] = _mm512_set1_epi32(c);
+    const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+    for (long i = 0; i < kIters; i++)
+      for (int c = 0; c < kChains; c++) acc[c] = _mm512_dpbusd_epi32(acc[c], a, b);
+    int s = 0;
+    for (int c = 0; c < kChains; c++) s += _mm512_reduce_add_epi32(acc[c]);
+    return double(s);
+  });
+#elif defined(__AVX2__)
+  return threads_peak(reps, 2.0 * 16 * kChains * kIters, [] {  // 16 products an instruction
+    __m256i acc[kChains];
+    for (int c = 0; c < kChains; c++) acc[c] = _mm256_set1_epi32(c);
+    const __m256i b = _mm256_set1_epi16(-2);
+    // acc as the multiplicand too, so that the product cannot be hoisted out of the loop
+    for (long i = 0; i < kIters; i++)
+      for (int c = 0; c < kChains; c++)
+        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(acc[c], b));
+    int s = 0;
+    for (int c = 0; c < kChains; c++) s += _mm256_extract_epi32(acc[c], 0);
+    return double(s);
+  });
 #else
-  constexpr int kMacs = 16;
-#endif
-  double best = 0;
-  volatile int sink = 0;
-  for (int r = 0; r < reps; r++) {
-    int threads = 1;
-    const double t0 = now_s();
-#pragma omp parallel
-    {
-#pragma omp single
-      threads = omp_get_num_threads();
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-      __m512i acc[kChains];
-      for (int c = 0; c < kChains; c++) acc[c] = _mm512_set1_epi32(c);
-      const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
-      for (long i = 0; i < kIters; i++)
-        for (int c = 0; c < kChains; c++) acc[c] = _mm512_dpbusd_epi32(acc[c], a, b);
-      int s = 0;
-      for (int c = 0; c < kChains; c++) s += _mm512_reduce_add_epi32(acc[c]);
-#else
-      __m256i acc[kChains];
-      for (int c = 0; c < kChains; c++) acc[c] = _mm256_set1_epi32(c);
-      const __m256i b = _mm256_set1_epi16(-2);
-      // acc as the multiplicand too, so that the product cannot be hoisted out of the loop
-      for (long i = 0; i < kIters; i++)
-        for (int c = 0; c < kChains; c++)
-          acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(acc[c], b));
-      int s = 0;
-      for (int c = 0; c < kChains; c++) s += _mm256_extract_epi32(acc[c], 0);
-#endif
-      sink = sink + s;
-    }
-    const double dt = now_s() - t0;
-    best = std::max(best, 2.0 * kMacs * kChains * kIters * threads / dt / 1e9);
-  }
-  return best;
-#else
-  (void)reps;
+  (void)reps, (void)kChains, (void)kIters;
   return 0;
 #endif
 }
