@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -307,6 +308,45 @@ TEMPLATE_TEST_CASE("fused linear == dequantised reference, every epilogue, awkwa
       }
     }
   }
+}
+
+// A row of x holding a NaN or an infinity (an overflowed activation) must not come out as finite
+// numbers made from its other values: W8A8 gives that row's outputs not finite, on the host
+// kernels and the oracle, and leaves the other rows as they were. The symmetric int8 rounding
+// (shared with the int8 KV cache) turns such a group into a NaN scale, never converting a NaN to
+// an integer.
+TEST_CASE("w8a8 and symmetric int8: NaN and infinite inputs stay not finite") {
+  const int K = 32, N = 20, M = 3;
+  const auto W = w::Matrix<w::W8A8<w::PerChannel>>::from_f32(randn(K * N, 8), K, N);
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    auto x = randn(M * K, 9);
+    const auto clean = x;
+    x[K + 5] = bad;  // row 1
+    for (int host = 0; host < 2; host++) {
+      std::vector<float> out(M * N), ref(M * N);
+      if (host) {
+        sk::kernels::host::linear<Epilogue::Store>(out.data(), x.data(), W, nullptr, M);
+        sk::kernels::host::linear<Epilogue::Store>(ref.data(), clean.data(), W, nullptr, M);
+      } else {
+        sk::kernels::ref::linear<Epilogue::Store>(out.data(), x.data(), W, nullptr, M);
+        sk::kernels::ref::linear<Epilogue::Store>(ref.data(), clean.data(), W, nullptr, M);
+      }
+      int finite = 0, changed = 0;
+      for (int n = 0; n < N; n++) {
+        finite += std::isfinite(out[N + n]);
+        changed += std::bit_cast<uint32_t>(out[n]) != std::bit_cast<uint32_t>(ref[n]);
+        changed +=
+            std::bit_cast<uint32_t>(out[2 * N + n]) != std::bit_cast<uint32_t>(ref[2 * N + n]);
+      }
+      INFO((host ? "host" : "ref") << ", x holds " << bad);
+      CHECK(finite == 0);
+      CHECK(changed == 0);
+    }
+  }
+  std::vector<float> g{1.f, std::nanf(""), -2.f};
+  std::vector<int8_t> q(3, 5);
+  CHECK(std::isnan(sk::quantize_s8(q.data(), g.data(), 3)));
+  CHECK((q[0] == 0 && q[1] == 0 && q[2] == 0));
 }
 
 TEST_CASE("bad inputs name the tensor, the group size and K") {

@@ -15,15 +15,30 @@ inline float s8_scale(float absmax) {
   return absmax / 127.f;
 }
 
+// max |x| of a group, NaN if any value is NaN: a group holding a NaN (or an infinity) gets a
+// scale that is not finite, so what is computed from it is not finite either, instead of
+// finite numbers made from the group's other values.
+inline float s8_absmax(const float* x, int n, int64_t stride = 1) {
+  float m = 0.f;
+  for (int i = 0; i < n; i++) {
+    const float a = std::fabs(x[i * stride]);
+    m = a > m || a != a ? a : m;
+    if (m != m) break;
+  }
+  return m;
+}
+
+// A value's code under scale s; 0 where x / s is not a number (a NaN, or infinity / infinity:
+// the scale says so already), so that no NaN is ever converted to an integer.
 inline int8_t s8_code(float x, float s) {
-  return s > 0.f ? static_cast<int8_t>(std::nearbyint(x / s)) : int8_t{0};
+  if (!(s > 0.f)) return 0;
+  const float r = std::nearbyint(x / s);
+  return r == r ? static_cast<int8_t>(r) : int8_t{0};
 }
 
 // n values at x[0], x[stride], ... into q[0], q[stride], ...; returns their scale.
 inline float quantize_s8(int8_t* q, const float* x, int n, int64_t stride = 1) {
-  float m = 0.f;
-  for (int i = 0; i < n; i++) m = std::fabs(x[i * stride]) > m ? std::fabs(x[i * stride]) : m;
-  const float s = s8_scale(m);
+  const float s = s8_scale(s8_absmax(x, n, stride));
   for (int i = 0; i < n; i++) q[i * stride] = s8_code(x[i * stride], s);
   return s;
 }

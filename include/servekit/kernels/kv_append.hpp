@@ -21,11 +21,18 @@ constexpr int kKvAppendPerThread = 16;  // C <= 16 kThreads in registers (2048 a
 
 // One group (a head) of an int8 row: ref::quantize_group's codes and scale, to the bit (max
 // |x|, s = max / 127, code = x / s rounded to nearest even), so every backend caches the same.
+// A NaN in the group makes the scale NaN and every code 0, as core/symmetric_int8.hpp does.
 __device__ SERVEKIT_SIMT_INLINE float quantize_group(int8_t* q, const float* x, int n) {
   float m = 0.f;
-  for (int i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+  for (int i = 0; i < n; i++) {
+    const float a = fabsf(x[i]);
+    m = a > m || a != a ? a : m;
+  }
   const float s = m / 127.f;
-  for (int i = 0; i < n; i++) q[i] = s > 0.f ? static_cast<int8_t>(rintf(x[i] / s)) : 0;
+  for (int i = 0; i < n; i++) {
+    const float r = rintf(x[i] / s);
+    q[i] = s > 0.f && r == r ? static_cast<int8_t>(r) : int8_t{0};
+  }
   return s;
 }
 

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -73,11 +74,9 @@ constexpr int kAheadQ = 32;
 // codes as quantize_s8 (core/symmetric_int8.hpp): the vector divide is IEEE's, and vcvtps2dq
 // rounds to nearest even as nearbyint does in the default rounding mode.
 inline float quantize_row(ActCode* q, const float* x, int K) {
-  float m = 0.f;
-  for (int k = 0; k < K; k++) m = std::fabs(x[k]) > m ? std::fabs(x[k]) : m;
-  const float s = s8_scale(m);
+  const float s = s8_scale(s8_absmax(x, K));
   int k = 0;
-  if (s > 0.f) {
+  if (s > 0.f && s <= std::numeric_limits<float>::max()) {  // else not finite: codes don't matter
 #if defined(__AVX512F__)
     const __m512 sv = _mm512_set1_ps(s);
     for (; k + 16 <= K; k += 16) {
