@@ -16,6 +16,7 @@
 #include "servekit/kernels/host/vmath.hpp"
 #include "servekit/kernels/ref/linear.hpp"
 #include "servekit/kernels/ref/lm_head.hpp"
+#include "support/host_form.hpp"
 
 namespace k = servekit::kernels::host;
 namespace ref = servekit::kernels::ref;
@@ -87,14 +88,15 @@ void check_invariant(int K, int N, std::mt19937& rng) {
                                  add.data() + offset * N);
     return out;
   };
-  const auto all = run(W, kRows, 0);
+  const auto all = run(servekit::test::host_form(W), kRows, 0);
   const int threads = servekit::host_threads();
   for (int T : {1, 2, 3}) {
     servekit::set_host_threads(T);
     for (int M : {1, 2, 3, 6, 7, 8, 9, 16, 33, 40})
       for (int offset : {0, kRows - M})
         for (bool packed : {false, true}) {
-          const auto got = packed ? run(P, M, offset) : run(W, M, offset);
+          const auto got =
+              packed ? run(P, M, offset) : run(servekit::test::host_form(W), M, offset);
           for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) {
               INFO(Fmt::name << " K " << K << " N " << N << ": row " << offset + m
@@ -137,7 +139,7 @@ void check_vs_ref(int M, int K, int N, std::mt19937& rng) {
   std::vector<float> got = base, want = base;
   if (E != k::Epilogue::Residual)
     std::fill(got.begin(), got.end(), std::numeric_limits<float>::quiet_NaN());
-  k::linear<E>(got.data(), x.data(), W, b.data(), M, add.data());
+  k::linear<E>(got.data(), x.data(), servekit::test::host_form(W), b.data(), M, add.data());
   ref::linear<E>(want.data(), x.data(), W, b.data(), M, add.data());
   int bad = 0, first = -1;  // counted, not one assertion each: this runs under TSan too
   for (int i = 0; i < M * N; i++) {
@@ -278,7 +280,7 @@ TEMPLATE_TEST_CASE("w8a8: the host kernels give the integer sums' float chain ex
         for (int k = 0; k < K; k++) x[K + k] = 0.f;
       const auto W = w::Matrix<TestType>::from_f32(Wf, K, N);
       std::vector<float> got(static_cast<std::size_t>(M) * N);
-      k::linear<k::Epilogue::Store>(got.data(), x.data(), W, nullptr, M);
+      k::linear<k::Epilogue::Store>(got.data(), x.data(), servekit::test::host_form(W), nullptr, M);
       int bad = 0;
       std::vector<int8_t> xq(K);
       for (int m = 0; m < M; m++) {

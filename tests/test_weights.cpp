@@ -14,6 +14,7 @@
 #include "servekit/kernels/ref/linear.hpp"
 #include "servekit/model/config.hpp"
 #include "servekit/weights/formats.hpp"
+#include "support/host_form.hpp"
 
 namespace sk = servekit;
 namespace w = servekit::weights;
@@ -74,12 +75,14 @@ TEMPLATE_TEST_CASE("w8a8: symmetric codes in -127..127, |w - w'| <= s / 2, colum
       }
     CHECK(bad == 0);
     CHECK(at_max >= static_cast<int>(m.scale.size()));
+    // The host's packed form adds the groups' column sums of the codes (host/packed.hpp).
+    const auto packed = sk::kernels::host::Packed<w::Matrix<TestType>>::pack(w::Matrix(m));
     for (int g = 0; g < K / m.group_rows; g++)
       for (int n = 0; n < N; n++) {
         int32_t sum = 0;
         for (int k = g * m.group_rows; k < (g + 1) * m.group_rows; k++)
           sum += m.q[static_cast<std::size_t>(k) * N + n];
-        REQUIRE(m.colsum[static_cast<std::size_t>(g) * N + n] == sum);
+        REQUIRE(packed.colsum()[static_cast<std::size_t>(g) * N + n] == sum);
       }
   }
   // An all-zero group: scale 0, codes 0, exact.
@@ -102,7 +105,8 @@ TEMPLATE_TEST_CASE("w8a8 linear is within its quantisation steps of the fp32 pro
     auto x = randn(static_cast<std::size_t>(M) * K, 70 + M);
     x[0] = 9.f;  // an outlier feature, as GPT-2's activations have
     std::vector<float> out(static_cast<std::size_t>(M) * N);
-    sk::kernels::host::linear<Epilogue::Store>(out.data(), x.data(), m, nullptr, M);
+    sk::kernels::host::linear<Epilogue::Store>(out.data(), x.data(), sk::test::host_form(m),
+                                               nullptr, M);
     int bad = 0;
     double worst = 0;
     for (int r = 0; r < M; r++) {
@@ -280,7 +284,8 @@ TEMPLATE_TEST_CASE("fused linear == dequantised reference, every epilogue, awkwa
         };
         run([&](auto e) {
           sk::kernels::ref::linear<e.value>(out.data(), x.data(), mat, b.data(), M);
-          sk::kernels::host::linear<e.value>(out_host.data(), x.data(), mat, b.data(), M);
+          sk::kernels::host::linear<e.value>(out_host.data(), x.data(), sk::test::host_form(mat),
+                                             b.data(), M);
         });
         int bad = 0, bad_host = 0;
         for (int m = 0; m < M; m++)
@@ -325,8 +330,9 @@ TEST_CASE("w8a8 and symmetric int8: NaN and infinite inputs stay not finite") {
     for (int host = 0; host < 2; host++) {
       std::vector<float> out(M * N), ref(M * N);
       if (host) {
-        sk::kernels::host::linear<Epilogue::Store>(out.data(), x.data(), W, nullptr, M);
-        sk::kernels::host::linear<Epilogue::Store>(ref.data(), clean.data(), W, nullptr, M);
+        const auto& P = sk::test::host_form(W);
+        sk::kernels::host::linear<Epilogue::Store>(out.data(), x.data(), P, nullptr, M);
+        sk::kernels::host::linear<Epilogue::Store>(ref.data(), clean.data(), P, nullptr, M);
       } else {
         sk::kernels::ref::linear<Epilogue::Store>(out.data(), x.data(), W, nullptr, M);
         sk::kernels::ref::linear<Epilogue::Store>(ref.data(), clean.data(), W, nullptr, M);

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // W8A8 weights: symmetric int8 codes per group with a float scale each (see W8A8 in policy.hpp
-// for the formula; core/symmetric_int8.hpp for the rounding), and each group's column sums of
-// the codes, which a kernel that feeds the activations as unsigned bytes (x + 128, AVX-512 VNNI's
-// vpdpbusd) subtracts back: sum_k (xq_k + 128) wq_k = isum + 128 * colsum.
+// for the formula; core/symmetric_int8.hpp for the rounding). What a kernel derives from them
+// for its instructions (the host's column sums, kernels/host/packed.hpp) lives in its own form.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -19,13 +18,12 @@ namespace servekit::weights {
 
 template <Granularity G>
 struct Matrix<W8A8<G>> {
-  std::vector<int8_t> q;        // (K, N)
-  std::vector<float> scale;     // (K / group_rows, state_cols)
-  std::vector<int32_t> colsum;  // (K / group_rows, N): sum of each group's codes per column
-  int rows = 0;                 // K: input features
-  int cols = 0;                 // N: output features
-  int group_rows = 0;           // input rows sharing one scale, a multiple of 4
-  int state_cols = 0;           // N when groups are per column, else 1
+  std::vector<int8_t> q;     // (K, N)
+  std::vector<float> scale;  // (K / group_rows, state_cols)
+  int rows = 0;              // K: input features
+  int cols = 0;              // N: output features
+  int group_rows = 0;        // input rows sharing one scale, a multiple of 4
+  int state_cols = 0;        // N when groups are per column, else 1
 
   static Matrix from_f32(std::vector<float> w, int K, int N, std::string_view name = "") {
     const std::string_view who = name.empty() ? std::string_view("(unnamed)") : name;
@@ -45,7 +43,6 @@ struct Matrix<W8A8<G>> {
     const int n_groups = K / m.group_rows, S = m.state_cols, GK = m.group_rows;
     m.q.resize(w.size());
     m.scale.resize(static_cast<std::size_t>(n_groups) * S);
-    m.colsum.assign(static_cast<std::size_t>(n_groups) * N, 0);
     for (int g = 0; g < n_groups; g++) {
       const std::size_t at = static_cast<std::size_t>(g) * GK * N;
       if (G::per_column) {
@@ -55,18 +52,12 @@ struct Matrix<W8A8<G>> {
       } else {
         m.scale[g] = quantize_s8(m.q.data() + at, w.data() + at, GK * N);
       }
-      for (int k = 0; k < GK; k++)
-        for (int n = 0; n < N; n++)
-          m.colsum[static_cast<std::size_t>(g) * N + n] +=
-              m.q[at + static_cast<std::size_t>(k) * N + n];
     }
     return m;
   }
 
   std::size_t bytes() const { return q.size() + state_bytes(); }
-  std::size_t state_bytes() const {
-    return scale.size() * sizeof(float) + colsum.size() * sizeof(int32_t);
-  }
+  std::size_t state_bytes() const { return scale.size() * sizeof(float); }
   std::size_t state_index(int k, int n) const {
     return static_cast<std::size_t>(k / group_rows) * state_cols + (G::per_column ? n : 0);
   }

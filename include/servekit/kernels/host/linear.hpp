@@ -38,7 +38,8 @@ auto view(const Packed<Mat>& P) {
 template <weights::Granularity G>
 I8View i8_view(const Packed<weights::Matrix<weights::W8A8<G>>>& P) {
   const auto& m = P.strips();
-  return {m.q.data(), m.rows, m.cols, m.group_rows, m.scale.data(), m.colsum.data(), m.state_cols};
+  return {m.q.data(),        m.rows,      m.cols, m.group_rows, m.scale.data(),
+          P.colsum().data(), m.state_cols};
 }
 
 // The same with a row addend computed as the tiles store (host/lora.hpp's fused expand).
@@ -47,10 +48,10 @@ void linear(float* out, const float* x, const Mat& W, const float* b, int M,
             const RowAddend auto& add) {
   if constexpr (weights::family_of<Mat> != weights::LinearFamily::Int8) {
     matmul<E>(out, x, view(W), b, M, add);
-  } else if constexpr (std::is_same_v<Mat, weights::Matrix<weights::format_of<Mat>>>) {
-    // The integer kernels read W packed only; a Matrix passed as it is (tests) is packed here.
-    linear<E>(out, x, Packed<Mat>::pack(Mat(W)), b, M, add);
   } else {
+    // Packing per call would cost a step more than its linear: the caller packs once.
+    static_assert(!std::is_same_v<Mat, weights::Matrix<weights::format_of<Mat>>>,
+                  "the host's integer kernels read W8A8 packed: pass Packed<Matrix>::pack(W)");
     linear_i8<E>(out, x, i8_view(W), b, M, add);
   }
 }

@@ -16,7 +16,6 @@
 // W is read packed (host/packed.hpp, pack_quads): strips of kQNR = 16 columns, each strip its
 // K / 4 quads of 16 columns x 4 consecutive k, which is one vpdpbusd operand.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -196,12 +195,7 @@ inline void tile_i8(int32_t* out, int ldo, const ActCode* x, int64_t ldx, const 
 template <int NS>
 inline void tile_i8_rows(int rows, int32_t* out, int ldo, const ActCode* x, int64_t ldx,
                          const int8_t* w, int64_t ss, int nq) {
-  using Fn = void (*)(int32_t*, int, const ActCode*, int64_t, const int8_t*, int64_t, int);
-  static constexpr auto table = []<int... R>(std::integer_sequence<int, R...>) {
-    return std::array<Fn, kMRq>{&tile_i8<R + 1, NS>...};
-  }
-  (std::make_integer_sequence<int, kMRq>{});
-  table[rows - 1](out, ldo, x, ldx, w, ss, nq);
+  with_rows<kMRq>(rows, [&]<int R>() { tile_i8<R, NS>(out, ldo, x, ldx, w, ss, nq); });
 }
 
 // The caller's buffer of activation codes, which the workers fill row by row.

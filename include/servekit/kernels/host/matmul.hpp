@@ -16,7 +16,6 @@
 // shape, whatever the rows, blocks or threads: a row's result does not depend on what else
 // shares the call (the engine's batch invariance; tests/test_host_matmul.cpp checks it bitwise).
 #include <algorithm>
-#include <array>
 #include <concepts>
 #include <cstdint>
 #include <type_traits>
@@ -236,17 +235,21 @@ inline void tile_edge(float* acc, int ld, const float* x, int ldx, const T* w, i
     }
 }
 
-// tile<rows> for rows in 1 .. kMR, chosen at run time: a short last row tile still runs a
-// full-speed kernel.
+// fn.template operator()<R>() for R = rows, 1 <= rows <= MaxRows: a tile kernel whose row count
+// is known only at run time still runs its compiled-for-R form.
+template <int MaxRows, class Fn>
+inline void with_rows(int rows, Fn&& fn) {
+  [&]<int... R>(std::integer_sequence<int, R...>) {
+    (void)((rows == R + 1 && (fn.template operator()<R + 1>(), true)) || ...);
+  }
+  (std::make_integer_sequence<int, MaxRows>{});
+}
+
+// tile<rows> for rows in 1 .. kMR: a short last row tile still runs a full-speed kernel.
 template <class T>
 inline void tile_rows(int rows, float* acc, int ld, const float* x, int ldx, const T* w,
                       int64_t ldw, int kn) {
-  using Fn = void (*)(float*, int, const float*, int, const T*, int64_t, int);
-  static constexpr auto table = []<int... R>(std::integer_sequence<int, R...>) {
-    return std::array<Fn, kMR>{&tile<R + 1, T>...};
-  }
-  (std::make_integer_sequence<int, kMR>{});
-  table[rows - 1](acc, ld, x, ldx, w, ldw, kn);
+  with_rows<kMR>(rows, [&]<int R>() { tile<R, T>(acc, ld, x, ldx, w, ldw, kn); });
 }
 
 // Strips packed kn x kNR each, strip_stride apart, n_strips of them, for `rows` rows of x: the

@@ -51,9 +51,20 @@ inline std::vector<int8_t> pack_quads(const std::vector<int8_t>& w, int K, int N
   return p;
 }
 
-// The format's Matrix (weights/) with its element array in strip order. It keeps what reports
-// read (rows, cols, bytes(), state_bytes()) and nothing that indexes W as (K, N): a
-// dequant(k, n) here would read the wrong element.
+// Each group's column sums of int8 codes (K / group_rows, N), which a kernel feeding the
+// activations as unsigned bytes (x + 128, AVX-512 VNNI's vpdpbusd) subtracts back:
+//   sum_k (xq_k + 128) wq_k = isum + 128 colsum.
+inline std::vector<int32_t> quad_colsums(const std::vector<int8_t>& w, int K, int N, int GK) {
+  std::vector<int32_t> sums(static_cast<std::size_t>(K / GK) * N, 0);
+  for (int k = 0; k < K; k++)
+    for (int n = 0; n < N; n++)
+      sums[static_cast<std::size_t>(k / GK) * N + n] += w[static_cast<std::size_t>(k) * N + n];
+  return sums;
+}
+
+// The format's Matrix (weights/) with its element array in strip order (int8: and the column
+// sums its kernel needs). It keeps what reports read (rows, cols, bytes(), state_bytes()) and
+// nothing that indexes W as (K, N): a dequant(k, n) here would read the wrong element.
 template <class Mat>
 class Packed {
  public:
@@ -65,21 +76,26 @@ class Packed {
     Packed p;
     p.rows = m.rows, p.cols = m.cols;
     auto& e = weights::Traits<weights::format_of<Mat>>::codes(m);
-    if constexpr (weights::family_of<Mat> == weights::LinearFamily::Int8)
+    if constexpr (weights::family_of<Mat> == weights::LinearFamily::Int8) {
+      p.colsum_ = quad_colsums(e, m.rows, m.cols, m.group_rows);
       e = pack_quads(e, m.rows, m.cols);
-    else
+    } else
       e = pack_strips(e, m.rows, m.cols);
     p.m_ = std::move(m);
     return p;
   }
   // The stored bytes, padding included.
-  std::size_t bytes() const { return m_.bytes(); }
-  std::size_t state_bytes() const { return m_.state_bytes(); }
+  std::size_t bytes() const { return m_.bytes() + colsum_bytes(); }
+  std::size_t state_bytes() const { return m_.state_bytes() + colsum_bytes(); }
   // The format's arrays, the elements in strip order.
   const Mat& strips() const { return m_; }
+  // int8 formats: quad_colsums of the codes (K / group_rows, N); empty otherwise.
+  const std::vector<int32_t>& colsum() const { return colsum_; }
 
  private:
+  std::size_t colsum_bytes() const { return colsum_.size() * sizeof(int32_t); }
   Mat m_;
+  std::vector<int32_t> colsum_;
 };
 
 }  // namespace servekit::kernels::host
