@@ -119,5 +119,6 @@ int main(int argc, char** argv) {
   bench_format<sk::weights::F16>(o, t, csv);
   bench_format<sk::weights::BF16>(o, t, csv);
   bench_format<sk::weights::U8ZeroPoint<sk::weights::PerChannel>>(o, t, csv);
+  bench_format<sk::weights::W8A8<sk::weights::PerChannel>>(o, t, csv);
   if (csv) std::fclose(csv);
 }

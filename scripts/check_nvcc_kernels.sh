@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Compile every decoder kernel (all launchers; fp32, fp16, bf16 and uint8 zero-point linears;
+# Compile every decoder kernel (all launchers; fp32, fp16, bf16, uint8 zero-point and W8A8 linears;
 # f32/f16 caches in the contiguous and paged layouts; argmax and both sampler block sizes; the
 # LoRA kernels of the three dispatch policies and the zero fill) with
 # nvcc for sm_80 and sm_90, warnings as errors; check that the tensor-core linear's PTX holds
-# mma.sync and ldmatrix; print ptxas's registers / shared memory / spills per kernel and fail if
+# mma.sync and ldmatrix and the W8A8 linears' dp4a and int8 mma.sync; print ptxas's registers / shared memory / spills per kernel and fail if
 # a kernel spills.
 #   scripts/check_nvcc_kernels.sh [nvcc] [work dir]
 set -euo pipefail
@@ -40,6 +40,8 @@ void instantiate_all(float* f, int32_t* i, sk::half_t* h) {
   linears(f, sk::weights::Matrix<sk::weights::U8ZeroPoint<sk::weights::PerTensor>>{});
   linears(f, sk::weights::Matrix<sk::weights::U8ZeroPoint<sk::weights::PerChannel>>{});
   linears(f, sk::weights::Matrix<sk::weights::U8ZeroPoint<sk::weights::Group<32>>>{});
+  linears(f, sk::weights::Matrix<sk::weights::W8A8<sk::weights::PerChannel>>{});
+  linears(f, sk::weights::Matrix<sk::weights::W8A8<sk::weights::Group<32>>>{});
   attention(sk::kv::ContiguousView<float>{f, f, 64, 64}, f, i);
   attention(sk::kv::ContiguousView<sk::half_t>{h, h, 64, 64}, f, i);
   attention(sk::kv::PagedView<float>{f, f, i, 8, 16, 64}, f, i);
@@ -69,13 +71,14 @@ for ARCH in sm_80 sm_90; do
   for INSN in mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \
               mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \
               ldmatrix.sync.aligned.m8n8.x4.shared.b16 ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 \
-              cp.async.cg.shared.global cp.async.wait_group; do
+              cp.async.cg.shared.global cp.async.wait_group dp4a.s32.s32 \
+              mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32; do
     if ! grep -q "$INSN" "$PTX"; then
       echo "check_nvcc_kernels: $ARCH PTX lacks $INSN" >&2
       exit 1
     fi
   done
-  echo "== $ARCH: PTX has mma.sync (f16, bf16), ldmatrix (x4, x4.trans) and cp.async"
+  echo "== $ARCH: PTX has mma.sync (f16, bf16, s8), ldmatrix (x4, x4.trans), cp.async and dp4a"
   "$(dirname "$NVCC")/ptxas" -arch=$ARCH -v "$PTX" -o "$WORK/kernels_$ARCH.cubin" \
     > "$WORK/ptxas_$ARCH.txt" 2>&1
   # One line per kernel: registers, static shared memory, spill stores / loads (bytes).

@@ -24,6 +24,8 @@ void launch_all(float* f, int* i, unsigned* u, std::uint16_t* h, std::uint32_t* 
   simt::launch(simt::kernel<simt_test::reverse_smem>, dim3(4), dim3(256), 1024, nullptr, i, i, 1000);
   simt::launch(simt::kernel<simt_test::mma_tile<false>>, dim3(1), dim3(32), 0, nullptr, h, h, f, f);
   simt::launch(simt::kernel<simt_test::mma_tile<true>>, dim3(1), dim3(32), 0, nullptr, h, h, f, f);
+  simt::launch(simt::kernel<simt_test::mma_tile_s8>, dim3(1), dim3(32), 0, nullptr,
+               reinterpret_cast<const std::int8_t*>(h), reinterpret_cast<const std::int8_t*>(h), i, i);
   simt::launch(simt::kernel<simt_test::ldmatrix_all>, dim3(1), dim3(32), 0, nullptr, h, r);
   simt::launch(simt::kernel<simt_test::async_tiles>, dim3(1), dim3(32), 0, nullptr, f, f, 0);
   simt::launch(simt::kernel<simt_test::async_partial>, dim3(1), dim3(32), 0, nullptr,
@@ -63,6 +65,7 @@ for ARCH in sm_80 sm_90; do
     -c "$SRC" -o "$WORK/simt_kernels_$ARCH.o"
   for INSN in mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \
               mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \
+              mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 \
               ldmatrix.sync.aligned.m8n8.x4.shared.b16 ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 \
               cp.async.cg.shared.global cp.async.commit_group cp.async.wait_group \
               shfl.sync.bfly bar.sync vote.sync.ballot; do
@@ -71,7 +74,7 @@ for ARCH in sm_80 sm_90; do
       exit 1
     fi
   done
-  echo "== $ARCH: PTX has mma.sync (f16, bf16), ldmatrix, cp.async, shfl.sync, bar.sync, vote.sync"
+  echo "== $ARCH: PTX has mma.sync (f16, bf16, s8), ldmatrix, cp.async, shfl.sync, bar.sync, vote.sync"
   "$(dirname "$NVCC")/ptxas" -arch=$ARCH -v "$PTX" -o "$WORK/simt_kernels_$ARCH.cubin" 2>&1 |
     grep -E "Compiling entry|registers|spill" | sed 's/^ptxas info    : //'
 done

@@ -154,7 +154,7 @@ TEST_CASE("composition flags: unknown, uncompiled and refused choices are clear 
       {gen + " --weights u8-group48", "-DSERVEKIT_COMPOSITIONS="},
       {gen + " --weights w8a8-group48", "w8a8-group48/contiguous/none/continuous/host is not"},
       {gen + " --weights w8a8 --kv paged16-i8 --backend emulated",
-       "W8A8 weights have host kernels only so far"},
+       "w8a8-channel/paged16-i8/none/continuous/emulated is not compiled into this build"},
       {gen + " --dtype float16 --weights bf16", "--dtype f16 disagrees with --weights bf16"},
       {gen + " --dtype int4", "--dtype int4: accepted: auto, float32, float16"},
       {gen + " --kv contiguous --kv-block 32", "a contiguous cache has no blocks"},

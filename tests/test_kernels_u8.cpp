@@ -1,19 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// The zero-point uint8 linear kernels (GEMV for M <= 8, tiled GEMM above) under emulation
-// against the host reference on the same quantised Matrix: per tensor, per channel and groups
-// of several sizes (some smaller than a k tile, some not dividing it), every epilogue, awkward
-// shapes, outputs poisoned with NaN (Residual: random, since it accumulates into out). Built by
-// nvcc into test_kernels_cuda, the same cases run on a GPU: host data reaches the kernels
-// through on() and upload() (tests/device_mirror.hpp, tests/device_ops.hpp).
+// The 8-bit linear kernels under emulation. Zero-point uint8 (GEMV for M <= 8, tiled GEMM
+// above) against the host reference on the same quantised Matrix: per tensor, per channel and
+// groups of several sizes (some smaller than a k tile, some not dividing it), every epilogue,
+// awkward shapes, outputs poisoned with NaN (Residual: random, since it accumulates into out).
+// Built by nvcc into test_kernels_cuda, the same cases run on a GPU: host data reaches the kernels
+// through on() and upload() (tests/device_mirror.hpp, tests/device_ops.hpp). W8A8 (dp4a) at
+// the end of the file: the oracle's bits exactly.
 #include <bit>
 #include <cmath>
 #include <utility>
 
 #include "device_mirror.hpp"
 #include "device_ops.hpp"
+#include "servekit/kernels/linear_i8.hpp"
 #include "servekit/kernels/linear_u8.hpp"
 #include "servekit/kernels/ref/linear.hpp"
 #include "servekit/weights/u8_zero_point.hpp"
+#include "servekit/weights/w8a8.hpp"
 #include "test_kernels_support.hpp"
 
 namespace sk = servekit;
@@ -209,3 +212,147 @@ TEST_CASE("uint8 linear launcher names what it cannot run", "[kernels][emulated]
                       Catch::Contains("kernels::linear_u8") && Catch::Contains("3 (scale, min)") &&
                           Catch::Contains("N = 8"));
 }
+
+// W8A8 (linear_i8.hpp): integer sums are exact, and the kernel's float chain is the oracle's
+// (fma(s_w, isum, acc) per group, times s_x), so without a bias or an addend (whose adds the
+// compiler may fuse differently on each side) every output has the oracle's bits; with them,
+// and through GELU, it is within a few roundings of the value. Shapes: columns past one block
+// (512; 64 on tensor cores) and not a multiple of 4 (bytewise loads), rows past a row tile (4;
+// 32), groups of 4 rows; 16 rows or more with groups of whole k32 steps take the tensor-core
+// kernel (G = K = 96 or 256, G = 32, 64), the others dp4a.
+namespace {
+template <E Ep, class Fmt>
+void check_i8(int M, int K, int N, bool extras, std::mt19937& rng) {
+  INFO(Fmt::name << " epilogue " << static_cast<int>(Ep) << ": M = " << M << ", K = " << K
+                 << ", N = " << N << (extras ? ", with bias and addend" : ""));
+  const auto W = w::Matrix<Fmt>::from_f32(weights_for(K, N, rng), K, N);
+  auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
+  for (int k = 0; k < K; k++) x[k] = 0.f;  // row 0 all zero: scale 0, codes 0
+  const auto b = random_floats(N, rng);
+  const auto add = random_floats(static_cast<std::size_t>(M) * N, rng);
+  auto got = Ep == E::Residual ? random_floats(static_cast<std::size_t>(M) * N, rng)
+                               : poisoned(static_cast<std::size_t>(M) * N);
+  auto want = got;
+  const auto dW = upload(W);
+  SplitScratch scratch;
+  const float* bp = extras ? b.data() : nullptr;
+  const float* ap = extras ? add.data() : nullptr;
+  {
+    const auto db = on(b);
+    const auto da = on(add);
+    kn::linear_i8<Ep>({on(got), on(std::as_const(x)), dW.q.data(), dW.scale.data(),
+                       extras ? static_cast<const float*>(db) : nullptr, M, K, N, dW.group_rows,
+                       dW.state_cols, extras ? static_cast<const float*>(da) : nullptr},
+                      nullptr, scratch.get());
+  }
+  kn::ref::linear<Ep>(want.data(), x.data(), W, bp, M, ap);
+  if (!extras && Ep == E::Store) {
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); i++)
+      differ += std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]);
+    REQUIRE(differ == 0);
+  } else {
+    require_close(got, want, 1e-5f, 4e-7f);
+  }
+}
+
+template <class Fmt>
+void check_i8_format(std::initializer_list<int> Ks, std::mt19937& rng) {
+  for (int K : Ks)
+    for (int N : {1, 45, 130, 600})
+      for (int M : {1, 3, 4, 9, 16, 33}) {
+        check_i8<E::Store, Fmt>(M, K, N, false, rng);
+        check_i8<E::Store, Fmt>(M, K, N, true, rng);
+        check_i8<E::Gelu, Fmt>(M, K, N, true, rng);
+        check_i8<E::Residual, Fmt>(M, K, N, true, rng);
+      }
+}
+}  // namespace
+
+TEST_CASE("w8a8 linear (dp4a) gives the oracle's bits", "[kernels][emulated][linear][w8a8]") {
+  std::mt19937 rng(26);
+  check_i8_format<w::W8A8<w::PerTensor>>({4, 68, 96}, rng);
+  check_i8_format<w::W8A8<w::PerChannel>>({8, 260, 256}, rng);
+  check_i8_format<w::W8A8<w::Group<4>>>({16}, rng);
+  check_i8_format<w::W8A8<w::Group<32>>>({64}, rng);
+  check_i8_format<w::W8A8<w::Group<64>>>({192}, rng);
+}
+
+// Each row of a 40-row call against the same row in calls of 1..40 rows at other offsets (the
+// tensor-core kernel from 16 rows, dp4a below: the same bits from either), and a row holding a NaN
+// or an infinity: not finite there, the other rows as without it.
+TEST_CASE("w8a8 linear: a row's bits do not depend on the call; NaN stays in its row",
+          "[kernels][emulated][linear][w8a8]") {
+  std::mt19937 rng(27);
+  constexpr int M = 40, K = 128, N = 70;
+  const auto W = w::Matrix<w::W8A8<w::Group<32>>>::from_f32(weights_for(K, N, rng), K, N);
+  auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
+  const auto b = random_floats(N, rng);
+  const auto dW = upload(W);
+  const auto db = on(b);
+  SplitScratch scratch;
+  auto run = [&](float* out, const float* xs, int rows) {
+    kn::linear_i8<E::Gelu>(
+        {on(out, static_cast<std::size_t>(rows) * N), on(xs, static_cast<std::size_t>(rows) * K),
+         dW.q.data(), dW.scale.data(), db, rows, K, N, dW.group_rows, dW.state_cols},
+        nullptr, scratch.get());
+  };
+  CHECK(row_bits_differ(M, N, [&](float* out, int r0, int rows, bool) {
+          run(out, x.data() + static_cast<std::size_t>(r0) * K, rows);
+        }) == 0);
+  auto clean = poisoned(static_cast<std::size_t>(M) * N);
+  run(clean.data(), x.data(), M);
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    auto xb = x;
+    xb[5 * K + 7] = bad;
+    auto out = poisoned(static_cast<std::size_t>(M) * N);
+    run(out.data(), xb.data(), M);
+    for (int m = 0; m < M; m++)
+      for (int n = 0; n < N; n++) {
+        const std::size_t i = static_cast<std::size_t>(m) * N + n;
+        INFO("bad value " << bad << ": row " << m << " column " << n);
+        if (m == 5)
+          REQUIRE(!std::isfinite(out[i]));
+        else
+          REQUIRE(std::bit_cast<uint32_t>(out[i]) == std::bit_cast<uint32_t>(clean[i]));
+      }
+  }
+}
+
+TEST_CASE("w8a8 linear launcher names what it cannot run", "[kernels][emulated][w8a8][errors]") {
+  float f = 0.f;
+  std::int8_t q = 0;
+  SplitScratch scratch;
+  auto p = [&](int M, int K, int N, int G, int S) {
+    return kn::LinearI8Params{&f, &f, &q, &f, nullptr, M, K, N, G, S};
+  };
+  REQUIRE_THROWS_WITH(kn::linear_i8<E::Store>(p(0, 16, 8, 16, 8), nullptr, scratch.get()),
+                      Catch::Contains("kernels::linear_i8") && Catch::Contains("M = 0"));
+  REQUIRE_THROWS_WITH(kn::linear_i8<E::Store>(p(2, 48, 8, 6, 8), nullptr, scratch.get()),
+                      Catch::Contains("G = 6") && Catch::Contains("K = 48"));
+  REQUIRE_THROWS_WITH(kn::linear_i8<E::Store>(p(2, 64, 8, 64, 3), nullptr, scratch.get()),
+                      Catch::Contains("3 scale columns") && Catch::Contains("N = 8"));
+  REQUIRE_THROWS_WITH(kn::linear_i8<E::Store>(p(2, 64, 8, 64, 8), nullptr, kn::SplitK{}),
+                      Catch::Contains("kernels::linear_i8") && Catch::Contains("M = 2 rows") &&
+                          Catch::Contains("given 0"));
+}
+
+#if !defined(__CUDACC__)
+TEST_CASE("Ops<Emulated>::linear runs the w8a8 kernel on a Matrix, in the scratch it sizes",
+          "[kernels][emulated][w8a8][emulator]") {
+  std::mt19937 rng(28);
+  using Mat = w::Matrix<w::W8A8<w::PerChannel>>;
+  using Ops = sk::backend::Ops<sk::backend::Emulated>;
+  const int M = 6, K = 96, N = 50;
+  const auto W = Mat::from_f32(weights_for(K, N, rng), K, N);
+  const auto x = random_floats(static_cast<std::size_t>(M) * K, rng);
+  const auto [floats, counters] = Ops::split_k_size<Mat>(M, K, N);
+  std::vector<float> part(floats);
+  std::vector<float> got(static_cast<std::size_t>(M) * N), want(got.size());
+  Ops::linear<E::Store>(got.data(), x.data(), W, nullptr, M, nullptr,
+                        kn::SplitK{part.data(), nullptr, part.size(), counters});
+  kn::ref::linear<E::Store>(want.data(), x.data(), W, nullptr, M);
+  for (std::size_t i = 0; i < got.size(); i++)
+    REQUIRE(std::bit_cast<uint32_t>(got[i]) == std::bit_cast<uint32_t>(want[i]));
+}
+#endif

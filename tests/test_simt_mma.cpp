@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tensor-core fragments under emulation: the m16n8k16 layouts checked against a second source
-// (CuTe's MMA_Traits<SM80_16x8x16_F32F16F16F32_TN>), mma against a plain loop, ldmatrix against
+// Tensor-core fragments under emulation: the m16n8k16 and int8 m16n8k32 layouts checked against
+// a second source (CuTe's MMA_Traits<SM80_16x8x16_F32F16F16F32_TN> and
+// <SM80_16x8x32_S32S8S8S32_TN>), mma against a plain loop, ldmatrix against
 // the PTX ISA's description, and a multi-tile GEMM that takes its fragments from ldmatrix.
 #include <catch2/catch.hpp>
 
@@ -39,6 +40,12 @@ const Mode kThrB = {{4, 8}, {16, 1}};  // BLayout thread mode
 const Mode kValA = {{2, 2, 2}, {16, 8, 128}};
 const Mode kValB = {{2, 2}, {8, 64}};
 const Mode kValC = {{2, 2}, {16, 8}};  // SM80_16x8_Row
+
+// MMA_Traits<SM80_16x8x32_S32S8S8S32_TN>: A (M16, K32), B (N8, K32), C as above.
+const Mode kThrA8 = {{4, 8}, {64, 1}};
+const Mode kValA8 = {{4, 2, 2}, {16, 8, 256}};
+const Mode kThrB8 = {{4, 8}, {32, 1}};
+const Mode kValB8 = {{4, 2}, {8, 128}};
 
 float half_bits_to_float(std::uint16_t h) {
   __half_raw r;
@@ -87,6 +94,59 @@ TEST_CASE("m16n8k16 fragment layouts equal CuTe's SM80_16x8x16 traits", "[simt][
   for (int s : seen_a) REQUIRE(s == 1);
   for (int s : seen_b) REQUIRE(s == 1);
   for (int s : seen_c) REQUIRE(s == 1);
+}
+
+TEST_CASE("int8 m16n8k32 fragment layouts equal CuTe's SM80_16x8x32 traits", "[simt][mma]") {
+  namespace L = simt::mma_layout;
+  std::vector<int> seen_a(512, 0), seen_b(256, 0);
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int v = 0; v < 16; ++v) {
+      const int idx = kThrA8(lane) + kValA8(v);  // (M16, K32) column-major
+      INFO("A lane " << lane << " value " << v);
+      REQUIRE(L::a8_row(lane, v) == idx % 16);
+      REQUIRE(L::a8_col(lane, v) == idx / 16);
+      ++seen_a[static_cast<std::size_t>(idx)];
+    }
+    for (int v = 0; v < 8; ++v) {
+      const int idx = kThrB8(lane) + kValB8(v);  // (N8, K32) column-major
+      INFO("B lane " << lane << " value " << v);
+      REQUIRE(L::b8_col(lane, v) == idx % 8);
+      REQUIRE(L::b8_row(lane, v) == idx / 8);
+      ++seen_b[static_cast<std::size_t>(idx)];
+    }
+  }
+  for (int s : seen_a) REQUIRE(s == 1);
+  for (int s : seen_b) REQUIRE(s == 1);
+}
+
+// Exact: every sum of int8 products fits in int32. Codes span -128..127 (the instruction's
+// whole range, though W8A8 writes no -128).
+TEST_CASE("mma m16n8k32 int8 equals a plain loop on random tiles", "[simt][mma]") {
+  for (unsigned seed = 1; seed <= 5; ++seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> code(-128, 127), big(-1 << 20, 1 << 20);
+    std::vector<std::int8_t> a(512), b(256);
+    std::vector<std::int32_t> c(128);
+    for (auto& v : a) v = static_cast<std::int8_t>(code(rng));
+    for (auto& v : b) v = static_cast<std::int8_t>(code(rng));
+    for (auto& v : c) v = big(rng);
+    simt::DeviceBuffer<std::int8_t> da{std::span<const std::int8_t>(a)},
+        db{std::span<const std::int8_t>(b)};
+    simt::DeviceBuffer<std::int32_t> dc{std::span<const std::int32_t>(c)}, dd(128);
+    dd.fill_bytes(0xff);
+    simt::launch(simt::kernel<mma_tile_s8>, dim3(1), dim3(32), 0, nullptr, da.data(), db.data(),
+                 dc.data(), dd.data());
+    std::vector<std::int32_t> d(128);
+    dd.download(d);
+    for (int m = 0; m < 16; ++m)
+      for (int n = 0; n < 8; ++n) {
+        std::int32_t ref = c[static_cast<std::size_t>(m * 8 + n)];
+        for (int k = 0; k < 32; ++k)
+          ref += a[static_cast<std::size_t>(m * 32 + k)] * b[static_cast<std::size_t>(k * 8 + n)];
+        INFO("seed " << seed << " at " << m << ',' << n);
+        REQUIRE(d[static_cast<std::size_t>(m * 8 + n)] == ref);
+      }
+  }
 }
 
 template <bool kBf16>

@@ -34,6 +34,27 @@ __global__ void mma_tile(const std::uint16_t* a, const std::uint16_t* b, const f
   for (int i = 0; i < 4; ++i) d[L::c_row(lane, i) * 8 + L::c_col(lane, i)] = df[i];
 }
 
+// One warp, one m16n8k32 int8 tile: a (16, 32) row-major, b (32, 8) as (k, n) row-major, c/d
+// (16, 8) row-major int32; fragments gathered by mma_layout's a8 / b8 / c layouts.
+__global__ void mma_tile_s8(const std::int8_t* a, const std::int8_t* b, const std::int32_t* c,
+                            std::int32_t* d) {
+  namespace L = simt::mma_layout;
+  const int lane = threadIdx.x;
+  std::uint32_t af[4] = {}, bf[2] = {};
+  std::int32_t cf[4], df[4];
+  for (int i = 0; i < 16; ++i)
+    af[i / 4] |= static_cast<std::uint32_t>(
+                     static_cast<std::uint8_t>(a[L::a8_row(lane, i) * 32 + L::a8_col(lane, i)]))
+                 << (8 * (i % 4));
+  for (int i = 0; i < 8; ++i)
+    bf[i / 4] |= static_cast<std::uint32_t>(
+                     static_cast<std::uint8_t>(b[L::b8_row(lane, i) * 8 + L::b8_col(lane, i)]))
+                 << (8 * (i % 4));
+  for (int i = 0; i < 4; ++i) cf[i] = c[L::c_row(lane, i) * 8 + L::c_col(lane, i)];
+  simt::mma_m16n8k32_s8s32(df, af, bf, cf);
+  for (int i = 0; i < 4; ++i) d[L::c_row(lane, i) * 8 + L::c_col(lane, i)] = df[i];
+}
+
 // ldmatrix of every variant from a (16, 16) half tile in shared memory; out (32 lanes, 12):
 // x4 (4 regs), x2 (2), x4.trans (4), x2.trans (2).
 __global__ void ldmatrix_all(const std::uint16_t* tile, std::uint32_t* out) {

@@ -18,6 +18,7 @@
 #include "servekit/kernels/gather_rows.hpp"
 #include "servekit/kernels/kv_append.hpp"
 #include "servekit/kernels/layernorm.hpp"
+#include "servekit/kernels/linear_i8.hpp"
 #include "servekit/kernels/linear_mma.hpp"
 #include "servekit/kernels/linear_simt.hpp"
 #include "servekit/kernels/linear_u8.hpp"
@@ -30,6 +31,7 @@
 #include "servekit/weights/f16.hpp"
 #include "servekit/weights/f32.hpp"
 #include "servekit/weights/u8_zero_point.hpp"
+#include "servekit/weights/w8a8.hpp"
 
 namespace servekit::backend {
 
@@ -52,9 +54,10 @@ struct SimtOps {
   // W: (K, N), a weights::Matrix (emulator) or its weights::DeviceMatrix (device storage),
   // whose format's family picks the kernels (weights/traits.hpp): fp32 on CUDA cores (GEMV or
   // tiled), fp16 / bf16 on tensor cores (linear_mma.hpp), zero-point uint8 on CUDA cores with
-  // the dequantisation fused (linear_u8.hpp). add: (M, N) added before the epilogue (a LoRA
-  // delta), or nullptr. split: the decoder's split-K scratch (split_k_size below); without
-  // one, or too small, a launch of few rows still runs, in fewer blocks, with the same bits.
+  // the dequantisation fused (linear_u8.hpp), W8A8 with dp4a (linear_i8.hpp). add: (M, N)
+  // added before the epilogue (a LoRA delta), or nullptr. split: the decoder's split-K scratch
+  // (split_k_size below); without one, or too small, a launch of few rows still runs, in fewer
+  // blocks, with the same bits. W8A8 keeps its activation codes there and needs it.
   template <Epilogue E, class Mat>
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
                      const float* add = nullptr, const kernels::SplitK& split = {}) {
@@ -72,6 +75,10 @@ struct SimtOps {
       kernels::linear_u8<E>({out, x, W.q.data(), W.scale.data(), W.zero.data(), b, M, W.rows,
                              W.cols, W.group_rows, W.state_cols, add},
                             stream(), split);
+    } else if constexpr (family == Family::Int8) {
+      kernels::linear_i8<E>({out, x, W.q.data(), W.scale.data(), b, M, W.rows, W.cols, W.group_rows,
+                             W.state_cols, add},
+                            stream(), split);
     } else {
       static_assert(sizeof(Mat) == 0, "servekit: no device linear kernels for this family");
     }
@@ -79,11 +86,13 @@ struct SimtOps {
   }
 
   // The split-K scratch of launches of up to M rows over a (K, N) matrix Mat, for the kernel
-  // family linear() runs it on.
+  // family linear() runs it on (W8A8: its rows' activation codes and scales).
   template <class Mat>
   static kernels::SplitSize split_k_size(int M, int K, int N) {
     if constexpr (weights::family_of<Mat> == weights::LinearFamily::Dense16)
       return kernels::mma_split_size(M, K, N);
+    else if constexpr (weights::family_of<Mat> == weights::LinearFamily::Int8)
+      return {kernels::i8_scratch_floats(M, K), 0};
     else
       return kernels::core_split_size(M, K, N);
   }

@@ -91,9 +91,6 @@ inline std::string compiled_list(std::string_view indent = "  ") {
 
 // The error for a composition that parses but was not compiled: what was, and how to add it.
 [[noreturn]] inline void fail_not_compiled(const Spec& spec) {
-  if ((spec.weights == kW8Channel || spec.weights == kW8Group) && spec.backend != 0)
-    fail("the composition ", spec_name(spec), " cannot be built: W8A8 weights have host kernels ",
-         "only so far; use --backend host (compiled W8A8 compositions:\n", compiled_list(), ")");
   fail("the composition ", spec_name(spec), " is not compiled into this build. Compiled:\n",
        compiled_list(), "Add it with cmake -DSERVEKIT_COMPOSITIONS=\"default;", spec_name(spec),
        "\" (or =all for every one) and rebuild.");

@@ -101,4 +101,13 @@ SERVEKIT_SIMT_INLINE unsigned __brev(unsigned x) {
 SERVEKIT_SIMT_INLINE unsigned __umulhi(unsigned a, unsigned b) {
   return static_cast<unsigned>((static_cast<std::uint64_t>(a) * b) >> 32);
 }
+// c + the four products of a's and b's signed bytes (sm_61's dp4a.s32.s32), wrapping as the
+// hardware's 32-bit add does.
+SERVEKIT_SIMT_INLINE int __dp4a(int a, int b, int c) {
+  auto r = static_cast<std::uint32_t>(c);
+  for (int i = 0; i < 32; i += 8)
+    r += static_cast<std::uint32_t>(static_cast<std::int8_t>(a >> i) *
+                                    static_cast<std::int8_t>(b >> i));
+  return static_cast<int>(r);
+}
 #endif

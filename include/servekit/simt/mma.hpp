@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
-// Tensor-core fragments: mma.sync m16n8k16 (f16 or bf16 inputs, f32 accumulate) and ldmatrix.
+// Tensor-core fragments: mma.sync m16n8k16 (f16 or bf16 inputs, f32 accumulate), m16n8k32
+// (int8 inputs, int32 accumulate) and ldmatrix.
 // Under nvcc, inline PTX. On the host, a warp-level exchange: the last lane to arrive gathers
 // every lane's fragment into whole tiles, multiplies, and scatters the result back, using the
 // fragment layouts of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point
-// type"). The same layouts are CuTe's SM80_16x8x16_F32F16F16F32_TN traits, which
+// type", and "... for mma.m16n8k32" with .s8 elements). The same layouts are CuTe's
+// SM80_16x8x16_F32F16F16F32_TN and SM80_16x8x32_S32S8S8S32_TN traits, which
 // tests/test_simt_mma.cpp checks independently.
 #include "servekit/simt/platform.hpp"
 
@@ -46,6 +48,22 @@ __host__ __device__ constexpr int c_row(int lane, int i) {
 }
 __host__ __device__ constexpr int c_col(int lane, int i) {
   return (lane & 3) * 2 + (i & 1);
+}
+
+// m16n8k32 with 8-bit elements: element i in register i / 4, byte i % 4; a lane's 4 bytes of a
+// register are 4 consecutive k. A: (16 x 32) row-major, 16 elements per lane (4 registers).
+__host__ __device__ constexpr int a8_row(int lane, int i) {
+  return (lane >> 2) + 8 * ((i >> 2) & 1);
+}
+__host__ __device__ constexpr int a8_col(int lane, int i) {
+  return (lane & 3) * 4 + (i & 3) + 16 * (i >> 3);
+}
+// B: (32 x 8) as (k, n), 8 elements per lane (2 registers). C and D: int32, as c_row / c_col.
+__host__ __device__ constexpr int b8_row(int lane, int i) {
+  return (lane & 3) * 4 + (i & 3) + 16 * (i >> 2);
+}
+__host__ __device__ constexpr int b8_col(int lane, int) {
+  return lane >> 2;
 }
 }  // namespace mma_layout
 
@@ -90,6 +108,39 @@ void exchange_mma(unsigned lanes, const LaneSlot* s) {
   for (int l = 0; l < kWarpSize; ++l) {
     auto* out = static_cast<float*>(s[l].out);
     for (int i = 0; i < 4; ++i) out[i] = d[mma_layout::c_row(l, i)][mma_layout::c_col(l, i)];
+  }
+}
+
+struct MmaS8In {
+  const std::uint32_t* a;  // (4)
+  const std::uint32_t* b;  // (2)
+  const std::int32_t* c;   // (4)
+};
+
+// Integer products and sums are exact; the 32-bit adds wrap, as the instruction without
+// .satfinite does.
+inline void exchange_mma_s8(unsigned lanes, const LaneSlot* s) {
+  if (lanes != kFullMask) throw Error("mma.sync m16n8k32 needs all 32 lanes of the warp");
+  std::int32_t a[16][32], b[32][8];
+  std::uint32_t d[16][8];
+  for (int l = 0; l < kWarpSize; ++l) {
+    const auto* in = static_cast<const MmaS8In*>(s[l].in);
+    for (int i = 0; i < 16; ++i)
+      a[mma_layout::a8_row(l, i)][mma_layout::a8_col(l, i)] =
+          static_cast<std::int8_t>(in->a[i / 4] >> (8 * (i & 3)));
+    for (int i = 0; i < 8; ++i)
+      b[mma_layout::b8_row(l, i)][mma_layout::b8_col(l, i)] =
+          static_cast<std::int8_t>(in->b[i / 4] >> (8 * (i & 3)));
+    for (int i = 0; i < 4; ++i)
+      d[mma_layout::c_row(l, i)][mma_layout::c_col(l, i)] = static_cast<std::uint32_t>(in->c[i]);
+  }
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 8; ++n)
+      for (int k = 0; k < 32; ++k) d[m][n] += static_cast<std::uint32_t>(a[m][k] * b[k][n]);
+  for (int l = 0; l < kWarpSize; ++l) {
+    auto* out = static_cast<std::int32_t*>(s[l].out);
+    for (int i = 0; i < 4; ++i)
+      out[i] = static_cast<std::int32_t>(d[mma_layout::c_row(l, i)][mma_layout::c_col(l, i)]);
   }
 }
 
@@ -168,6 +219,26 @@ __device__ SERVEKIT_SIMT_INLINE void mma_m16n8k16_bf16f32(float d[4], const std:
   const detail::MmaIn in{a, b, c};
   float out[4];
   detail::warp_exchange(kFullMask, "mma_m16n8k16_bf16f32", &detail::exchange_mma<true>, &in, out);
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
+#endif
+}
+
+// d = a * b + c on a 16x8x32 tile of int8 inputs: a (4 regs, 16 bytes), b (2 regs, 8 bytes), c
+// and d (4 int32) per lane, in mma_layout's a8 / b8 / c layouts.
+__device__ SERVEKIT_SIMT_INLINE void mma_m16n8k32_s8s32(std::int32_t d[4], const std::uint32_t a[4],
+                                                        const std::uint32_t b[2],
+                                                        const std::int32_t c[4]) {
+#if defined(SERVEKIT_SIMT_DEVICE)
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%10,%11,%12,%13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]), "r"(c[1]),
+        "r"(c[2]), "r"(c[3]));
+#else
+  const detail::MmaS8In in{a, b, c};
+  std::int32_t out[4];
+  detail::warp_exchange(kFullMask, "mma_m16n8k32_s8s32", &detail::exchange_mma_s8, &in, out);
   for (int i = 0; i < 4; ++i) d[i] = out[i];
 #endif
 }
