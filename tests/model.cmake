@@ -19,6 +19,14 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
         SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_attention.cpp LIBS servekit_simt)
     endif()
   endforeach()
+  # W8A8's ymm vpdpbusd tile (AVX-VNNI on AVX2 cores) runs here as its EVEX twin: x86-64-v3
+  # plus AVX-512 VNNI + VL (no BW, which would choose the zmm tile), where the CPU has them.
+  file(READ /proc/cpuinfo servekit_cpuinfo LIMIT 8192)
+  if(servekit_cpuinfo MATCHES "avx512_vnni" AND servekit_cpuinfo MATCHES "avx512vl")
+    servekit_test(test_host_matmul_avx_vnni LABELS host isa MARCH x86-64-v3
+      SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_host_matmul.cpp)
+    target_compile_options(test_host_matmul_avx_vnni PRIVATE -mavx512vnni -mavx512vl)
+  endif()
   # ... and the micro-kernel's accumulators stay in registers through its k loop on AVX2 and
   # AVX-512, which is the compiler's choice (scripts/check_host_tiles.sh reads its assembly).
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")

@@ -5,6 +5,9 @@
 // once per group and row. Which instructions, chosen at compile time:
 //   AVX-512 VNNI  vpdpbusd: 64 unsigned x signed byte products, each 4 added into 16 int32
 //                 lanes. x goes in as xq + 128 (unsigned); colsum takes 128 sum_k w back.
+//   AVX-VNNI      the same instruction on ymm (32 products into 8 lanes), for AVX2 cores that
+//                 have it; also what an AVX-512 VNNI machine runs when built for x86-64-v3
+//                 plus VNNI + VL (the test of this path here).
 //   AVX2          codes widened to int16, vpmaddwd: 16 products, each 2 added into 8 lanes.
 //                 (vpmaddubsw would saturate its int16 pair sums: 255 x 127 x 2 > 32767.)
 //   otherwise     plain integer loops.
@@ -35,6 +38,22 @@ using ActCode = uint8_t;  // xq + 128
 constexpr int kActBias = 128;
 constexpr int kMRq = 6, kNSq = 4;  // 6 rows x 4 strips: 24 of 32 zmm accumulate
 constexpr const char* kI8Isa = "AVX512-VNNI";
+#elif defined(__AVX2__) && \
+    (defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__)))
+#define SERVEKIT_I8_YMM_VNNI 1
+using ActCode = uint8_t;  // xq + 128
+constexpr int kActBias = 128;
+constexpr int kMRq = 6, kNSq = 1;  // 6 rows x 2 halves of a strip: 12 of 16 ymm accumulate
+constexpr const char* kI8Isa = "AVX-VNNI";
+// vpdpbusd on ymm: VEX-encoded with AVX-VNNI (Alder Lake and later, Zen 5), EVEX-encoded with
+// AVX-512 VNNI + VL, the same operation (which lets a machine with the latter test this path).
+inline __m256i dpbusd_ymm(__m256i acc, __m256i x, __m256i w) {
+#if defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(acc, x, w);
+#else
+  return _mm256_dpbusd_epi32(acc, x, w);
+#endif
+}
 #elif defined(__AVX2__)
 using ActCode = int16_t;
 constexpr int kActBias = 0;
@@ -76,7 +95,7 @@ inline float quantize_row(ActCode* q, const float* x, int K) {
   const float s = s8_scale(s8_absmax(x, K));
   int k = 0;
   if (s > 0.f && s <= std::numeric_limits<float>::max()) {  // else not finite: codes don't matter
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && !defined(SERVEKIT_I8_YMM_VNNI)  // the ymm build runs AVX2's, tested
     const __m512 sv = _mm512_set1_ps(s);
     for (; k + 16 <= K; k += 16) {
       __m512i c = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_loadu_ps(x + k), sv));
@@ -93,9 +112,9 @@ inline float quantize_row(ActCode* q, const float* x, int K) {
       const __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
       if constexpr (sizeof(ActCode) == 2)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), h);
-      else
-        for (int i = 0; i < 8; i++)
-          q[k + i] = static_cast<ActCode>(s8_code(x[k + i], s) + kActBias);
+      else  // codes + 128 in 1..255: unsigned saturation changes none
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k),
+                         _mm_packus_epi16(_mm_add_epi16(h, _mm_set1_epi16(kActBias)), h));
     }
 #endif
   }
@@ -135,6 +154,39 @@ inline void tile_i8(int32_t* out, int ldo, const ActCode* x, int64_t ldx, const 
   for (int r = 0; r < MR; r++) {
     SERVEKIT_UNROLL_FULLY
     for (int s = 0; s < NS; s++) _mm512_storeu_si512(out + r * ldo + s * kQNR, t[r][s]);
+  }
+#elif defined(SERVEKIT_I8_YMM_VNNI)
+  // A strip's quad is two ymm: columns 0-7 and 8-15, each lane 4 k of its column.
+  __m256i t[MR][NS * 2];
+  SERVEKIT_UNROLL_FULLY
+  for (int r = 0; r < MR; r++) {
+    SERVEKIT_UNROLL_FULLY
+    for (int c = 0; c < NS * 2; c++) t[r][c] = _mm256_setzero_si256();
+  }
+  for (int q = 0; q < nq; q++) {
+    __m256i wv[NS * 2];
+    SERVEKIT_UNROLL_FULLY
+    for (int s = 0; s < NS; s++) {
+      prefetch_l2(w + s * ss, static_cast<int64_t>(q + kAheadQ) * 4 * kQNR);
+      SERVEKIT_UNROLL_FULLY
+      for (int h = 0; h < 2; h++)
+        wv[2 * s + h] = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(w + s * ss + q * 4 * kQNR + 32 * h));
+    }
+    SERVEKIT_UNROLL_FULLY
+    for (int r = 0; r < MR; r++) {
+      int32_t x4;
+      std::memcpy(&x4, x + r * ldx + 4 * q, 4);
+      const __m256i xb = _mm256_set1_epi32(x4);
+      SERVEKIT_UNROLL_FULLY
+      for (int c = 0; c < NS * 2; c++) t[r][c] = dpbusd_ymm(t[r][c], xb, wv[c]);
+    }
+  }
+  SERVEKIT_UNROLL_FULLY
+  for (int r = 0; r < MR; r++) {
+    SERVEKIT_UNROLL_FULLY
+    for (int c = 0; c < NS * 2; c++)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * ldo + 8 * c), t[r][c]);
   }
 #elif defined(__AVX2__)
   // A strip's quad is 4 loads of 4 columns x 4 k; widened, vpmaddwd against x's 4 codes
