@@ -217,9 +217,10 @@ TEST_CASE("uint8 linear launcher names what it cannot run", "[kernels][emulated]
 // (fma(s_w, isum, acc) per group, times s_x), so without a bias or an addend (whose adds the
 // compiler may fuse differently on each side) every output has the oracle's bits; with them,
 // and through GELU, it is within a few roundings of the value. Shapes: columns past one block
-// (512; 64 on tensor cores) and not a multiple of 4 (bytewise loads), rows past a row tile (4;
+// (256; 64 on tensor cores) and not a multiple of 4 (bytewise loads), rows past a row tile (8;
 // 32), groups of 4 rows; 16 rows or more with groups of whole k32 steps take the tensor-core
-// kernel (G = K = 96 or 256, G = 32, 64), the others dp4a.
+// kernel (G = K = 96 or 256, G = 32, 64), the others dp4a, split over K up to 8 rows where
+// groups are whole multiples of 32 (parts of 32 k up to 4 rows, 64 above when G allows).
 namespace {
 template <E Ep, class Fmt>
 void check_i8(int M, int K, int N, bool extras, std::mt19937& rng) {
@@ -260,7 +261,7 @@ template <class Fmt>
 void check_i8_format(std::initializer_list<int> Ks, std::mt19937& rng) {
   for (int K : Ks)
     for (int N : {1, 45, 130, 600})
-      for (int M : {1, 3, 4, 9, 16, 33}) {
+      for (int M : {1, 3, 8, 9, 16, 33}) {
         check_i8<E::Store, Fmt>(M, K, N, false, rng);
         check_i8<E::Store, Fmt>(M, K, N, true, rng);
         check_i8<E::Gelu, Fmt>(M, K, N, true, rng);
@@ -279,7 +280,8 @@ TEST_CASE("w8a8 linear (dp4a) gives the oracle's bits", "[kernels][emulated][lin
 }
 
 // Each row of a 40-row call against the same row in calls of 1..40 rows at other offsets (the
-// tensor-core kernel from 16 rows, dp4a below: the same bits from either), and a row holding a NaN
+// tensor-core kernel from 16 rows, dp4a below, split over K up to 8 rows: the same bits from
+// each), and a row holding a NaN
 // or an infinity: not finite there, the other rows as without it.
 TEST_CASE("w8a8 linear: a row's bits do not depend on the call; NaN stays in its row",
           "[kernels][emulated][linear][w8a8]") {
@@ -300,6 +302,7 @@ TEST_CASE("w8a8 linear: a row's bits do not depend on the call; NaN stays in its
   CHECK(row_bits_differ(M, N, [&](float* out, int r0, int rows, bool) {
           run(out, x.data() + static_cast<std::size_t>(r0) * K, rows);
         }) == 0);
+  scratch.check(true);  // the calls of up to 8 rows split K
   auto clean = poisoned(static_cast<std::size_t>(M) * N);
   run(clean.data(), x.data(), M);
   for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {

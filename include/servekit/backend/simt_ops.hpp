@@ -92,7 +92,7 @@ struct SimtOps {
     if constexpr (weights::family_of<Mat> == weights::LinearFamily::Dense16)
       return kernels::mma_split_size(M, K, N);
     else if constexpr (weights::family_of<Mat> == weights::LinearFamily::Int8)
-      return {kernels::i8_scratch_floats(M, K), 0};
+      return {kernels::i8_scratch_floats(M, K, N, weights::format_of<Mat>::Gran::rows(K)), 0};
     else
       return kernels::core_split_size(M, K, N);
   }
