@@ -19,7 +19,8 @@ using Configs = std::tuple<Inv<D, w::F32, sk::kv::Contiguous, DeviceBackend>,
                            Inv<D, w::F16, sk::kv::Paged<4>, DeviceBackend>,
                            Inv<D, w::BF16, sk::kv::Contiguous, DeviceBackend>,
                            Inv<D, w::U8ZeroPoint<w::PerChannel>, sk::kv::Paged<4>, DeviceBackend>,
-                           Inv<D, w::F32, sk::kv::PagedF16<4>, DeviceBackend>>;
+                           Inv<D, w::F32, sk::kv::PagedF16<4>, DeviceBackend>,
+                           Inv<D, w::W8A8<w::PerChannel>, sk::kv::PagedI8<4>, DeviceBackend>>;
 }  // namespace device_inv
 
 TEMPLATE_LIST_TEST_CASE("device storage: batch == alone, HF's logits, the host's logits (tiny-a)",
