@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPT-2 124M (random weights) decode on the Cuda backend in every weight format, at batches 1, 8
+// GPT-2 124M (random weights) decode on the Cuda backend in every weight format (W8A8 per
+// channel too), at batches 1, 8
 // and 64 (--batches): ms per step and tokens/s, run eagerly and replayed from CUDA graphs, beside
 // the roofline. A decode step must read every weight once and the KV rows its sequences attend
 // to; at the GPU's read bandwidth, measured in the same run by a streaming-read kernel, that is
@@ -143,6 +144,7 @@ int run(int argc, char** argv) {
   bench_format<sk::weights::F16>(o, t, csv);
   bench_format<sk::weights::BF16>(o, t, csv);
   bench_format<sk::weights::U8ZeroPoint<sk::weights::PerChannel>>(o, t, csv);
+  bench_format<sk::weights::W8A8<sk::weights::PerChannel>>(o, t, csv);
   if (csv) std::fclose(csv);
   return 0;
 }
