@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // GPT-2 124M (random weights) decode on the Cuda backend in every weight format (W8A8 per
-// channel too), at batches 1, 8
-// and 64 (--batches): ms per step and tokens/s, run eagerly and replayed from CUDA graphs, beside
-// the roofline. A decode step must read every weight once and the KV rows its sequences attend
-// to; at the GPU's read bandwidth, measured in the same run by a streaming-read kernel, that is
-// the fastest the step can be. Before each batch's decode, the prefill of its prompts in one
-// step (mode "prefill": ms and prompt tokens/s, eager). scripts/gpu_check.sh runs it on a
-// machine with a GPU.
+// channel too), at batches 1, 8 and 64 (--batches): ms per step and tokens/s, run eagerly and
+// replayed from CUDA graphs, beside the roofline. A decode step must read every weight once and
+// the KV rows its sequences attend to; at the GPU's read bandwidth, measured in the same run by
+// a streaming-read kernel, that is the fastest the step can be. Before each batch's decode, the
+// prefill of its prompts in one step (mode "prefill": ms and prompt tokens/s, eager).
+// scripts/gpu_check.sh runs it on a machine with a GPU.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
