@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "servekit/kernels/host/linear_i8.hpp"  // the int8 instruction the W8A8 tiles use
 #include "servekit/kernels/host/simd.hpp"
 
 namespace servekit::bench {
@@ -106,7 +107,8 @@ inline double fma_gflops(int reps = 5) {
 }
 
 // Peak int8 multiply-add rate of the instruction W8A8's host kernels use
-// (kernels/host/linear_i8.hpp: vpdpbusd with AVX-512 VNNI, vpmaddwd + vpaddd with AVX2), in
+// (kernels/host/linear_i8.hpp: vpdpbusd on zmm with AVX-512 VNNI, on ymm with AVX-VNNI,
+// vpmaddwd + vpaddd with AVX2), in
 // GOP/s (2 per multiply-add, as GFLOP/s), 12 independent chains per thread; 0 where those
 // kernels use plain integer loops.
 inline double int8_gops(int reps = 5) {
@@ -121,6 +123,17 @@ inline double int8_gops(int reps = 5) {
       for (int c = 0; c < kChains; c++) acc[c] = _mm512_dpbusd_epi32(acc[c], a, b);
     int s = 0;
     for (int c = 0; c < kChains; c++) s += _mm512_reduce_add_epi32(acc[c]);
+    return double(s);
+  });
+#elif defined(SERVEKIT_I8_YMM_VNNI)  // AVX-VNNI (or its EVEX twin): vpdpbusd on ymm
+  return threads_peak(reps, 2.0 * 32 * kChains * kIters, [] {  // 32 products an instruction
+    __m256i acc[kChains];
+    for (int c = 0; c < kChains; c++) acc[c] = _mm256_set1_epi32(c);
+    const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
+    for (long i = 0; i < kIters; i++)
+      for (int c = 0; c < kChains; c++) acc[c] = servekit::kernels::host::dpbusd_ymm(acc[c], a, b);
+    int s = 0;
+    for (int c = 0; c < kChains; c++) s += _mm256_extract_epi32(acc[c], 0);
     return double(s);
   });
 #elif defined(__AVX2__)

@@ -10,6 +10,10 @@ checkpoint (run through bench/peers/run.sh, which installs the peers and makes t
    each run its own process with the same thread count; the load average is kept beside it.
 3. Medians (min-max) per row, with servekit / best peer of the same precision class, written
    as CSV and a PNG bar chart too.
+4. The machine's ceilings measured in the same run, before the rounds and after them
+   (bench_peers_servekit --mode peaks: read bandwidth, fp32 FMA peak, the int8 dot-product peak
+   of the instruction servekit's W8A8 tiles use), printed above the table, in peaks.csv and in
+   the chart's title.
 """
 import argparse
 import csv
@@ -73,6 +77,32 @@ def run_one(a, engine, fmt, mode, extra):
         return {"engine": engine, "format": fmt, "measure": mode, "error": why}
     # The format as asked ("f32/kv16"), not as the engine names its weights ("f32").
     return {**json.loads(lines[-1]), "format": fmt, "load1": load[0], "load5": load[1]}
+
+
+def peaks(a, when):
+    """The machine's ceilings at a.threads threads, measured now by servekit's program."""
+    p = subprocess.run([str(a.servekit), "--mode", "peaks", "--threads", str(a.threads)],
+                       capture_output=True, text=True)
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    if p.returncode != 0 or not lines:
+        log(f"peaks ({when}): not measured: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+        return None
+    r = {**json.loads(lines[-1]), "when": when}
+    log(f"peaks ({when}): read {r['read_gbs']:.1f} GB/s, fp32 FMA {r['fma_gflops']:.0f} GFLOP/s, "
+        f"int8 ({r['int8_isa']}) {r['int8_gops']:.0f} GOP/s, {r['threads']} threads")
+    return r
+
+
+def peaks_line(ps):
+    """One line for the table and the chart: each ceiling's range over the measurements."""
+    ps = [p for p in ps if p]
+    if not ps:
+        return "peaks not measured"
+    def span(k, fmt):
+        lo, hi = min(p[k] for p in ps), max(p[k] for p in ps)
+        return format(lo, fmt) if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
+    return (f"read {span('read_gbs', '.1f')} GB/s, fp32 FMA {span('fma_gflops', '.0f')} GFLOP/s, "
+            f"int8 ({ps[0]['int8_isa']}) {span('int8_gops', '.0f')} GOP/s")
 
 
 def agreement(a, engs):
@@ -189,6 +219,7 @@ def order(r):
 def table(rows, runs, a):
     log(f"\n== tokens/s, median (min-max) of {a.rounds} round(s); {a.threads} threads each; "
         f"prompt {a.prompt}, {a.steps} decode steps; ISA: {a.isa}")
+    log(f"   this machine, before and after the rounds: {a.peaks_line}")
     log("   ratio: servekit / best peer of the same precision class (> 1: servekit faster)")
     loads = [r["load1"] for r in runs if "load1" in r]
     if loads:
@@ -235,7 +266,7 @@ def chart(path, rows, a):
         ax.set_title(label(m, b))
         ax.set_xlabel("tokens/s (median, min-max)")
     fig.suptitle(f"GPT-2 124M, host CPU ({a.isa}), {a.threads} threads, {a.rounds} round(s), "
-                 f"prompt {a.prompt}, {a.steps} decode steps")
+                 f"prompt {a.prompt}, {a.steps} decode steps\n{a.peaks_line}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     log(f"wrote {path}")
@@ -269,8 +300,11 @@ def main():
             ap.error(f"--only: no such engine:format {sorted(unknown)}; there are {engs}")
         engs = [e for e in engs if e in want or e == ("hf", "fp32")]
     started = time.time()
+    before = peaks(a, "before")
     agreement(a, engs)
     runs = rounds(a, cases(a, engs))
+    after = peaks(a, "after")
+    a.peaks_line = peaks_line([before, after])
     rows = summarize(runs)
     table(rows, runs, a)
     write_csv(a.out / "runs.csv", runs, ["round", "engine", "format", "compute_type", "measure",
@@ -278,6 +312,8 @@ def main():
                                          "isa", "load1", "load5", "error"])
     write_csv(a.out / "summary.csv", rows, ["engine", "format", "class", "compute_type", "measure",
                                             "batch", "median", "min", "max", "ratio", "vs"])
+    write_csv(a.out / "peaks.csv", [p for p in (before, after) if p],
+              ["when", "threads", "read_gbs", "fma_gflops", "int8_gops", "int8_isa"])
     chart(a.out / "peers.png", rows, a)
     log(f"done in {time.time() - started:.0f} s")
 

@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # servekit's host backend beside the CPU engines people use (CTranslate2, llama.cpp, HF
 # transformers) on one seeded random GPT-2 124M checkpoint: greedy agreement, then prefill and
-# batch 1 / 8 / 32 decode in interleaved rounds, each run its own process, 2 threads each.
+# batch 1 / 8 / 32 decode in interleaved rounds, each run its own process, 2 threads each, with
+# the machine's read bandwidth, fp32 FMA peak and int8 dot-product peak measured before and
+# after the rounds (printed above the table, out/.../peaks.csv, the chart's title).
 #   bash bench/peers/run.sh [--rounds N] [--smoke] [--isa avx2] [--out DIR]
 #                                              (default: 5 rounds, this CPU's ISA, out/peers)
 # --smoke: 1 round, 16-token prompt, 8 decode steps, batches 1 and 8: checks that all runs.
@@ -35,7 +37,7 @@ while [ $# -gt 0 ]; do
     --isa) [ $# -ge 2 ] && [[ "$2" =~ ^(native|avx2)$ ]] ||
              { echo "run.sh: --isa takes native or avx2" >&2; exit 2; }
            isa="$2"; shift 2 ;;
-    -h|--help) sed -n '3,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,21p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (--rounds N, --smoke, --only PAIRS, --isa avx2," \
          "--out DIR)" >&2
        exit 2 ;;

@@ -6,6 +6,9 @@
 //   --mode prefill  time to the first token's logits of a --prompt-token prompt, batch 1
 //   --mode decode   --steps greedy decode steps after a prefill of --batch rows, aggregate
 //   --mode ids      the greedy ids of --steps new tokens after --ids (the agreement check)
+//   --mode peaks    this machine's ceilings at --threads threads, measured now (bench/common.hpp):
+//                   read bandwidth, fp32 FMA peak, and the int8 dot-product peak of the
+//                   instruction W8A8's tiles use here (no --model needed)
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -160,11 +163,11 @@ nlohmann::json run(const Opts& o, sk::model::Gpt2Tensors t) {
 int main(int argc, char** argv) {
   CLI::App app{"bench_peers_servekit: one servekit measurement of a GPT-2 124M HF checkpoint"};
   Opts o;
-  app.add_option("--model", o.model, "Hugging Face GPT-2 124M folder")->required();
+  app.add_option("--model", o.model, "Hugging Face GPT-2 124M folder (every mode but peaks)");
   app.add_option("--format", o.format, "weight format")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "u8", "w8a8"}));
   app.add_option("--mode", o.mode, "what to measure")
-      ->check(CLI::IsMember({"prefill", "decode", "ids"}));
+      ->check(CLI::IsMember({"prefill", "decode", "ids", "peaks"}));
   app.add_option("--prompt", o.prompt, "prompt tokens per row")->check(CLI::Range(1, 512));
   app.add_option("--steps", o.steps, "decode steps (ids: new tokens)")->check(CLI::Range(1, 511));
   app.add_option("--batch", o.batch, "rows decoded together")->check(CLI::Range(1, 256));
@@ -178,6 +181,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   sk::set_host_threads(o.threads);
+  if (o.mode == "peaks") {
+    const double bw = sk::bench::read_bandwidth_gbs(), fma = sk::bench::fma_gflops();
+    const double i8 = sk::bench::int8_gops();
+    const nlohmann::json j{{"mode", "peaks"}, {"threads", o.threads},
+                           {"read_gbs", bw},  {"fma_gflops", fma},
+                           {"int8_gops", i8}, {"int8_isa", sk::kernels::host::kI8Isa}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  if (o.model.empty()) {
+    std::fprintf(stderr, "bench_peers_servekit: --mode %s needs --model\n", o.mode.c_str());
+    return 2;
+  }
 
   try {
     auto t = sk::model::load_gpt2<D>(o.model);
