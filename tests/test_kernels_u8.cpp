@@ -340,6 +340,27 @@ TEST_CASE("w8a8 linear launcher names what it cannot run", "[kernels][emulated][
                           Catch::Contains("given 0"));
 }
 
+// Which decode launches split K, in parts of how many k: GPT-2 small's linears take parts of 32
+// at one row (3 to 12 column blocks each), longer ones with more rows; lm_head's 197 column
+// blocks take few long parts; more than 8 rows, groups that are no multiple of 32 rows, or a K
+// of one part do not split.
+TEST_CASE("w8a8 split parts: enough blocks, few parts", "[kernels][w8a8]") {
+  CHECK(kn::i8_part_len(1, 768, 768, 768) == 32);
+  CHECK(kn::i8_part_len(8, 3072, 768, 3072) == 128);  // 8 rows: parts of at least 128 k
+  CHECK(kn::i8_part_len(3, 3072, 768, 3072) == 32);
+  CHECK(kn::i8_part_len(4, 768, 768, 768) == 64);
+  CHECK(kn::i8_part_len(1, 768, 50257, 768) == 256);  // 3 parts x 197 column blocks
+  CHECK(kn::i8_part_len(1, 768, 50257 * 2, 768) == 0);
+  CHECK(kn::i8_part_len(9, 768, 768, 768) == 0);
+  CHECK(kn::i8_part_len(1, 768, 768, 16) == 0);
+  CHECK(kn::i8_part_len(1, 768, 768, 96) == 32);
+  CHECK(kn::i8_part_len(1, 32, 768, 32) == 0);
+  // The scratch holds the largest split launch's sums, whatever the step's row count.
+  CHECK(kn::i8_scratch_floats(64, 768, 768, 768) >=
+        kn::i8_scratch_floats(8, 768, 768, 768) + 56 * 768 / 4);
+  CHECK(kn::i8_scratch_floats(8, 768, 768, 768) == 8 + 8 * 768 / 4 + 6 * 8 * 768);
+}
+
 #if !defined(__CUDACC__)
 TEST_CASE("Ops<Emulated>::linear runs the w8a8 kernel on a Matrix, in the scratch it sizes",
           "[kernels][emulated][w8a8][emulator]") {

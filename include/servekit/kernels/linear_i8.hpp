@@ -15,10 +15,11 @@
 //       acc = fma(s_w[g], float(isum_g), acc) over the groups, y = fma(acc, s_x, b)
 //     so the emulated kernels give the host's bits (without a bias: the host rounds acc * s_x
 //     before adding it) and a row's result depends on no other row or kernel.
-//  3. decode launches (at most kI8SplitRows rows, groups of 32 rows or more) split K: a block
-//     per (columns, rows, part of K) writes its integer sums to the scratch and a finishing
-//     launch adds each group's parts (exactly: integers) and runs the same float chain, so a
-//     row gets the same bits split or not. A GPT-2 small decode linear is otherwise 2 blocks.
+//  3. decode launches (at most kI8SplitRows rows, groups of 32 rows or more) whose columns are
+//     too few to fill the GPU split K (i8_part_len): a block per (columns, rows, part of K)
+//     writes its integer sums to the scratch and a finishing launch adds each group's parts
+//     (exactly: integers) and runs the same float chain, so a row gets the same bits split or
+//     not. A GPT-2 small decode linear is otherwise 3 blocks of 2 warps.
 // Not yet: a cp.async pipeline for the mma kernel.
 #include <cstddef>
 #include <cstdint>
@@ -143,7 +144,8 @@ void linear_i8(const LinearI8Params& p, simt::stream_handle stream, const SplitK
                dim3(ceil_div(p.M, kI8QuantWarps)), dim3(kI8QuantWarps * 32), 0, stream, codes,
                scales, p.x, p.M, p.K);
   const bool mma = p.M >= kI8MmaRows && p.group_rows % i8mma::BK == 0;
-  const int part = mma ? 0 : i8_part_len(p.M, p.K, p.group_rows), parts = part ? p.K / part : 1;
+  const int part = mma ? 0 : i8_part_len(p.M, p.K, p.N, p.group_rows);
+  const int parts = part ? p.K / part : 1;
   const int row_tile = mma ? i8mma::BM : kI8Rows, col_tile = mma ? i8mma::BN : 4 * kI8Threads;
   const int row_tiles = ceil_div(p.M, row_tile), col_tiles = ceil_div(p.N, col_tile);
   const std::size_t w = static_cast<std::size_t>(p.K) * p.N +

@@ -4,7 +4,6 @@
 // What the W8A8 kernels share (linear_i8.hpp, linear_i8_mma.hpp): the launch's arguments, the
 // quantisation of x's rows, W's words turned into column quads, the scratch's size and the
 // output's float chain.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -28,28 +27,29 @@ struct LinearI8Params {
 constexpr int kI8Threads = 64;  // dot-product threads per block: 256 columns
 constexpr int kI8Rows = 8;      // rows of x per thread: a decode batch of 8 reads W once
 constexpr int kI8QuantWarps = 4;
-constexpr int kI8SplitRows = 8;      // launches of at most this many rows split K (decode)
-constexpr int kI8ShortPartRows = 4;  // ... in parts of 32 k up to this many rows, else 64
+constexpr int kI8SplitRows = 8;  // launches of at most this many rows may split K (decode)
 
-// The part of K a split launch gives each block: 32 k (64 for more than 4 rows, whose partial
-// sums cost more traffic, when 64 divides G), so that a part lies in one group; 0 (no split)
-// for groups that are not whole multiples of 32 rows, or when K is one part. Not tuned on a
-// GPU.
-inline int i8_part_len(int M, int K, int G) {
-  if (M > kI8SplitRows || G % 32 != 0) return 0;
-  const int len = M > kI8ShortPartRows ? 64 : 32;
-  const int part = G % len == 0 ? len : 32;
+// The part of K a split launch gives each block: none for more than kI8SplitRows rows, when the
+// column blocks alone number kFillBlocks (lm_head's 197), or when G is no multiple of 32 (parts
+// lie inside one group); else the longest of 32, 64, 128, ... k dividing G with which the blocks
+// still number kFillBlocks (the fewer parts, the less traffic their sums cost), and at least
+// 16 M k (so that the sums of M rows, written and read, stay within half of W's bytes): GPT-2
+// small's (768, 768) linear takes 3 x 24 blocks at one row, 3 x 6 at eight. Not tuned on a GPU.
+inline int i8_part_len(int M, int K, int N, int G) {
+  const int cols = ceil_div(N, 4 * kI8Threads);
+  if (M > kI8SplitRows || G % 32 != 0 || cols >= kFillBlocks) return 0;
+  int part = 32;  // then longer with the rows: each part's sums cost 8 M / part of W's bytes
+  while (G % (2 * part) == 0 && (cols * (K / (2 * part)) >= kFillBlocks || 2 * part <= 16 * M))
+    part *= 2;
   return K / part > 1 ? part : 0;
 }
 
 // The scratch launches of up to M rows of K with N columns and groups of G need: the rows'
-// scales, their codes, then for a split launch each part's integer sums (K / part, rows, N), as
-// much as the largest split launch of at most M rows takes (sized once, for every step).
+// scales, their codes, then for a split launch each part's integer sums (K / part, rows, N).
 inline std::size_t i8_scratch_floats(int M, int K, int N, int G) {
-  std::size_t sums = 0;
-  for (int m : {imin(M, kI8ShortPartRows), imin(M, kI8SplitRows)})
-    if (const int part = i8_part_len(m, K, G))
-      sums = std::max(sums, static_cast<std::size_t>(K / part) * m * N);
+  const int part = i8_part_len(imin(M, kI8SplitRows), K, N, G);
+  const std::size_t sums =
+      part ? static_cast<std::size_t>(K / part) * imin(M, kI8SplitRows) * N : 0;
   return static_cast<std::size_t>(M) + (static_cast<std::size_t>(M) * K + 3) / 4 + sums;
 }
 
