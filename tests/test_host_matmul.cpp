@@ -302,3 +302,37 @@ TEMPLATE_TEST_CASE("w8a8: the host kernels give the integer sums' float chain ex
       CHECK(bad == 0);
     }
 }
+
+// The largest products the codes allow: x and w all +-127, and row 1's products all of one sign
+// in every column (positive in even ones, negative in odd ones), so each int16 pair on AVX2's
+// vpmaddubsw step is +-2 x 127 x 127 = +-32258, just inside its saturation (x + 128 against w
+// there would saturate), and the int32 sums reach K x 16129.
+TEST_CASE("w8a8: codes of +-127 everywhere give the exact sums on every ISA") {
+  for (int K : {4, 64, 768}) {
+    const int N = 48, M = 3;
+    std::vector<float> x(static_cast<std::size_t>(M) * K), Wf(static_cast<std::size_t>(K) * N);
+    for (int m = 0; m < M; m++)
+      for (int kk = 0; kk < K; kk++) x[m * K + kk] = (m == 1 && kk % 3 == 0) ? -1.f : 1.f;
+    for (int kk = 0; kk < K; kk++)
+      for (int n = 0; n < N; n++) Wf[kk * N + n] = (n % 2 == 0) == (kk % 3 == 0) ? -2.f : 2.f;
+    const auto W = w::Matrix<w::W8A8<w::PerChannel>>::from_f32(Wf, K, N);
+    std::vector<float> got(static_cast<std::size_t>(M) * N);
+    k::linear<k::Epilogue::Store>(got.data(), x.data(), servekit::test::host_form(W), nullptr, M);
+    std::vector<int8_t> xq(K);
+    for (int m = 0; m < M; m++) {
+      const float sx = servekit::quantize_s8(xq.data(), x.data() + m * K, K);
+      for (int n = 0; n < N; n++) {
+        int64_t isum = 0;
+        for (int kk = 0; kk < K; kk++) {
+          const int8_t wq = W.q[static_cast<std::size_t>(kk) * N + n];
+          REQUIRE((std::abs(xq[kk]) == 127 && std::abs(wq) == 127));
+          isum += int64_t{xq[kk]} * wq;
+        }
+        std::vector<float> y{std::fma(W.scale[W.state_index(0, n)], static_cast<float>(isum), 0.f) *
+                             sx};  // through memory: no contraction
+        INFO("K " << K << " row " << m << " column " << n << " on " << k::kI8Isa);
+        REQUIRE(std::bit_cast<uint32_t>(got[m * N + n]) == std::bit_cast<uint32_t>(y[0] + 0.f));
+      }
+    }
+  }
+}

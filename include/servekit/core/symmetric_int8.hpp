@@ -6,13 +6,22 @@
 // rounding mode) in -127..127, and read back as code * s. An all-zero group has s = 0 and
 // codes 0. -128 is never written, so a code's negation is a code (the AVX2 W8A8 path and the
 // device's signed dot products rely on |code| <= 127).
+// The scale, the absmax step and the code are SERVEKIT_HD: the device's int8 cache
+// (kernels/kv_append.hpp) and W8A8 activations (kernels/linear_i8_common.hpp) call these.
 #include <cmath>
 #include <cstdint>
 
+#include "servekit/core/hd.hpp"
+
 namespace servekit {
 
-inline float s8_scale(float absmax) {
+SERVEKIT_HD inline float s8_scale(float absmax) {
   return absmax / 127.f;
+}
+
+// One step of max |x| over a group: a NaN wins over every number, and stays.
+SERVEKIT_HD inline float s8_absmax_step(float m, float a) {
+  return a > m || a != a ? a : m;
 }
 
 // max |x| of a group, NaN if any value is NaN: a group holding a NaN (or an infinity) gets a
@@ -21,8 +30,7 @@ inline float s8_scale(float absmax) {
 inline float s8_absmax(const float* x, int n, int64_t stride = 1) {
   float m = 0.f;
   for (int i = 0; i < n; i++) {
-    const float a = std::fabs(x[i * stride]);
-    m = a > m || a != a ? a : m;
+    m = s8_absmax_step(m, std::fabs(x[i * stride]));
     if (m != m) break;
   }
   return m;
@@ -30,7 +38,7 @@ inline float s8_absmax(const float* x, int n, int64_t stride = 1) {
 
 // A value's code under scale s; 0 where x / s is not a number (a NaN, or infinity / infinity:
 // the scale says so already), so that no NaN is ever converted to an integer.
-inline int8_t s8_code(float x, float s) {
+SERVEKIT_HD inline int8_t s8_code(float x, float s) {
   if (!(s > 0.f)) return 0;
   const float r = std::nearbyint(x / s);
   return r == r ? static_cast<int8_t>(r) : int8_t{0};

@@ -3,6 +3,7 @@
 #include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Writes the K and V thirds of each new token's qkv row into its cache row (converted to the
 // cache's element type). One block per token; the cache layout is the Rows functor's business.
+#include "servekit/core/symmetric_int8.hpp"
 #include "servekit/kernels/common.hpp"
 
 namespace servekit::kernels {
@@ -19,20 +20,14 @@ struct KvAppendParams {
 
 constexpr int kKvAppendPerThread = 16;  // C <= 16 kThreads in registers (2048 at 128 threads)
 
-// One group (a head) of an int8 row: ref::quantize_group's codes and scale, to the bit (max
-// |x|, s = max / 127, code = x / s rounded to nearest even), so every backend caches the same.
-// A NaN in the group makes the scale NaN and every code 0, as core/symmetric_int8.hpp does.
+// One group (a head) of an int8 row: ref::quantize_group's codes and scale, to the bit
+// (core/symmetric_int8.hpp's s8_absmax_step, s8_scale and s8_code, written once), so every
+// backend caches the same.
 __device__ SERVEKIT_SIMT_INLINE float quantize_group(int8_t* q, const float* x, int n) {
   float m = 0.f;
-  for (int i = 0; i < n; i++) {
-    const float a = fabsf(x[i]);
-    m = a > m || a != a ? a : m;
-  }
-  const float s = m / 127.f;
-  for (int i = 0; i < n; i++) {
-    const float r = rintf(x[i] / s);
-    q[i] = s > 0.f && r == r ? static_cast<int8_t>(r) : int8_t{0};
-  }
+  for (int i = 0; i < n; i++) m = s8_absmax_step(m, fabsf(x[i]));
+  const float s = s8_scale(m);
+  for (int i = 0; i < n; i++) q[i] = s8_code(x[i], s);
   return s;
 }
 

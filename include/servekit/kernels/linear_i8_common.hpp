@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "servekit/core/symmetric_int8.hpp"
 #include "servekit/kernels/common.hpp"
 
 namespace servekit::kernels {
@@ -53,11 +54,6 @@ inline std::size_t i8_scratch_floats(int M, int K, int N, int G) {
   return static_cast<std::size_t>(M) + (static_cast<std::size_t>(M) * K + 3) / 4 + sums;
 }
 
-// max |x| with symmetric_int8's rule: a NaN wins over every number.
-__device__ SERVEKIT_SIMT_INLINE float absmax_step(float m, float a) {
-  return a > m || a != a ? a : m;
-}
-
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     quantize_rows_kernel(std::int8_t* codes, float* scales, const float* x, int M, int K) {
@@ -66,15 +62,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (m >= M) return;  // the whole warp together: no shuffle runs with a partial warp
   const float* xr = x + static_cast<int64_t>(m) * K;
   float a = 0.f;
-  for (int k = lane; k < K; k += 32) a = absmax_step(a, fabsf(xr[k]));
+  for (int k = lane; k < K; k += 32) a = s8_absmax_step(a, fabsf(xr[k]));
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) a = absmax_step(a, __shfl_xor_sync(simt::kFullMask, a, o));
-  const float s = a / 127.f;
+  for (int o = 16; o > 0; o >>= 1) a = s8_absmax_step(a, __shfl_xor_sync(simt::kFullMask, a, o));
+  const float s = s8_scale(a);
   std::int8_t* q = codes + static_cast<int64_t>(m) * K;
-  for (int k = lane; k < K; k += 32) {
-    const float r = rintf(xr[k] / s);
-    q[k] = s > 0.f && r == r ? static_cast<std::int8_t>(r) : std::int8_t{0};
-  }
+  for (int k = lane; k < K; k += 32) q[k] = s8_code(xr[k], s);
   if (lane == 0) scales[m] = s;
 }
 

@@ -1,16 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // W8A8 linears on the host (weights::W8A8): each row of x quantised to int8 as the call starts,
-// int8 x int8 products summed in int32 by the CPU's integer dot products, the scales applied
-// once per group and row. Which instructions, chosen at compile time:
-//   AVX-512 VNNI  vpdpbusd: 64 unsigned x signed byte products, each 4 added into 16 int32
-//                 lanes. x goes in as xq + 128 (unsigned); colsum takes 128 sum_k w back.
-//   AVX-VNNI      the same instruction on ymm (32 products into 8 lanes), for AVX2 cores that
-//                 have it; also what an AVX-512 VNNI machine runs when built for x86-64-v3
-//                 plus VNNI + VL (the test of this path here).
-//   AVX2          codes widened to int16, vpmaddwd: 16 products, each 2 added into 8 lanes.
-//                 (vpmaddubsw would saturate its int16 pair sums: 255 x 127 x 2 > 32767.)
-//   otherwise     plain integer loops.
+// int8 x int8 products summed in int32 by the CPU's integer dot products (which ones, chosen at
+// compile time: host/i8_isa.hpp), the scales applied once per group and row.
 // Integer sums are exact in any order, so every instruction set, tile shape and thread split
 // gives the same bits: a row's result depends on nothing else in the call (the engine's batch
 // invariance), and it is kernels/ref's float chain exactly:
@@ -28,43 +20,11 @@
 
 #include "servekit/core/symmetric_int8.hpp"
 #include "servekit/core/thread_pool.hpp"
+#include "servekit/kernels/host/i8_isa.hpp"
 #include "servekit/kernels/host/matmul.hpp"
 #include "servekit/kernels/host/packed.hpp"
 
 namespace servekit::kernels::host {
-
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-using ActCode = uint8_t;  // xq + 128
-constexpr int kActBias = 128;
-constexpr int kMRq = 6, kNSq = 4;  // 6 rows x 4 strips: 24 of 32 zmm accumulate
-constexpr const char* kI8Isa = "AVX512-VNNI";
-#elif defined(__AVX2__) && \
-    (defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__)))
-#define SERVEKIT_I8_YMM_VNNI 1
-using ActCode = uint8_t;  // xq + 128
-constexpr int kActBias = 128;
-constexpr int kMRq = 6, kNSq = 1;  // 6 rows x 2 halves of a strip: 12 of 16 ymm accumulate
-constexpr const char* kI8Isa = "AVX-VNNI";
-// vpdpbusd on ymm: VEX-encoded with AVX-VNNI (Alder Lake and later, Zen 5), EVEX-encoded with
-// AVX-512 VNNI + VL, the same operation (which lets a machine with the latter test this path).
-inline __m256i dpbusd_ymm(__m256i acc, __m256i x, __m256i w) {
-#if defined(__AVXVNNI__)
-  return _mm256_dpbusd_avx_epi32(acc, x, w);
-#else
-  return _mm256_dpbusd_epi32(acc, x, w);
-#endif
-}
-#elif defined(__AVX2__)
-using ActCode = int16_t;
-constexpr int kActBias = 0;
-constexpr int kMRq = 2, kNSq = 1;  // 2 rows x 4 column quads: 8 of 16 ymm accumulate
-constexpr const char* kI8Isa = "AVX2";
-#else
-using ActCode = int8_t;
-constexpr int kActBias = 0;
-constexpr int kMRq = 4, kNSq = 1;
-constexpr const char* kI8Isa = "scalar";
-#endif
 
 // W8A8 W as the kernel reads it: codes packed by pack_quads, one scale per group (and column,
 // or per tensor), and the groups' column sums of the codes.
@@ -100,18 +60,15 @@ inline float quantize_row(ActCode* q, const float* x, int K) {
     for (; k + 16 <= K; k += 16) {
       __m512i c = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_loadu_ps(x + k), sv));
       c = _mm512_add_epi32(c, _mm512_set1_epi32(kActBias));
-      if constexpr (sizeof(ActCode) == 1)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtepi32_epi8(c));
-      else
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k), _mm512_cvtepi32_epi16(c));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtepi32_epi8(c));  // low bytes
     }
 #elif defined(__AVX2__)
     const __m256 sv = _mm256_set1_ps(s);
     for (; k + 8 <= K; k += 8) {
       const __m256i c = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(x + k), sv));
       const __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-      if constexpr (sizeof(ActCode) == 2)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), h);
+      if constexpr (kActBias == 0)  // codes in -127..127: signed saturation changes none
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k), _mm_packs_epi16(h, h));
       else  // codes + 128 in 1..255: unsigned saturation changes none
         _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k),
                          _mm_packus_epi16(_mm_add_epi16(h, _mm_set1_epi16(kActBias)), h));
@@ -155,7 +112,7 @@ inline void tile_i8(int32_t* out, int ldo, const ActCode* x, int64_t ldx, const 
     SERVEKIT_UNROLL_FULLY
     for (int s = 0; s < NS; s++) _mm512_storeu_si512(out + r * ldo + s * kQNR, t[r][s]);
   }
-#elif defined(SERVEKIT_I8_YMM_VNNI)
+#elif defined(SERVEKIT_I8_YMM_VNNI) || defined(SERVEKIT_I8_YMM_SIGNED)
   // A strip's quad is two ymm: columns 0-7 and 8-15, each lane 4 k of its column.
   __m256i t[MR][NS * 2];
   SERVEKIT_UNROLL_FULLY
@@ -179,7 +136,7 @@ inline void tile_i8(int32_t* out, int ldo, const ActCode* x, int64_t ldx, const 
       std::memcpy(&x4, x + r * ldx + 4 * q, 4);
       const __m256i xb = _mm256_set1_epi32(x4);
       SERVEKIT_UNROLL_FULLY
-      for (int c = 0; c < NS * 2; c++) t[r][c] = dpbusd_ymm(t[r][c], xb, wv[c]);
+      for (int c = 0; c < NS * 2; c++) t[r][c] = dot4_ymm(t[r][c], xb, wv[c]);
     }
   }
   SERVEKIT_UNROLL_FULLY
@@ -187,46 +144,6 @@ inline void tile_i8(int32_t* out, int ldo, const ActCode* x, int64_t ldx, const 
     SERVEKIT_UNROLL_FULLY
     for (int c = 0; c < NS * 2; c++)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * ldo + 8 * c), t[r][c]);
-  }
-#elif defined(__AVX2__)
-  // A strip's quad is 4 loads of 4 columns x 4 k; widened, vpmaddwd against x's 4 codes
-  // repeated gives lanes (column, k pair), added pairwise at the end.
-  __m256i t[MR][NS * 4];
-  SERVEKIT_UNROLL_FULLY
-  for (int r = 0; r < MR; r++) {
-    SERVEKIT_UNROLL_FULLY
-    for (int c = 0; c < NS * 4; c++) t[r][c] = _mm256_setzero_si256();
-  }
-  for (int q = 0; q < nq; q++) {
-    __m256i xb[MR];
-    SERVEKIT_UNROLL_FULLY
-    for (int r = 0; r < MR; r++) {
-      int64_t x4;
-      std::memcpy(&x4, x + r * ldx + 4 * q, 8);
-      xb[r] = _mm256_set1_epi64x(x4);
-    }
-    SERVEKIT_UNROLL_FULLY
-    for (int s = 0; s < NS; s++) {
-      const int8_t* ws = w + s * ss + q * 4 * kQNR;
-      prefetch_l2(w + s * ss, static_cast<int64_t>(q + kAheadQ) * 4 * kQNR);
-      SERVEKIT_UNROLL_FULLY
-      for (int c = 0; c < 4; c++) {
-        const __m256i wv =
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws + 16 * c)));
-        SERVEKIT_UNROLL_FULLY
-        for (int r = 0; r < MR; r++)
-          t[r][s * 4 + c] = _mm256_add_epi32(t[r][s * 4 + c], _mm256_madd_epi16(xb[r], wv));
-      }
-    }
-  }
-  SERVEKIT_UNROLL_FULLY
-  for (int r = 0; r < MR; r++) {
-    SERVEKIT_UNROLL_FULLY
-    for (int c = 0; c < NS * 4; c++) {
-      alignas(32) int32_t l[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(l), t[r][c]);
-      for (int j = 0; j < 4; j++) out[r * ldo + c * 4 + j] = l[2 * j] + l[2 * j + 1];
-    }
   }
 #else
   for (int r = 0; r < MR; r++)
