@@ -31,15 +31,15 @@ AGREE_NEW = 16
 # "/kv16": the same weights with an f16 KV cache, as llama.cpp runs every format by default
 # (CTranslate2 keeps its cache in the compute type).
 # "/kv8": with the int8 KV cache. w8a8: int8 weights and activations (integer dot products).
-SERVEKIT_FORMATS = ["f32", "f32/kv16", "f16", "f16/kv16", "bf16", "u8", "w8a8", "w8a8/kv8",
-                    "f32/kv8", "f16/kv8"]
+SERVEKIT_FORMATS = ["f32", "f32/kv16", "f16", "f16/kv16", "bf16", "u8", "w8a8", "w8a8/kv16",
+                    "w8a8/kv8", "f32/kv8", "f16/kv8"]
 CT2_FORMATS = ["float32", "int8", "int8_float32", "bfloat16"]
 LLAMA_FORMATS = ["f32", "f16", "q8_0"]
 # Precision class of what an engine computes with (CTranslate2 reports its compute type: on a
 # CPU without a bf16 path a bfloat16 model runs float32, so it is classed by that).
 CLASS = {"f32": "32-bit", "f32/kv16": "32-bit", "f16/kv16": "16-bit", "fp32": "32-bit", "float32": "32-bit", "f16": "16-bit",
          "bf16": "16-bit", "bfloat16": "16-bit", "u8": "8-bit", "int8": "8-bit",
-         "int8_float32": "8-bit", "q8_0": "8-bit", "w8a8": "8-bit", "w8a8/kv8": "8-bit",
+         "int8_float32": "8-bit", "q8_0": "8-bit", "w8a8": "8-bit", "w8a8/kv16": "8-bit", "w8a8/kv8": "8-bit",
          "f32/kv8": "32-bit", "f16/kv8": "16-bit"}
 CLASSES = ["32-bit", "16-bit", "8-bit"]
 

@@ -30,6 +30,7 @@
       "u8-channel/contiguous/none/continuous/host",                                                \
       "u8-channel/contiguous-f16/none/continuous/host",                                            \
       "w8a8-channel/contiguous/none/continuous/host",                                              \
+      "w8a8-channel/contiguous-f16/none/continuous/host",                                          \
       "w8a8-channel/contiguous-i8/none/continuous/host", "f32/contiguous-i8/none/continuous/host", \
       "f16/contiguous-i8/none/continuous/host"
 #include "servekit/serve/compiled.hpp"
