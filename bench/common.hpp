@@ -145,10 +145,12 @@ inline double int8_gops(int reps = 5) {
     return double(s);
   });
 #elif defined(SERVEKIT_I8_YMM_SIGNED)
+  (void)kChains;                                         // the tile's 4 rows x 2 halves instead
   return threads_peak(reps, 2.0 * 32 * 8 * kIters, [] {  // 32 products a dot4_ymm
-    __m256i acc[4][2], x[4];
+    __m256i acc[4][2], x[4], xa[4];
     for (int r = 0; r < 4; r++) {
       x[r] = _mm256_set1_epi8(static_cast<char>(2 * r - 3));
+      xa[r] = _mm256_abs_epi8(x[r]);  // stored beside the codes, as the tile reads them
       acc[r][0] = acc[r][1] = _mm256_set1_epi32(r);
     }
     __m256i w[2] = {_mm256_set1_epi8(-2), _mm256_set1_epi8(5)};
@@ -157,7 +159,7 @@ inline double int8_gops(int reps = 5) {
       w[0] = _mm256_add_epi8(w[0], step), w[1] = _mm256_add_epi8(w[1], step);  // as a load
       for (int r = 0; r < 4; r++)
         for (int h = 0; h < 2; h++)
-          acc[r][h] = servekit::kernels::host::dot4_ymm(acc[r][h], x[r], w[h]);
+          acc[r][h] = servekit::kernels::host::dot4_ymm(acc[r][h], xa[r], x[r], w[h]);
     }
     int s = 0;
     for (int r = 0; r < 4; r++)

@@ -75,9 +75,11 @@ TEMPLATE_TEST_CASE("w8a8: symmetric codes in -127..127, |w - w'| <= s / 2, colum
       }
     CHECK(bad == 0);
     CHECK(at_max >= static_cast<int>(m.scale.size()));
-    // The host's packed form adds the groups' column sums of the codes (host/packed.hpp).
+    // The host's packed form adds the groups' column sums of the codes (host/packed.hpp) on
+    // builds whose activation codes carry a bias (VNNI), and nothing on the others.
     const auto packed = sk::kernels::host::Packed<w::Matrix<TestType>>::pack(w::Matrix(m));
-    for (int g = 0; g < K / m.group_rows; g++)
+    if constexpr (sk::kernels::host::kActBias == 0) CHECK(packed.colsum().empty());
+    for (int g = 0; g < K / m.group_rows && sk::kernels::host::kActBias != 0; g++)
       for (int n = 0; n < N; n++) {
         int32_t sum = 0;
         for (int k = g * m.group_rows; k < (g + 1) * m.group_rows; k++)
@@ -244,6 +246,38 @@ TEST_CASE("the host kernels' half widening (branch-free, and vector) is exact fo
   }
   CHECK(bad == 0);
   CHECK(bad_vec == 0);
+}
+
+// The host's f16 KV cache rows are narrowed by narrow_row (vcvtps2ph where the target has F16C):
+// the same bits as core's float_to_half for every float, NaN payloads included, or a cache
+// written on the host would differ from one written by the reference.
+TEST_CASE("the host kernels' half narrowing (vector) gives float_to_half's bits") {
+  namespace h = sk::kernels::host;
+  std::vector<float> xs;
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099)  // every exponent, float denormals
+    xs.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
+  for (uint32_t b = 0; b < 0x7c00; b++) {  // each half's value and the ties either side of it
+    const float f = sk::half_to_float(sk::half_t{static_cast<uint16_t>(b)});
+    const float up = sk::half_to_float(sk::half_t{static_cast<uint16_t>(b + 1)});
+    const float mid = static_cast<float>((double(f) + double(up)) / 2);
+    for (float x : {f, mid, std::nextafter(mid, 0.f), std::nextafter(mid, 1e30f)})
+      xs.insert(xs.end(), {x, -x});
+  }
+  for (uint32_t bits : {0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00001u, 0x7fbfffffu,
+                        0x477ff000u, 0x477fefffu, 0x7f7fffffu})  // inf, NaNs, the tie into inf
+    xs.push_back(std::bit_cast<float>(bits));
+  while (xs.size() % 8 != 5) xs.push_back(1.f + xs.size() % 8);  // a tail past the vectors
+  std::vector<sk::half_t> got(xs.size());
+  h::narrow_row(got.data(), xs.data(), static_cast<int>(xs.size()));
+  int bad = 0, first = -1;
+  for (std::size_t i = 0; i < xs.size(); i++)
+    if (got[i].bits != sk::float_to_half(xs[i]).bits) {
+      bad++;
+      if (first < 0) first = static_cast<int>(i);
+    }
+  INFO("first mismatch at float bits 0x" << std::hex
+                                         << (first < 0 ? 0u : std::bit_cast<uint32_t>(xs[first])));
+  CHECK(bad == 0);
 }
 
 TEMPLATE_TEST_CASE("fused linear == dequantised reference, every epilogue, awkward sizes", "",

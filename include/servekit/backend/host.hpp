@@ -14,6 +14,7 @@
 #include "servekit/backend/ops.hpp"
 #include "servekit/core/storage.hpp"
 #include "servekit/kernels/host/attention.hpp"
+#include "servekit/kernels/host/kv_append.hpp"
 #include "servekit/kernels/ref/attention.hpp"
 #include "servekit/kernels/ref/embedding.hpp"
 #include "servekit/kernels/host/linear.hpp"
@@ -85,7 +86,7 @@ struct Ops<Host> : HostStorage {
   template <class KvView>
   static void kv_append(const KvView& kv, const float* qkv, const int32_t* slot, const int32_t* pos,
                         int N, int C) {
-    kernels::ref::kv_append(kv, qkv, slot, pos, N, C);
+    kernels::host::kv_append(kv, qkv, slot, pos, N, C);
   }
   // Layout-generic attention (kv::ContiguousView, kv::PagedView): rows first..row per query.
   // One task per (row, head) whatever the row's kind: no scratch, no split by kind.

@@ -33,7 +33,7 @@ struct I8View {
   int K = 0, N = 0;
   int group_rows = 0;               // a multiple of 4
   const float* scale = nullptr;     // (K / group_rows, state_cols)
-  const int32_t* colsum = nullptr;  // (K / group_rows, N)
+  const int32_t* colsum = nullptr;  // (K / group_rows, N) where kActBias != 0
   int state_cols = 0;
 };
 
@@ -48,11 +48,38 @@ struct I8View {
 // Quads of W ahead that a tile asks for, into L2 (as matmul.hpp's kAhead rows).
 constexpr int kAheadQ = 32;
 
-// x (K) -> q (K) codes as the tiles read them (plus kActBias); returns the row's scale. The same
-// codes as quantize_s8 (core/symmetric_int8.hpp): the vector divide is IEEE's, and vcvtps2dq
-// rounds to nearest even as nearbyint does in the default rounding mode.
+// max |x| over a row, as s8_absmax: a maximum is the same in any order, and a row holding a NaN
+// goes back to s8_absmax, which returns that NaN.
+inline float absmax_row(const float* x, int K) {
+  int k = 0;
+  float m = 0.f;
+#if defined(__AVX2__)
+  const __m256 mag = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m0 = _mm256_setzero_ps(), m1 = m0, nan = m0;
+  for (; k + 16 <= K; k += 16) {
+    const __m256 a = _mm256_loadu_ps(x + k), b = _mm256_loadu_ps(x + k + 8);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+    m0 = _mm256_max_ps(m0, _mm256_and_ps(a, mag));
+    m1 = _mm256_max_ps(m1, _mm256_and_ps(b, mag));
+  }
+  if (!_mm256_testz_ps(nan, nan)) return s8_absmax(x, K);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
+  for (float v : lanes) m = std::max(m, v);
+#endif
+  for (; k < K; k++) {
+    m = s8_absmax_step(m, std::fabs(x[k]));
+    if (m != m) break;
+  }
+  return m;
+}
+
+// x (K) -> q (K / 4 * kActQuad): codes as the tiles read them (plus kActBias), each quad of 4
+// followed by their absolute values where the ISA asks for them (kActQuad 8); returns the row's
+// scale. The same codes as quantize_s8 (core/symmetric_int8.hpp): the vector divide is IEEE's,
+// and vcvtps2dq rounds to nearest even as nearbyint does in the default rounding mode.
 inline float quantize_row(ActCode* q, const float* x, int K) {
-  const float s = s8_scale(s8_absmax(x, K));
+  const float s = s8_scale(absmax_row(x, K));
   int k = 0;
   if (s > 0.f && s <= std::numeric_limits<float>::max()) {  // else not finite: codes don't matter
 #if defined(__AVX512F__) && !defined(SERVEKIT_I8_YMM_VNNI)  // the ymm build runs AVX2's, tested
@@ -67,7 +94,11 @@ inline float quantize_row(ActCode* q, const float* x, int K) {
     for (; k + 8 <= K; k += 8) {
       const __m256i c = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(x + k), sv));
       const __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-      if constexpr (kActBias == 0)  // codes in -127..127: signed saturation changes none
+      if constexpr (kActQuad == 8) {  // codes in -127..127: signed saturation changes none
+        const __m128i c8 = _mm_packs_epi16(h, h);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 2 * k),
+                         _mm_unpacklo_epi32(c8, _mm_abs_epi8(c8)));
+      } else if constexpr (kActBias == 0)
         _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k), _mm_packs_epi16(h, h));
       else  // codes + 128 in 1..255: unsigned saturation changes none
         _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k),
@@ -75,12 +106,17 @@ inline float quantize_row(ActCode* q, const float* x, int K) {
     }
 #endif
   }
-  for (; k < K; k++) q[k] = static_cast<ActCode>(s8_code(x[k], s) + kActBias);
+  for (; k < K; k++) {
+    const int8_t c = s8_code(x[k], s);
+    ActCode* at = q + k / 4 * kActQuad + k % 4;
+    at[0] = static_cast<ActCode>(c + kActBias);
+    if constexpr (kActQuad == 8) at[4] = static_cast<ActCode>(c < 0 ? -c : c);
+  }
   return s;
 }
 
-// The micro-kernel: out (MR, NS * kQNR) at ldo = the int32 sums of x (MR rows, ldx apart) over
-// nq quads of NS strips (strip s at w + s * ss, each quad kQNR x 4 bytes).
+// The micro-kernel: out (MR, NS * kQNR) at ldo = the int32 sums of x (MR rows, ldx apart, each
+// quad kActQuad bytes) over nq quads of NS strips (strip s at w + s * ss, each quad kQNR x 4).
 template <int MR, int NS>
 inline void tile_i8(int32_t* out, int ldo, const ActCode* x, int64_t ldx, const int8_t* w,
                     int64_t ss, int nq) {
@@ -133,10 +169,17 @@ inline void tile_i8(int32_t* out, int ldo, const ActCode* x, int64_t ldx, const 
     SERVEKIT_UNROLL_FULLY
     for (int r = 0; r < MR; r++) {
       int32_t x4;
-      std::memcpy(&x4, x + r * ldx + 4 * q, 4);
+      std::memcpy(&x4, x + r * ldx + kActQuad * q, 4);
       const __m256i xb = _mm256_set1_epi32(x4);
+#if defined(SERVEKIT_I8_YMM_SIGNED)
+      std::memcpy(&x4, x + r * ldx + kActQuad * q + 4, 4);
+      const __m256i xa = _mm256_set1_epi32(x4);
+      SERVEKIT_UNROLL_FULLY
+      for (int c = 0; c < NS * 2; c++) t[r][c] = dot4_ymm(t[r][c], xa, xb, wv[c]);
+#else
       SERVEKIT_UNROLL_FULLY
       for (int c = 0; c < NS * 2; c++) t[r][c] = dot4_ymm(t[r][c], xb, wv[c]);
+#endif
     }
   }
   SERVEKIT_UNROLL_FULLY
@@ -152,7 +195,7 @@ inline void tile_i8(int32_t* out, int ldo, const ActCode* x, int64_t ldx, const 
       std::fill(o, o + kQNR, 0);
       for (int q = 0; q < nq; q++) {
         const int8_t* ws = w + s * ss + q * 4 * kQNR;
-        const ActCode* xr = x + r * ldx + 4 * q;
+        const ActCode* xr = x + r * ldx + kActQuad * q;
         for (int j = 0; j < kQNR; j++)
           for (int i = 0; i < 4; i++) o[j] += int32_t{xr[i]} * int32_t{ws[4 * j + i]};
       }
@@ -186,12 +229,12 @@ void linear_i8(float* out,             // (M, N)
                const float* b,         // (N) or nullptr
                int M, const A& add) {  // added to the rows before the epilogue
   const int K = W.K, N = W.N, GK = W.group_rows, KQ = K / 4;
-  // Codes (M, K) and scales (M) of x.
-  ActCode* xq = act_scratch(static_cast<std::size_t>(M) * K);
+  const int64_t KA = static_cast<int64_t>(KQ) * kActQuad;  // a row of codes' bytes
+  // Codes (M, KA) and scales (M) of x.
+  ActCode* xq = act_scratch(static_cast<std::size_t>(M) * KA);
   float* xs = thread_scratch<3>(M);
-  parallel_for(M, [&](int r) {
-    xs[r] = quantize_row(xq + static_cast<int64_t>(r) * K, x + static_cast<int64_t>(r) * K, K);
-  });
+  parallel_for(
+      M, [&](int r) { xs[r] = quantize_row(xq + r * KA, x + static_cast<int64_t>(r) * K, K); });
   // Tasks of (up to MB rows) x (NB columns, whole strips), as matmul.hpp's gemm: at least two
   // per thread where the rows give few.
   constexpr int kMaxNB = 256, MB = 64;
@@ -211,7 +254,7 @@ void linear_i8(float* out,             // (M, N)
         float* acc = thread_scratch<0>(static_cast<std::size_t>(MB) * kMaxNB);  // (rows, NB)
         int32_t* isum = isum_scratch(static_cast<std::size_t>(MB) * kMaxNB);    // (rows, NB)
         std::fill(acc, acc + static_cast<std::size_t>(rows) * NB, 0.f);
-        const ActCode* xb = xq + static_cast<int64_t>(m0) * K;
+        const ActCode* xb = xq + m0 * KA;
         const int8_t* w0 = W.w + static_cast<int64_t>(n0 / kQNR) * ss;
         for (int g0 = 0; g0 < K; g0 += GK) {
           const int q0 = g0 / 4, nq = GK / 4;
@@ -220,25 +263,28 @@ void linear_i8(float* out,             // (M, N)
             const int ns = strips - s >= kNSq ? kNSq : 1;
             for (int r0 = 0; r0 < rows; r0 += kMRq) {
               const int mr = std::min(kMRq, rows - r0);
-              const ActCode* xr = xb + static_cast<int64_t>(r0) * K + 4 * q0;
+              const ActCode* xr = xb + r0 * KA + kActQuad * q0;
               const int8_t* ws = w0 + s * ss + static_cast<int64_t>(q0) * 4 * kQNR;
               int32_t* o = isum + r0 * NB + s * kQNR;
               if (ns == kNSq)
-                tile_i8_rows<kNSq>(mr, o, NB, xr, K, ws, ss, nq);
+                tile_i8_rows<kNSq>(mr, o, NB, xr, KA, ws, ss, nq);
               else
-                tile_i8_rows<1>(mr, o, NB, xr, K, ws, ss, nq);
+                tile_i8_rows<1>(mr, o, NB, xr, KA, ws, ss, nq);
             }
             s += ns;
           }
           const int g = g0 / GK;
           const bool pc = W.state_cols > 1;
           const float* sc = W.scale + static_cast<int64_t>(g) * W.state_cols + (pc ? n0 : 0);
-          const int32_t* cs = W.colsum + static_cast<int64_t>(g) * N + n0;
           for (int r = 0; r < rows; r++) {
             float* a = acc + r * NB;
-            const int32_t* is = isum + r * NB;
+            int32_t* is = isum + r * NB;
+            if constexpr (kActBias != 0) {
+              const int32_t* cs = W.colsum + static_cast<int64_t>(g) * N + n0;
+              for (int c = 0; c < cols; c++) is[c] -= kActBias * cs[c];
+            }
             for (int c = 0; c < cols; c++)
-              a[c] = std::fma(sc[pc ? c : 0], static_cast<float>(is[c] - kActBias * cs[c]), a[c]);
+              a[c] = std::fma(sc[pc ? c : 0], static_cast<float>(is[c]), a[c]);
           }
         }
         float* scratch = thread_scratch<2>(kAddRows * kMaxNB);

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "servekit/kernels/host/i8_isa.hpp"
 #include "servekit/kernels/host/simd.hpp"
 #include "servekit/weights/traits.hpp"
 
@@ -52,8 +53,9 @@ inline std::vector<int8_t> pack_quads(const std::vector<int8_t>& w, int K, int N
 }
 
 // Each group's column sums of int8 codes (K / group_rows, N), which a kernel feeding the
-// activations as unsigned bytes (x + 128, AVX-512 VNNI's vpdpbusd) subtracts back:
+// activations as unsigned bytes (x + 128, VNNI's vpdpbusd) subtracts back:
 //   sum_k (xq_k + 128) wq_k = isum + 128 colsum.
+// Only those builds keep them (kActBias, host/i8_isa.hpp): AVX2's signed codes need none.
 inline std::vector<int32_t> quad_colsums(const std::vector<int8_t>& w, int K, int N, int GK) {
   std::vector<int32_t> sums(static_cast<std::size_t>(K / GK) * N, 0);
   for (int k = 0; k < K; k++)
@@ -77,7 +79,7 @@ class Packed {
     p.rows = m.rows, p.cols = m.cols;
     auto& e = weights::Traits<weights::format_of<Mat>>::codes(m);
     if constexpr (weights::family_of<Mat> == weights::LinearFamily::Int8) {
-      p.colsum_ = quad_colsums(e, m.rows, m.cols, m.group_rows);
+      if constexpr (kActBias != 0) p.colsum_ = quad_colsums(e, m.rows, m.cols, m.group_rows);
       e = pack_quads(e, m.rows, m.cols);
     } else
       e = pack_strips(e, m.rows, m.cols);
@@ -89,7 +91,8 @@ class Packed {
   std::size_t state_bytes() const { return m_.state_bytes() + colsum_bytes(); }
   // The format's arrays, the elements in strip order.
   const Mat& strips() const { return m_; }
-  // int8 formats: quad_colsums of the codes (K / group_rows, N); empty otherwise.
+  // int8 formats on builds whose codes carry kActBias: quad_colsums of the codes
+  // (K / group_rows, N); empty otherwise.
   const std::vector<int32_t>& colsum() const { return colsum_; }
 
  private:
