@@ -4,12 +4,15 @@
 // process, as every peer engine's is (bench/peers/peers.py runs them in interleaved rounds), so
 // no run inherits another's allocator state or warm caches.
 //   --mode prefill  time to the first token's logits of a --prompt-token prompt, batch 1
+//                   (--reps N: N prefills in this process, each timed; seconds is the
+//                   median, best_seconds the fastest; peers.py runs one)
 //   --mode decode   --steps greedy decode steps after a prefill of --batch rows, aggregate
 //   --mode ids      the greedy ids of --steps new tokens after --ids (the agreement check)
 //   --mode peaks    this machine's ceilings at --threads threads, measured now (bench/common.hpp):
 //                   read bandwidth, fp32 FMA peak, and the int8 dot-product peak of the
 //                   instruction W8A8's tiles use here (no --model needed)
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -40,7 +43,7 @@ using D = sk::dims::Gpt2Small;
 
 struct Opts {
   std::string model, format = "f32", mode = "decode", kv = "f32";
-  int prompt = 128, steps = 128, batch = 1, threads = 2;
+  int prompt = 128, steps = 128, batch = 1, threads = 2, reps = 1;
   std::vector<int32_t> ids;
 };
 
@@ -123,17 +126,24 @@ nlohmann::json measure(const Opts& o, Model& model) {
   // and the kernels' scratch allocations.
   r.step(r.prefill(prompts(rows, 8)));
   const auto p = prompts(rows, o.prompt);
-  double t0 = sk::bench::now_s();
-  std::vector<int32_t> last = r.prefill(p);
-  const double t_prefill = sk::bench::now_s() - t0;
+  std::vector<double> times;
+  std::vector<int32_t> last;
+  for (int i = 0; i < (o.mode == "prefill" ? o.reps : 1); i++) {
+    const double t0 = sk::bench::now_s();
+    last = r.prefill(p);
+    times.push_back(sk::bench::now_s() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  const double t_prefill = times[times.size() / 2];
   j["batch"] = rows;
   j["prompt"] = o.prompt;
   if (o.mode == "prefill") {
     j["seconds"] = t_prefill;
     j["tokens_per_s"] = o.prompt / t_prefill;
+    if (o.reps > 1) j["reps"] = o.reps, j["best_seconds"] = times.front();
     return j;
   }
-  t0 = sk::bench::now_s();
+  const double t0 = sk::bench::now_s();
   for (int s = 0; s < o.steps; s++) last = r.step(last);
   const double dt = sk::bench::now_s() - t0;
   j["steps"] = o.steps;
@@ -173,6 +183,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "decode steps (ids: new tokens)")->check(CLI::Range(1, 511));
   app.add_option("--batch", o.batch, "rows decoded together")->check(CLI::Range(1, 256));
   app.add_option("--threads", o.threads, "host threads")->check(CLI::PositiveNumber);
+  app.add_option("--reps", o.reps, "prefill: timed prefills in this process (median printed)")
+      ->check(CLI::Range(1, 1000));
   app.add_option("--kv", o.kv, "KV cache element type (llama.cpp's default is f16)")
       ->check(CLI::IsMember({"f32", "f16", "i8"}));
   app.add_option("--ids", o.ids, "prompt ids for --mode ids")->delimiter(',');
