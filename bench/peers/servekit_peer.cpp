@@ -128,7 +128,7 @@ nlohmann::json measure(const Opts& o, Model& model) {
   const auto p = prompts(rows, o.prompt);
   std::vector<double> times;
   std::vector<int32_t> last;
-  for (int i = 0; i < (o.mode == "prefill" ? o.reps : 1); i++) {
+  for (int i = 0; i < o.reps; i++) {
     const double t0 = sk::bench::now_s();
     last = r.prefill(p);
     times.push_back(sk::bench::now_s() - t0);
@@ -189,6 +189,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "f16", "i8"}));
   app.add_option("--ids", o.ids, "prompt ids for --mode ids")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  if (o.reps > 1 && o.mode != "prefill") {
+    std::fprintf(stderr, "bench_peers_servekit: --reps %d is for --mode prefill, not %s\n", o.reps,
+                 o.mode.c_str());
+    return 2;
+  }
   if (o.mode == "ids" && o.ids.empty()) {
     std::fprintf(stderr, "bench_peers_servekit: --mode ids needs --ids\n");
     return 2;

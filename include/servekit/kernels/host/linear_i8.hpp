@@ -49,7 +49,7 @@ struct I8View {
 constexpr int kAheadQ = 32;
 
 // max |x| over a row, as s8_absmax: a maximum is the same in any order, and a row holding a NaN
-// goes back to s8_absmax, which returns that NaN.
+// goes back to s8_absmax, which returns that NaN. The tail past the vectors is s8_absmax's too.
 inline float absmax_row(const float* x, int K) {
   int k = 0;
   float m = 0.f;
@@ -67,11 +67,7 @@ inline float absmax_row(const float* x, int K) {
   _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
   for (float v : lanes) m = std::max(m, v);
 #endif
-  for (; k < K; k++) {
-    m = s8_absmax_step(m, std::fabs(x[k]));
-    if (m != m) break;
-  }
-  return m;
+  return s8_absmax_step(m, s8_absmax(x + k, K - k));
 }
 
 // x (K) -> q (K / 4 * kActQuad): codes as the tiles read them (plus kActBias), each quad of 4
@@ -98,9 +94,7 @@ inline float quantize_row(ActCode* q, const float* x, int K) {
         const __m128i c8 = _mm_packs_epi16(h, h);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 2 * k),
                          _mm_unpacklo_epi32(c8, _mm_abs_epi8(c8)));
-      } else if constexpr (kActBias == 0)
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k), _mm_packs_epi16(h, h));
-      else  // codes + 128 in 1..255: unsigned saturation changes none
+      } else  // AVX-VNNI: codes + 128 in 1..255, unsigned saturation changes none
         _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k),
                          _mm_packus_epi16(_mm_add_epi16(h, _mm_set1_epi16(kActBias)), h));
     }
