@@ -365,6 +365,52 @@ TEST_CASE("the host attention's scores are dot()'s bits, however the keys are bl
   check_scores_bits<4, sk::half_t>(rng);
 }
 
+// The host attention takes two neighbouring prompt rows as one task where its registers allow
+// (every head width on AVX-512 up to 64, on AVX2 up to 64 with q read from L1 and the values'
+// sums in slices): each row must still get the bits it gets alone, in either cache type and
+// layout. Tagged [host], so every ISA build of the host kernels runs it.
+template <class T, bool kPaged>
+void check_host_rows_alone(int C, int n_head) {
+  std::mt19937 rng(31 + C + n_head);
+  const std::vector<Seq> seqs = {{0, 97, 97}, {3, 64, 64}, {0, 1, 1}, {0, 200, 9}};
+  TestCache<T, kPaged> cache(static_cast<int>(seqs.size()), C, rng);
+  const auto view = cache.view();
+  std::vector<int32_t> slot, first, row;
+  for (std::size_t s = 0; s < seqs.size(); s++)
+    for (int i = seqs[s].len - seqs[s].n_new; i < seqs[s].len; i++) {
+      slot.push_back(static_cast<int32_t>(s));
+      first.push_back(seqs[s].first);
+      row.push_back(seqs[s].first + i);
+    }
+  const int N = static_cast<int>(slot.size());
+  const auto qkv = random_floats(static_cast<std::size_t>(N) * 3 * C, rng, -2.f, 2.f);
+  auto all = poisoned(static_cast<std::size_t>(N) * C), alone = all, odd = all;
+  kn::host::attention(all.data(), qkv.data(), view, slot.data(), first.data(), row.data(), N, C,
+                      n_head, kMaxLen);
+  auto rows = [&](std::vector<float>& out, int r, int n) {
+    kn::host::attention(out.data() + static_cast<std::size_t>(r) * C,
+                        qkv.data() + static_cast<std::size_t>(r) * 3 * C, view, slot.data() + r,
+                        first.data() + r, row.data() + r, n, C, n_head, kMaxLen);
+  };
+  for (int r = 0; r < N; r++) rows(alone, r, 1);
+  rows(odd, 0, 1);  // the other pairing: rows 1-2, 3-4, ...
+  rows(odd, 1, N - 1);
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < all.size(); i++)
+    differ += std::bit_cast<uint32_t>(all[i]) != std::bit_cast<uint32_t>(alone[i]) ||
+              std::bit_cast<uint32_t>(all[i]) != std::bit_cast<uint32_t>(odd[i]);
+  CHECK(differ == 0);
+}
+
+TEST_CASE("the host attention gives a row the bits it gets alone, however rows are paired",
+          "[kernels][attention][host]") {
+  for (auto [C, H] : {std::pair{128, 2}, {64, 4}, {64, 2}, {256, 2}, {60, 3}}) {
+    INFO("C = " << C << ", n_head = " << H);
+    check_host_rows_alone<float, false>(C, H);
+    check_host_rows_alone<sk::half_t, true>(C, H);
+  }
+}
+
 // An int8 cache (kv::I8): each row's K and V quantized per head with a scale (ref::kv_append);
 // the host attention folds the scales in and must agree with the reference over the same codes,
 // give a row the same bits whatever its call holds, and stay within the quantization's reach of

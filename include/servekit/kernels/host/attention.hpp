@@ -9,8 +9,9 @@
 //    consecutive keys, counted from the row's first key;
 //  - output: p * v added into accumulators that stay in registers (two sets, even and odd
 //    keys, so that two FMA chains are in flight), when the head is 1, 2, 4 or 8 vectors wide;
-//  - on AVX-512, two neighbouring rows of a prompt chunk are one task, each key and value read
-//    once for both (the rows' tasks were bound by the L2's bandwidth, not by the FMAs).
+//  - on AVX-512 and AVX2, two neighbouring rows of a prompt chunk are one task, each key and
+//    value read once for both (the rows' tasks were bound by the L2's bandwidth, not by the
+//    FMAs; on AVX2 a 64-wide head's sums run in slices of the features, host/attention_rows.hpp).
 // Each (row, head) is computed in one fixed order that depends only on its own keys (the pieces:
 // host/attention_rows.hpp), so a row's output does not depend on the batch around it or on
 // which row it was paired with, and prefill and decode rows give the same bits (cached decode

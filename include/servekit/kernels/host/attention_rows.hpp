@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "servekit/core/hd.hpp"
 #include "servekit/kernels/host/simd.hpp"
 #include "servekit/kernels/host/vmath.hpp"
 
@@ -99,12 +100,17 @@ inline void scores(float* att, const float* q, Key&& key, int t0, int T, int hd,
   if constexpr (NV > 0) {
     vec qv[NV];
     for (int i = 0; i < NV; i++) qv[i] = load(q + i * kLanes);
+    // Keys in groups whose chains fit the registers beside q (AVX2, 64-wide heads: q takes 8
+    // of the 16 ymm, so 4 chains at a time, not 8 and a spill in the middle of each).
+    constexpr int KG = NV + kLanes + 2 <= kRegisters ? kLanes : kLanes / 2;
     for (; t + kLanes <= T; t += kLanes) {
       vec acc[kLanes];
-      for (int j = 0; j < kLanes; j++) {
-        const auto* k = key(t + j);
-        acc[j] = vec{};
-        for (int i = 0; i < NV; i++) acc[j] = madd(qv[i], load(k + i * kLanes), acc[j]);
+      for (int g = 0; g < kLanes; g += KG) {
+        for (int j = g; j < g + KG; j++) {
+          const auto* k = key(t + j);
+          acc[j] = vec{};
+          for (int i = 0; i < NV; i++) acc[j] = madd(qv[i], load(k + i * kLanes), acc[j]);
+        }
       }
       if constexpr (KScale::on) {
         vec f;
@@ -183,11 +189,30 @@ inline void weighted_sum_from(float* o, vec* a, vec* b, const float* att, float 
   }
   for (int i = 0; i < NV; i++) store(o + i * kLanes, a[i] + b[i]);
 }
+// A value row's features from `from` on: the weighted sums' slices of a head.
+template <class Value>
+struct Slice {
+  Value& value;
+  int from;
+  SERVEKIT_FORCE_INLINE auto operator()(int t) const { return value(t) + from; }
+};
+
+// Where a and b would not fit the registers (AVX2, 64-wide heads: 16 ymm), the head's features
+// are summed in two halves, one pass over the keys each: every lane's chain is the same.
 template <int NV, class Value, class VScale = NoScale>
 inline void weighted_sum(float* o, const float* att, float inv, int t0, int T, Value&& value,
                          VScale vs = {}) {
-  vec a[NV] = {}, b[NV] = {};
-  weighted_sum_from<NV>(o, a, b, att, inv, t0, T, value, vs);
+  if constexpr (2 * NV + 4 > kRegisters && NV % 2 == 0) {
+    constexpr int H = NV / 2;
+    for (int half = 0; half < 2; half++) {
+      vec a[H] = {}, b[H] = {};
+      weighted_sum_from<H>(o + half * H * kLanes, a, b, att, inv, t0, T,
+                           Slice<Value>{value, half * H * kLanes}, vs);
+    }
+  } else {
+    vec a[NV] = {}, b[NV] = {};
+    weighted_sum_from<NV>(o, a, b, att, inv, t0, T, value, vs);
+  }
 }
 
 // Any head width: the output row in memory.
@@ -208,10 +233,12 @@ inline void weighted_sum_any(float* o, const float* att, float inv, int t0, int 
 // Two query rows of one sequence and head that start at the same key (neighbours in a prompt
 // chunk): each key and value is loaded once for both. Every number is what the rows compute
 // alone: a score is its own chain (scores()), and each row's weighted sum takes its keys in its
-// own order into its own a / b; the keys only one row sees are then finished alone. On AVX-512
-// with heads of up to 4 vectors, where both rows' accumulators fit the registers.
-#if defined(__AVX512F__)
-inline constexpr int kPairMaxNV = 4;
+// own order into its own a / b; the keys only one row sees are then finished alone. Where the
+// two rows' q or accumulators do not fit the registers (AVX2, 64-wide heads), q is read from L1
+// as each key needs it and the weighted sums run in slices of the head's features: the loads
+// the pair saves are the cache's, from L2, which bound the rows' tasks.
+#if defined(__AVX512F__) || defined(__AVX2__)
+inline constexpr int kPairMaxNV = kRegisters == 32 ? 4 : 8;
 
 // Both rows' scores for keys [t, min(T0, T1)) in blocks of kLanes / 2 keys; returns where the
 // blocks stopped.
@@ -219,8 +246,11 @@ template <int NV, class Key, class KScale = NoScale>
 inline int scores_pair(float* att0, float* att1, const float* q0, const float* q1, Key&& key, int t,
                        int T, float scale, KScale ks = {}) {
   constexpr int KB = kLanes / 2;
+  // Both rows' q in registers when they fit beside the accumulators; otherwise from L1.
+  constexpr bool kQInRegisters = 2 * NV + kLanes + 1 <= kRegisters;
   vec qa[NV], qb[NV];
-  for (int i = 0; i < NV; i++) qa[i] = load(q0 + i * kLanes), qb[i] = load(q1 + i * kLanes);
+  if constexpr (kQInRegisters)
+    for (int i = 0; i < NV; i++) qa[i] = load(q0 + i * kLanes), qb[i] = load(q1 + i * kLanes);
   for (; t + KB <= T; t += KB) {
     vec acc[kLanes];
     for (int j = 0; j < KB; j++) {
@@ -228,8 +258,13 @@ inline int scores_pair(float* att0, float* att1, const float* q0, const float* q
       acc[j] = vec{}, acc[KB + j] = vec{};
       for (int i = 0; i < NV; i++) {
         const vec kv = load(k + i * kLanes);
-        acc[j] = madd(qa[i], kv, acc[j]);
-        acc[KB + j] = madd(qb[i], kv, acc[KB + j]);
+        if constexpr (kQInRegisters) {
+          acc[j] = madd(qa[i], kv, acc[j]);
+          acc[KB + j] = madd(qb[i], kv, acc[KB + j]);
+        } else {
+          acc[j] = madd(load(q0 + i * kLanes), kv, acc[j]);
+          acc[KB + j] = madd(load(q1 + i * kLanes), kv, acc[KB + j]);
+        }
       }
     }
     float s[kLanes];
@@ -247,9 +282,9 @@ inline int scores_pair(float* att0, float* att1, const float* q0, const float* q
 }
 
 template <int NV, class Value, class VScale = NoScale>
-inline void weighted_sum_pair(float* o0, float* o1, const float* att0, const float* att1,
-                              float inv0, float inv1, int t, int T0, int T1, Value&& value,
-                              VScale vs = {}) {
+inline void weighted_sum_pair_slice(float* o0, float* o1, const float* att0, const float* att1,
+                                    float inv0, float inv1, int t, int T0, int T1, Value&& value,
+                                    VScale vs) {
   vec a0[NV] = {}, b0[NV] = {}, a1[NV] = {}, b1[NV] = {};
   for (const int T = T0 < T1 ? T0 : T1; t + 2 <= T; t += 2) {
     const auto* v0 = value(t);
@@ -264,6 +299,23 @@ inline void weighted_sum_pair(float* o0, float* o1, const float* att0, const flo
   }
   weighted_sum_from<NV>(o0, a0, b0, att0, inv0, t, T0, value, vs);
   weighted_sum_from<NV>(o1, a1, b1, att1, inv1, t, T1, value, vs);
+}
+template <int NV, class Value, class VScale = NoScale>
+inline void weighted_sum_pair(float* o0, float* o1, const float* att0, const float* att1,
+                              float inv0, float inv1, int t, int T0, int T1, Value&& value,
+                              VScale vs = {}) {
+  // Slices of S vectors: 4 S accumulators, 4 weights and 2 values in the registers.
+  constexpr int S = 4 * NV + 6 <= kRegisters         ? NV
+                    : 4 * (NV / 2) + 6 <= kRegisters ? NV / 2
+                                                     : NV / 4;
+  static_assert(S > 0 && NV % S == 0);
+  if constexpr (S == NV) {
+    weighted_sum_pair_slice<NV>(o0, o1, att0, att1, inv0, inv1, t, T0, T1, value, vs);
+  } else {
+    for (int f = 0; f < NV; f += S)
+      weighted_sum_pair_slice<S>(o0 + f * kLanes, o1 + f * kLanes, att0, att1, inv0, inv1, t, T0,
+                                 T1, Slice<Value>{value, f * kLanes}, vs);
+  }
 }
 #else
 inline constexpr int kPairMaxNV = 0;
