@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The host kernels (kernels/host/): the matmul on both shapes (one row streamed in bands, more
 // rows in register tiles) against a plain triple loop in double, every format's linear against
-// its oracle in kernels/ref/, lm_head likewise, on awkward sizes; batch invariance; and the
-// vector exp and GELU (kernels/host/vmath.hpp) against libm in double.
+// its oracle in kernels/ref/, lm_head likewise, on awkward sizes; batch invariance; the
+// vector exp and GELU (kernels/host/vmath.hpp) against libm in double; layer norm.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -11,9 +11,11 @@
 #include <random>
 #include <vector>
 
+#include "servekit/kernels/host/layernorm.hpp"
 #include "servekit/kernels/host/linear.hpp"
 #include "servekit/kernels/host/lm_head.hpp"
 #include "servekit/kernels/host/vmath.hpp"
+#include "servekit/kernels/ref/layernorm.hpp"
 #include "servekit/kernels/ref/linear.hpp"
 #include "servekit/kernels/ref/lm_head.hpp"
 #include "support/host_form.hpp"
@@ -260,6 +262,29 @@ TEST_CASE("vector exp and gelu: accurate to a few ulp, the same in every lane") 
   k::gelu_row(row.data(), row.data(), static_cast<int>(row.size()));
   for (std::size_t i = 0; i < row.size(); i++)
     REQUIRE(std::bit_cast<uint32_t>(row[i]) == std::bit_cast<uint32_t>(want[i]));
+}
+
+TEST_CASE("host layernorm: the reference's values to rounding, a row's bits whatever its batch") {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-3.f, 5.f);
+  for (int C : {1, 7, k::kLanes, 3 * k::kLanes + 5, 768}) {
+    const int N = 9;
+    std::vector<float> x(N * C), w(C), b(C), got(N * C, NAN), want(N * C), alone(C, NAN);
+    for (auto* v : {&x, &w, &b})
+      for (auto& e : *v) e = u(rng);
+    for (int c = 0; c < C; c++) x[4 * C + c] += 1000.f;  // a large residual stream: var >> mean
+    k::layernorm(got.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+    ref::layernorm(want.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+    INFO("C " << C);
+    for (int i = 0; i < N * C; i++) {
+      // |x - mean| rstd is at most sqrt(C); sums in another order move mean and var by C ulp.
+      const double tol = 16 * (C + 4) * 0x1p-24 * (std::abs(w[i % C]) * std::sqrt(C) + 1);
+      REQUIRE(std::abs(got[i] - want[i]) <= tol);
+    }
+    k::layernorm(alone.data(), x.data() + 4 * C, w.data(), b.data(), 1, C, 1e-5f);
+    for (int c = 0; c < C; c++)
+      REQUIRE(std::bit_cast<uint32_t>(alone[c]) == std::bit_cast<uint32_t>(got[4 * C + c]));
+  }
 }
 
 // W8A8's sums are integers, exact in any order, so the host kernels must give exactly the

@@ -15,10 +15,10 @@
 #include "servekit/core/storage.hpp"
 #include "servekit/kernels/host/attention.hpp"
 #include "servekit/kernels/host/kv_append.hpp"
+#include "servekit/kernels/host/layernorm.hpp"
 #include "servekit/kernels/ref/attention.hpp"
 #include "servekit/kernels/ref/embedding.hpp"
 #include "servekit/kernels/host/linear.hpp"
-#include "servekit/kernels/ref/layernorm.hpp"
 #include "servekit/kernels/host/lora.hpp"
 #include "servekit/kernels/ref/lora.hpp"
 #include "servekit/lora/policy.hpp"
@@ -49,7 +49,7 @@ struct Ops<Host> : HostStorage {
   }
   static void layernorm(float* out, const float* in, const float* w, const float* b, int N, int C,
                         float eps) {
-    kernels::ref::layernorm(out, in, w, b, N, C, eps);
+    kernels::host::layernorm(out, in, w, b, N, C, eps);
   }
   template <Epilogue E, class Mat>
   static void linear(float* out, const float* x, const Mat& W, const float* b, int M,
