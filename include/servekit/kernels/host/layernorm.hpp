@@ -12,34 +12,40 @@
 
 namespace servekit::kernels::host {
 
+// One row. Outside the pool's lambda: nvcc's device pass (the file reaches .cu units through the
+// host backend) stops with an internal error on vector constants written in a lambda's body.
+inline void layernorm_row(float* o, const float* x, const float* w, const float* b, int C,
+                          float eps) {
+  const int body = C / kLanes * kLanes;
+  vec s{};
+  for (int c = 0; c < body; c += kLanes) s += load(x + c);
+  float sum = lane_sum(s);
+  for (int c = body; c < C; c++) sum += x[c];
+  const float mean = sum / static_cast<float>(C);
+  const vec m = vec{} + mean;
+  vec q{};
+  for (int c = 0; c < body; c += kLanes) {
+    const vec d = load(x + c) - m;
+    q = madd(d, d, q);
+  }
+  float var = lane_sum(q);
+  for (int c = body; c < C; c++) var = madd(x[c] - mean, x[c] - mean, var);
+  var /= static_cast<float>(C);
+  const float rstd = 1.f / std::sqrt(var + eps);
+  const vec r = vec{} + rstd;
+  for (int c = 0; c < body; c += kLanes)
+    store(o + c, madd((load(x + c) - m) * r, load(w + c), load(b + c)));
+  for (int c = body; c < C; c++) o[c] = madd((x[c] - mean) * rstd, w[c], b[c]);
+}
+
 inline void layernorm(float* out,       // (N, C)
                       const float* in,  // (N, C)
                       const float* w,   // (C)
                       const float* b,   // (C)
                       int N, int C, float eps) {
   parallel_for(N, [&](int n) {
-    const float* x = in + static_cast<int64_t>(n) * C;
-    float* o = out + static_cast<int64_t>(n) * C;
-    const int body = C / kLanes * kLanes;
-    vec s{};
-    for (int c = 0; c < body; c += kLanes) s += load(x + c);
-    float sum = lane_sum(s);
-    for (int c = body; c < C; c++) sum += x[c];
-    const float mean = sum / static_cast<float>(C);
-    const vec m = vec{} + mean;
-    vec q{};
-    for (int c = 0; c < body; c += kLanes) {
-      const vec d = load(x + c) - m;
-      q = madd(d, d, q);
-    }
-    float var = lane_sum(q);
-    for (int c = body; c < C; c++) var = madd(x[c] - mean, x[c] - mean, var);
-    var /= static_cast<float>(C);
-    const float rstd = 1.f / std::sqrt(var + eps);
-    const vec r = vec{} + rstd;
-    for (int c = 0; c < body; c += kLanes)
-      store(o + c, madd((load(x + c) - m) * r, load(w + c), load(b + c)));
-    for (int c = body; c < C; c++) o[c] = madd((x[c] - mean) * rstd, w[c], b[c]);
+    layernorm_row(out + static_cast<int64_t>(n) * C, in + static_cast<int64_t>(n) * C, w, b, C,
+                  eps);
   });
 }
 
