@@ -272,7 +272,7 @@ TEST_CASE("host layernorm: the reference's values to rounding, a row's bits what
     std::vector<float> x(N * C), w(C), b(C), got(N * C, NAN), want(N * C), alone(C, NAN);
     for (auto* v : {&x, &w, &b})
       for (auto& e : *v) e = u(rng);
-    for (int c = 0; c < C; c++) x[4 * C + c] += 1000.f;  // a large residual stream: var >> mean
+    for (int c = 0; c < C; c++) x[4 * C + c] += 1000.f;  // a large residual stream: mean >> spread
     k::layernorm(got.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
     ref::layernorm(want.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
     INFO("C " << C);

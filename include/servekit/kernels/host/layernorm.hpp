@@ -12,8 +12,8 @@
 
 namespace servekit::kernels::host {
 
-// One row. Outside the pool's lambda: nvcc's device pass (the file reaches .cu units through the
-// host backend) stops with an internal error on vector constants written in a lambda's body.
+// One row, outside the pool's lambda: written inside it, this code stopped nvcc 13's device pass
+// ("unsupported aggregate constant") in .cu units that include the host backend.
 inline void layernorm_row(float* o, const float* x, const float* w, const float* b, int C,
                           float eps) {
   const int body = C / kLanes * kLanes;
