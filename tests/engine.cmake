@@ -13,11 +13,12 @@ endif()
 
 # The threaded engine test under ThreadSanitizer: 8 submitting threads, cancellations and the
 # engine loop. OpenMP runs one thread there, since TSan cannot see libgomp's barriers. Catch's
-# main is compiled here with TSan too, not taken from servekit_catch_main: an uninstrumented
+# main is compiled with TSan too, not taken from servekit_catch_main: an uninstrumented
 # object linked first supplies the one copy of inline functions such as shared_ptr's release
-# (without libstdc++'s TSan variant), and TSan then reports every cross-thread release as a race.
+# (without libstdc++'s TSan variant), and TSan then reports every cross-thread release as a race
+# (hence servekit_catch_main_tsan, tests/CMakeLists.txt).
 add_executable(test_engine_tsan ${CMAKE_CURRENT_LIST_DIR}/test_engine.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/test_adapter_store.cpp ${CMAKE_CURRENT_LIST_DIR}/catch_main.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/test_adapter_store.cpp $<TARGET_OBJECTS:servekit_catch_main_tsan>)
 target_link_libraries(test_engine_tsan PRIVATE servekit::servekit servekit_warnings Catch2::Catch2)
 target_compile_definitions(test_engine_tsan PRIVATE
   SERVEKIT_FIXTURES="${SERVEKIT_FIXTURES}" SERVEKIT_DATA="${SERVEKIT_DATA}")

@@ -76,7 +76,7 @@ endif()
 # ThreadSanitizer: the host thread pool and the kernels that run on it (the engine's threads
 # have test_engine_tsan in engine.cmake, built the same way: Catch's main compiled with TSan).
 add_executable(test_pool_tsan ${CMAKE_CURRENT_LIST_DIR}/test_thread_pool.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/test_host_matmul.cpp ${CMAKE_CURRENT_LIST_DIR}/catch_main.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/test_host_matmul.cpp $<TARGET_OBJECTS:servekit_catch_main_tsan>)
 target_link_libraries(test_pool_tsan PRIVATE servekit::servekit servekit_warnings Catch2::Catch2)
 target_compile_options(test_pool_tsan PRIVATE -fsanitize=thread -g -O1)
 target_link_options(test_pool_tsan PRIVATE -fsanitize=thread)

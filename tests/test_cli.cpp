@@ -210,8 +210,7 @@ TEST_CASE("generate: clear errors for bad models and prompts") {
     CHECK(r.code == 0);
   }
   SECTION("a tokenizer smaller than the model is refused before generating") {
-    const fs::path small =
-        fs::temp_directory_path() / ("servekit_cli_small_vocab_" + std::to_string(::getpid()));
+    const fs::path small = servekit::test::temp_file("servekit_cli_small_vocab");
     sk::testing::write_gpt2_vocab_prefix(kVocab, small, 300);
     auto r = run("generate --model " + kTinyA + " --vocab " + small.string() +
                  " --prompt-ids 1,2 --max-new-tokens 40 --json");

@@ -20,12 +20,26 @@ struct Run {
   std::string out;  // stdout and stderr together
 };
 
-// name in the temp folder, made unique to this process (stem_PID.ext): test_cli and
-// test_cli_asan run the same cases, and ctest -j runs them at once.
+// The folder this process's temp files live in (servekit_test_PID: test_cli and test_cli_asan
+// run the same cases, and ctest -j runs them at once), removed with everything in it when the
+// process exits, a failed check included (Catch2 returns from main).
+inline const std::filesystem::path& temp_folder() {
+  struct Folder {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("servekit_test_" + std::to_string(::getpid()));
+    Folder() { std::filesystem::create_directories(path); }
+    ~Folder() {
+      std::error_code ec;  // nothing to report from a destructor at exit
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Folder f;
+  return f.path;
+}
+
+// name (a file or a folder the test makes) in this process's temp folder.
 inline std::filesystem::path temp_file(const std::string& name) {
-  const std::filesystem::path n(name);
-  return std::filesystem::temp_directory_path() /
-         (n.stem().string() + "_" + std::to_string(::getpid()) + n.extension().string());
+  return temp_folder() / name;
 }
 
 // env: "NAME=value" set for the program only (empty: the test's environment as it is).
