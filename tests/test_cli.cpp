@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `servekit` command as scripts use it: JSON in, JSON out, clear errors, exit codes.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
