@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "servekit/kernels/lora_args.hpp"
+#include "servekit/kernels/lora_bt.hpp"
 #include "servekit/kernels/ref/lora.hpp"
 
 namespace lora_test {
@@ -37,10 +38,8 @@ inline Tables random_tables(int K, int Nout, std::mt19937& rng,
     std::vector<float> a(std::size_t(ranks[i]) * K), b(std::size_t(Nout) * ranks[i]);
     for (auto& v : a) v = g(rng);
     for (auto& v : b) v = g(rng);
-    std::vector<float> bt(b.size());  // (rank, Nout), as the host kernels read it
-    for (int n = 0; n < Nout; n++)
-      for (int j = 0; j < ranks[i]; j++)
-        bt[std::size_t(j) * Nout + n] = b[std::size_t(n) * ranks[i] + j];
+    // B transposed in blocks, as the host kernels read it
+    std::vector<float> bt = servekit::kernels::pack_bt(b.data(), Nout, ranks[i]);
     t.store.push_back(std::move(a));
     t.store.push_back(std::move(b));
     t.store.push_back(std::move(bt));

@@ -14,8 +14,9 @@ struct LoraMats {
   const float* b = nullptr;  // (Nout, rank)
   int rank = 0;
   float scale = 0;
-  // (rank, Nout): b transposed, the layout the host kernels stream (kernels/host/lora.hpp);
-  // host storage only
+  // b transposed and packed in blocks of kBtCols columns, the layout the host kernels stream
+  // (kernels/lora_bt.hpp): block c holds (rank, kBtCols) contiguously, the last one
+  // padded with zeros; host storage only
   const float* bt = nullptr;
 };
 

@@ -16,6 +16,7 @@
 
 #include "servekit/core/error.hpp"
 #include "servekit/kernels/lora_args.hpp"
+#include "servekit/kernels/lora_bt.hpp"
 #include "servekit/lora/adapter.hpp"
 #include "servekit/model/batch.hpp"
 #include "servekit/model/step_plan.hpp"
@@ -51,12 +52,8 @@ class AdapterRegistry {
       for (const auto& q : layer)
         if (!q) {
           continue;
-        } else if constexpr (Storage::is_host) {  // B transposed
-          std::vector<float> bt(q->b.size());
-          for (int n = 0; n < q->out; n++)
-            for (int j = 0; j < q->rank; j++)
-              bt[std::size_t(j) * q->out + n] = q->b[std::size_t(n) * q->rank + j];
-          own_[i].push_back(std::move(bt));
+        } else if constexpr (Storage::is_host) {  // B transposed, in the host kernels' blocks
+          own_[i].push_back(kernels::pack_bt(q->b.data(), q->out, q->rank));
         } else {  // the device's own copy of every A and B
           own_[i].push_back(Storage::to_vec(std::vector<float>(q->a)));
           own_[i].push_back(Storage::to_vec(std::vector<float>(q->b)));

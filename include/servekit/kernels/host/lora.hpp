@@ -6,9 +6,10 @@
 //  - shrink, per row: v[j] = scale * (A[j] . x), a lane-wise FMA chain over K and a tree lane
 //    sum (host/attention.hpp's dot);
 //  - expand, per row and block of output columns: sum_j v[j] Bt[j][n..n+W), an FMA chain over j
-//    from zero in vectors of columns. B is kept transposed, (rank, Nout), by the adapter
-//    registry: B's own layout, (Nout, rank), would make every output a rank-long dot product
-//    summed across lanes (kernels/ref's expand), which costs more than the bytes it reads.
+//    from zero in vectors of columns. B is kept transposed by the adapter registry, in blocks
+//    of kBtCols columns (pack_bt): B's own layout, (Nout, rank), would make every output a
+//    rank-long dot product summed across lanes (kernels/ref's expand), which costs more than
+//    the bytes it reads, and (rank, Nout) rows 3072 floats apart share one L1 set.
 // linear_lora runs the expand inside the linear's epilogue (LoraAdd): each tile, as it stores
 // its rows, adds their deltas for its columns, computed into a buffer in L1. A delta matrix
 // written, zeroed and read back costs three passes over (N, Nout) floats, which at a 128-token
@@ -29,6 +30,7 @@
 #include "servekit/kernels/host/linear.hpp"
 #include "servekit/kernels/host/simd.hpp"
 #include "servekit/kernels/lora_args.hpp"
+#include "servekit/kernels/lora_bt.hpp"
 #include "servekit/kernels/ref/lora.hpp"  // adapts
 
 namespace servekit::kernels::host {
@@ -61,17 +63,23 @@ inline void shrink(float* v, const float* x, const LoraMats& m, int K) {
   for (; j < m.rank; j++) v[j] = m.scale * dot(x, m.a + static_cast<int64_t>(j) * K, K);
 }
 
+// B^T's element (j, n) in its packed blocks (LoraMats::bt); a vector at a column n that is a
+// multiple of kLanes lies within one block.
+inline const float* bt_at(const LoraMats& m, int j, int n) {
+  return m.bt + (static_cast<int64_t>(n / kBtCols) * m.rank + j) * kBtCols + n % kBtCols;
+}
+static_assert(kBtCols % kLanes == 0, "a vector of B^T's columns lies within one block");
+
 // y[0 .. n1 - n0) += sum_j v[j] Bt[j][n0 .. n1) (y: the row's output at column n0), each
 // column's sum an FMA chain over j from zero (the scalar tail's std::fma is the vector FMA).
-inline void expand(float* y, const float* v, const LoraMats& m, int Nout, int n0, int n1) {
+inline void expand(float* y, const float* v, const LoraMats& m, int n0, int n1) {
   int n = n0;
   for (; n + 2 * kLanes <= n1; n += 2 * kLanes) {
     vec s0{}, s1{};
     for (int j = 0; j < m.rank; j++) {
       const vec vj = vec{} + v[j];
-      const float* b = m.bt + static_cast<int64_t>(j) * Nout + n;
-      s0 = madd(vj, load(b), s0);
-      s1 = madd(vj, load(b + kLanes), s1);
+      s0 = madd(vj, load(bt_at(m, j, n)), s0);
+      s1 = madd(vj, load(bt_at(m, j, n + kLanes)), s1);
     }
     float* o = y + (n - n0);
     store(o, load(o) + s0);
@@ -79,35 +87,36 @@ inline void expand(float* y, const float* v, const LoraMats& m, int Nout, int n0
   }
   for (; n < n1; n++) {
     float s = 0;
-    for (int j = 0; j < m.rank; j++) s = madd(v[j], m.bt[static_cast<int64_t>(j) * Nout + n], s);
+    for (int j = 0; j < m.rank; j++) s = madd(v[j], *bt_at(m, j, n), s);
     y[n - n0] += s;
   }
 }
 
+// Vectors of columns expand_rows takes per pass: KR x kExpandVecs accumulators.
+constexpr int kExpandVecs = kRegisters == 32 ? 4 : 2;
+
 // expand for KR rows of one adapter at once (y: KR rows ldy apart, v: KR rows ldv apart): each
 // load of Bt feeds KR rows' FMAs. Every column's sum is still the chain over j from zero.
 template <int KR>
-void expand_rows(float* y, int ldy, const float* v, int ldv, const LoraMats& m, int Nout, int n0,
-                 int n1) {
+void expand_rows(float* y, int ldy, const float* v, int ldv, const LoraMats& m, int n0, int n1) {
+  constexpr int CW = kExpandVecs;
   int n = n0;
-  for (; n + 2 * kLanes <= n1; n += 2 * kLanes) {
-    vec s[KR][2] = {};
+  for (; n + CW * kLanes <= n1; n += CW * kLanes) {
+    vec s[KR][CW] = {};
     for (int j = 0; j < m.rank; j++) {
-      const float* b = m.bt + static_cast<int64_t>(j) * Nout + n;
-      const vec b0 = load(b), b1 = load(b + kLanes);
+      vec b[CW];
+      for (int c = 0; c < CW; c++) b[c] = load(bt_at(m, j, n + c * kLanes));
       for (int r = 0; r < KR; r++) {
         const vec vj = vec{} + v[r * ldv + j];
-        s[r][0] = madd(vj, b0, s[r][0]);
-        s[r][1] = madd(vj, b1, s[r][1]);
+        for (int c = 0; c < CW; c++) s[r][c] = madd(vj, b[c], s[r][c]);
       }
     }
     for (int r = 0; r < KR; r++) {
       float* o = y + r * ldy + (n - n0);
-      store(o, load(o) + s[r][0]);
-      store(o + kLanes, load(o + kLanes) + s[r][1]);
+      for (int c = 0; c < CW; c++) store(o + c * kLanes, load(o + c * kLanes) + s[r][c]);
     }
   }
-  for (int r = 0; r < KR; r++) expand(y + r * ldy + (n - n0), v + r * ldv, m, Nout, n, n1);
+  for (int r = 0; r < KR; r++) expand(y + r * ldy + (n - n0), v + r * ldv, m, n, n1);
 }
 
 // shrink for two rows of one adapter at once (v0, x0 and v1, x1): each load of A feeds both
@@ -192,7 +201,7 @@ inline void run(const LoraParams& p, const int32_t* rows, int n) {
     const int b = t / n, r = rows[t % n];
     const int n0 = b * kColumns, n1 = std::min(p.Nout, n0 + kColumns);
     expand(p.y + static_cast<int64_t>(r) * p.Nout + n0, p.v + static_cast<int64_t>(r) * R,
-           p.tab[p.ad[r]], p.Nout, n0, n1);
+           p.tab[p.ad[r]], n0, n1);
   });
 }
 
@@ -230,16 +239,16 @@ struct LoraAdd {
       const LoraMats& m = p->tab[a];
       switch (k) {
         case 1:
-          lora_detail::expand_rows<1>(y, cols, v, R, m, p->Nout, n0, n0 + cols);
+          lora_detail::expand_rows<1>(y, cols, v, R, m, n0, n0 + cols);
           break;
         case 2:
-          lora_detail::expand_rows<2>(y, cols, v, R, m, p->Nout, n0, n0 + cols);
+          lora_detail::expand_rows<2>(y, cols, v, R, m, n0, n0 + cols);
           break;
         case 3:
-          lora_detail::expand_rows<3>(y, cols, v, R, m, p->Nout, n0, n0 + cols);
+          lora_detail::expand_rows<3>(y, cols, v, R, m, n0, n0 + cols);
           break;
         default:
-          lora_detail::expand_rows<4>(y, cols, v, R, m, p->Nout, n0, n0 + cols);
+          lora_detail::expand_rows<4>(y, cols, v, R, m, n0, n0 + cols);
           break;
       }
       for (int t = 0; t < k; t++) out[i + t] = y + static_cast<int64_t>(t) * cols;
