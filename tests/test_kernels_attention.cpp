@@ -370,9 +370,10 @@ TEST_CASE("the host attention's scores are dot()'s bits, however the keys are bl
 // sums in slices): each row must still get the bits it gets alone, in either cache type and
 // layout. Tagged [host], so every ISA build of the host kernels runs it.
 template <class T, bool kPaged>
-void check_host_rows_alone(int C, int n_head) {
+void check_host_rows_alone(int C, int n_head,
+                           const std::vector<Seq>& seqs = {
+                               {0, 97, 97}, {3, 64, 64}, {0, 1, 1}, {0, 200, 9}}) {
   std::mt19937 rng(31 + C + n_head);
-  const std::vector<Seq> seqs = {{0, 97, 97}, {3, 64, 64}, {0, 1, 1}, {0, 200, 9}};
   TestCache<T, kPaged> cache(static_cast<int>(seqs.size()), C, rng);
   const auto view = cache.view();
   std::vector<int32_t> slot, first, row;
@@ -408,6 +409,21 @@ TEST_CASE("the host attention gives a row the bits it gets alone, however rows a
     INFO("C = " << C << ", n_head = " << H);
     check_host_rows_alone<float, false>(C, H);
     check_host_rows_alone<sk::half_t, true>(C, H);
+  }
+}
+
+// Decode rows (each alone in its slot) are tasks of several heads walked key by key
+// (host/attention_heads.hpp), as many heads a task as the batch allows: a batch of 40 puts
+// every head of a row in one task, a row alone splits its heads. Every row's bits must be the
+// same either way (and, by the case above, the same as a prompt row's).
+TEST_CASE("the host attention gives a decode row its bits, however its heads are grouped",
+          "[kernels][attention][host]") {
+  std::vector<Seq> decode;
+  for (int i = 0; i < 40; i++) decode.push_back({i % 5, 1 + (i * 37) % 300, 1});
+  for (auto [C, H] : {std::pair{256, 4}, {128, 8}, {64, 2}, {384, 6}}) {
+    INFO("C = " << C << ", n_head = " << H);
+    check_host_rows_alone<float, false>(C, H, decode);
+    check_host_rows_alone<sk::half_t, true>(C, H, decode);
   }
 }
 

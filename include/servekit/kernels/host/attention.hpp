@@ -17,6 +17,7 @@
 // which row it was paired with, and prefill and decode rows give the same bits (cached decode
 // equals the no-cache recompute bit for bit). An int8 cache's scales (kv::I8) multiply each
 // score and each value's weight, in the same place on every path.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -25,6 +26,7 @@
 #include "servekit/core/error.hpp"
 
 #include "servekit/core/thread_pool.hpp"
+#include "servekit/kernels/host/attention_heads.hpp"
 #include "servekit/kernels/host/attention_rows.hpp"
 #include "servekit/kernels/ref/attention.hpp"
 
@@ -48,15 +50,35 @@ void attention(float* out,        // (N, C)
            " features) must be whole heads of ", hd);
   // Task order: within a run of rows of one slot (a prompt's chunk), the rows of one head are
   // neighbours, so a thread's next task reads the keys and values it has just read (one head of
-  // one sequence: a few hundred KB, in L2); a decode row is a run of one, whose heads are
-  // neighbours in each cache row. Where the pair path runs, two neighbouring rows that start at
-  // the same key are one task. Neither changes any row's arithmetic.
+  // one sequence: a few hundred KB, in L2). Where the pair path runs, two neighbouring rows that
+  // start at the same key are one task. A row alone in its run (a decode row) is instead one
+  // task per group of heads, walked key by key across them (host/attention_heads.hpp), the
+  // heads split into as many groups as keep every thread busy. None of this changes any row's
+  // arithmetic.
   const bool pairs = nv > 0 && nv <= kPairMaxNV;
-  std::vector<int32_t> order;  // (r * n_head + h) * 2 + (a pair: rows r and r + 1)
+#if defined(__AVX512F__) || defined(__AVX2__)
+  const bool across = nv == 1 || nv == 2 || nv == 4 || nv == 8;
+#else
+  const bool across = false;
+#endif
+  int alone = 0;
+  for (int r = 0; r < N; r++)
+    alone += (r == 0 || slot[r - 1] != slot[r]) && (r + 1 == N || slot[r + 1] != slot[r]);
+  const int groups =
+      across && alone > 0 ? std::min(n_head, (4 * host_threads() + alone - 1) / alone) : 1;
+  const int group_heads = (n_head + groups - 1) / groups;
+  // (r * n_head + h) * 2 + (a pair: rows r and r + 1); or, for a row alone, ~(r * n_head + h0)
+  // (heads h0 .. h0 + group_heads)
+  std::vector<int32_t> order;
   order.reserve(static_cast<std::size_t>(N) * n_head);
   for (int r0 = 0; r0 < N;) {
     int r1 = r0 + 1;
     while (r1 < N && slot[r1] == slot[r0]) r1++;
+    if (across && r1 == r0 + 1) {
+      for (int h = 0; h < n_head; h += group_heads) order.push_back(~(r0 * n_head + h));
+      r0 = r1;
+      continue;
+    }
     for (int h = 0; h < n_head; h++)
       for (int r = r0; r < r1;) {
         const bool two = pairs && r + 1 < r1 && first[r + 1] == first[r];
@@ -65,15 +87,53 @@ void attention(float* out,        // (N, C)
       }
     r0 = r1;
   }
+  // A row alone: heads h0 .. h0 + group_heads, key by key across them. Each head's accessors
+  // capture by value (they outlive the call that makes them).
+  auto heads_task = [&](int r, int h0, float* att) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+    const int h1 = std::min(n_head, h0 + group_heads);
+    const View* view = &kv;
+    const int32_t s = slot[r];
+    auto head = [&](int h) {
+      const int64_t off = static_cast<int64_t>(h) * hd;
+      auto key = [view, s, off](int t) { return view->k + view->offset(s, t) + off; };
+      auto value = [view, s, off](int t) { return view->v + view->offset(s, t) + off; };
+      auto at = [view, s, off](int t) { return view->scales.at(view->offset(s, t) + off); };
+      auto k_scale = [view, at](int t) { return view->scales.k[at(t)]; };
+      auto v_scale = [view, at](int t) { return view->scales.v[at(t)]; };
+      if constexpr (kScaled)
+        return HeadView<decltype(key), decltype(value), RowScale<decltype(k_scale)>,
+                        RowScale<decltype(v_scale)>>{key, value, {k_scale}, {v_scale}};
+      else
+        return HeadView<decltype(key), decltype(value), NoScale, NoScale>{key, value, {}, {}};
+    };
+    float* o = out + static_cast<int64_t>(r) * C;
+    const float* q = qkv + static_cast<int64_t>(r) * 3 * C;
+    const int t0 = first[r], T = row[r] + 1;
+    switch (nv) {
+      case 1:
+        return row_heads<1>(o, q, att, max_rows, t0, T, h0, h1, scale, head);
+      case 2:
+        return row_heads<2>(o, q, att, max_rows, t0, T, h0, h1, scale, head);
+      case 4:
+        return row_heads<4>(o, q, att, max_rows, t0, T, h0, h1, scale, head);
+      default:
+        return row_heads<8>(o, q, att, max_rows, t0, T, h0, h1, scale, head);
+    }
+#else
+    (void)r, (void)h0, (void)att;
+#endif
+  };
   parallel_for(
       static_cast<int>(order.size()),
       [&](int i) {
+        thread_local std::vector<float> row_scores;  // two rows of scores, or a group's, per thread
+        const std::size_t need = static_cast<std::size_t>(std::max(2, group_heads)) * max_rows;
+        if (row_scores.size() < need) row_scores.resize(need);
+        float* att = row_scores.data();
+        if (order[i] < 0) return heads_task(~order[i] / n_head, ~order[i] % n_head, att);
         const int r = (order[i] >> 1) / n_head, h = (order[i] >> 1) % n_head;
         const bool two = order[i] & 1;
-        thread_local std::vector<float> row_scores;  // two rows of scores per thread
-        if (row_scores.size() < 2 * static_cast<std::size_t>(max_rows))
-          row_scores.resize(2 * static_cast<std::size_t>(max_rows));
-        float* att = row_scores.data();
         const float* q = qkv + static_cast<int64_t>(r) * 3 * C + h * hd;
         const int t0 = first[r], T = row[r] + 1;
         auto key = [&](int t) { return kv.k + kv.offset(slot[r], t) + h * hd; };
@@ -129,7 +189,7 @@ void attention(float* out,        // (N, C)
             return run.template operator()<0>();
         }
       },
-      4);
+      alone > 0 ? 1 : 4);  // a few tasks of whole rows' heads: one at a time
 }
 
 }  // namespace servekit::kernels::host

@@ -26,6 +26,19 @@ struct RowScale {
   float operator()(int t) const { return f(t); }
 };
 
+// Asks for a cache row's head (hd elements) ahead of its use. A head is a few lines every C
+// elements of the cache, a stride the hardware prefetchers do not follow, so a decode row's
+// keys and values came as demand misses, a handful in flight: the f32 cache's attention ran at
+// about half the read bandwidth (docs/PERFORMANCE.md). Only rows the loop will read are asked
+// for (a paged cache's lookup of a row past the sequence would read past its block table).
+template <class E>
+SERVEKIT_FORCE_INLINE inline void prefetch_head(const E* p, int hd) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int b = 0; b < hd * static_cast<int>(sizeof(E)); b += 64) __builtin_prefetch(c + b, 0, 3);
+}
+// How many keys ahead the scores and the weighted sums ask for theirs.
+inline constexpr int kAheadKeys = 8;
+
 // q . k over hd features; k in the cache's element type.
 template <class E>
 inline float dot(const float* q, const E* k, int hd) {
@@ -87,9 +100,37 @@ inline vec lane_sums(const vec* a) {
 #endif
 #endif
 
+#if defined(__AVX512F__) || defined(__AVX2__)
+// att[t .. t + kLanes) = scale * q . k (q in qv, NV vectors), each key's chain dot()'s and the
+// chains summed together; asks for the next block's keys below `ahead`. Keys in groups whose
+// chains fit the registers beside q (AVX2, 64-wide heads: q takes 8 of the 16 ymm, so 4 chains
+// at a time, not 8 and a spill in the middle of each).
+template <int NV, class Key, class KScale>
+SERVEKIT_FORCE_INLINE inline void score_block(float* att, const vec* qv, const Key& key, int t,
+                                              int ahead, float scale, KScale& ks) {
+  constexpr int KG = NV + kLanes + 2 <= kRegisters ? kLanes : kLanes / 2;
+  vec acc[kLanes];
+  for (int g = 0; g < kLanes; g += KG) {
+    for (int j = g; j < g + KG; j++) {
+      const auto* k = key(t + j);
+      if (t + j + kLanes < ahead) prefetch_head(key(t + j + kLanes), NV * kLanes);
+      acc[j] = vec{};
+      for (int i = 0; i < NV; i++) acc[j] = madd(qv[i], load(k + i * kLanes), acc[j]);
+    }
+  }
+  if constexpr (KScale::on) {
+    vec f;
+    for (int j = 0; j < kLanes; j++) f[j] = scale * ks(t + j);
+    store(att + t, lane_sums(acc) * f);
+  } else {
+    store(att + t, lane_sums(acc) * scale);
+  }
+}
+#endif
+
 // att[t] = scale * q . k_t for t in [t0, T), each dot()'s bits. NV: the head's width in vectors
-// (q and every key NV vectors; 0: any width). kLanes keys at a time where lane_sums exists:
-// q stays in registers, each key's chain is dot()'s, and the chains are summed together.
+// (q and every key NV vectors; 0: any width). kLanes keys at a time where lane_sums exists
+// (score_block), q in registers.
 // With an int8 cache, each score is q . k_t * (scale * ks(t)), whichever path computes it.
 template <int NV, class Key, class KScale = NoScale>
 inline void scores(float* att, const float* q, Key&& key, int t0, int T, int hd, float scale,
@@ -100,26 +141,7 @@ inline void scores(float* att, const float* q, Key&& key, int t0, int T, int hd,
   if constexpr (NV > 0) {
     vec qv[NV];
     for (int i = 0; i < NV; i++) qv[i] = load(q + i * kLanes);
-    // Keys in groups whose chains fit the registers beside q (AVX2, 64-wide heads: q takes 8
-    // of the 16 ymm, so 4 chains at a time, not 8 and a spill in the middle of each).
-    constexpr int KG = NV + kLanes + 2 <= kRegisters ? kLanes : kLanes / 2;
-    for (; t + kLanes <= T; t += kLanes) {
-      vec acc[kLanes];
-      for (int g = 0; g < kLanes; g += KG) {
-        for (int j = g; j < g + KG; j++) {
-          const auto* k = key(t + j);
-          acc[j] = vec{};
-          for (int i = 0; i < NV; i++) acc[j] = madd(qv[i], load(k + i * kLanes), acc[j]);
-        }
-      }
-      if constexpr (KScale::on) {
-        vec f;
-        for (int j = 0; j < kLanes; j++) f[j] = factor(t + j);
-        store(att + t, lane_sums(acc) * f);
-      } else {
-        store(att + t, lane_sums(acc) * scale);
-      }
-    }
+    for (; t + kLanes <= T; t += kLanes) score_block<NV>(att, qv, key, t, T, scale, ks);
   }
 #endif
   for (; t + 4 <= T; t += 4) {  // four independent chains
@@ -167,21 +189,35 @@ inline float weight(const float* att, float inv, int t, VScale& vs) {
     return att[t] * inv;
 }
 
-// o (NV vectors) = sum_t p_t v_t over [t, T), the head's features in registers: even keys
-// (from the row's first) into a, odd ones into b, so that two FMA chains are in flight. a and b
-// come in holding the keys before t (none: zero).
-template <int NV, class Value, class VScale = NoScale>
-inline void weighted_sum_from(float* o, vec* a, vec* b, const float* att, float inv, int t, int T,
-                              Value&& value, VScale vs = {}) {
+// The pairs of keys of weighted_sum_from over [t, T): p_t v_t added into a for even keys (from
+// the row's first), into b for odd ones; asks for values kAheadKeys on, below `ahead`. Returns
+// where it stopped (T, or T - 1 when [t, T) is odd).
+template <int NV, class Value, class VScale>
+SERVEKIT_FORCE_INLINE inline int weighted_sum_pairs(vec* a, vec* b, const float* att, float inv,
+                                                    int t, int T, int ahead, const Value& value,
+                                                    VScale& vs) {
   for (; t + 2 <= T; t += 2) {
     const auto* v0 = value(t);
     const auto* v1 = value(t + 1);
+    if (t + 1 + kAheadKeys < ahead)
+      prefetch_head(value(t + kAheadKeys), NV * kLanes),
+          prefetch_head(value(t + 1 + kAheadKeys), NV * kLanes);
     const vec p0 = vec{} + weight(att, inv, t, vs), p1 = vec{} + weight(att, inv, t + 1, vs);
     for (int i = 0; i < NV; i++) {
       a[i] = madd(p0, load(v0 + i * kLanes), a[i]);
       b[i] = madd(p1, load(v1 + i * kLanes), b[i]);
     }
   }
+  return t;
+}
+
+// o (NV vectors) = sum_t p_t v_t over [t, T), the head's features in registers: even keys
+// (from the row's first) into a, odd ones into b, so that two FMA chains are in flight. a and b
+// come in holding the keys before t (none: zero).
+template <int NV, class Value, class VScale = NoScale>
+inline void weighted_sum_from(float* o, vec* a, vec* b, const float* att, float inv, int t, int T,
+                              Value&& value, VScale vs = {}) {
+  t = weighted_sum_pairs<NV>(a, b, att, inv, t, T, T, value, vs);
   if (t < T) {
     const auto* v0 = value(t);
     const vec p0 = vec{} + weight(att, inv, t, vs);
