@@ -95,13 +95,12 @@ inline void expand(float* y, const float* v, const LoraMats& m, int n0, int n1) 
 // Vectors of columns expand_rows takes per pass: KR x kExpandVecs accumulators.
 constexpr int kExpandVecs = kRegisters == 32 ? 4 : 2;
 
-// expand for KR rows of one adapter at once (y: KR rows ldy apart, v: KR rows ldv apart), CW
-// vectors of columns a pass from column n while a whole pass fits before n1; returns where it
-// stopped. Each load of Bt feeds KR rows' FMAs; every column's sum is still the chain over j
-// from zero.
-template <int KR, int CW>
-int expand_pass(float* y, int ldy, const float* v, int ldv, const LoraMats& m, int n0, int n,
-                int n1) {
+// expand for KR rows of one adapter at once (y: KR rows ldy apart, v: KR rows ldv apart): each
+// load of Bt feeds KR rows' FMAs. Every column's sum is still the chain over j from zero.
+template <int KR>
+void expand_rows(float* y, int ldy, const float* v, int ldv, const LoraMats& m, int n0, int n1) {
+  constexpr int CW = kExpandVecs;
+  int n = n0;
   for (; n + CW * kLanes <= n1; n += CW * kLanes) {
     vec s[KR][CW] = {};
     for (int j = 0; j < m.rank; j++) {
@@ -117,15 +116,6 @@ int expand_pass(float* y, int ldy, const float* v, int ldv, const LoraMats& m, i
       for (int c = 0; c < CW; c++) store(o + c * kLanes, load(o + c * kLanes) + s[r][c]);
     }
   }
-  return n;
-}
-
-// The same over columns n0 .. n1: wide passes, then two-vector ones (a fused linear's piece is
-// one strip of the tile, kNR = 2 vectors), then each row's own.
-template <int KR>
-void expand_rows(float* y, int ldy, const float* v, int ldv, const LoraMats& m, int n0, int n1) {
-  int n = expand_pass<KR, kExpandVecs>(y, ldy, v, ldv, m, n0, n0, n1);
-  if constexpr (kExpandVecs > 2) n = expand_pass<KR, 2>(y, ldy, v, ldv, m, n0, n, n1);
   for (int r = 0; r < KR; r++) expand(y + r * ldy + (n - n0), v + r * ldv, m, n, n1);
 }
 
@@ -233,22 +223,6 @@ inline void lora_segmented(const LoraParams& p) {
 // tile's scratch, consecutive rows of one adapter together. p.v holds the rows' shrinks.
 struct LoraAdd {
   const LoraParams* p;
-  // The lines of Bt that rows(r0, n, n0, cols) reads, up to kWarmLines of them.
-  int warm(int r0, int n, int n0, int cols, const void** lines) const {
-    const int b0 = n0 / kBtCols, b1 = (n0 + cols + kBtCols - 1) / kBtCols;
-    int nl = 0;
-    int32_t last = -1;
-    for (int i = 0; i < n; i++) {
-      const int32_t a = p->ad[r0 + i];
-      if (a == last || !lora_detail::adapts(*p, a)) continue;
-      last = a;
-      const LoraMats& m = p->tab[a];
-      const char* s = reinterpret_cast<const char*>(lora_detail::bt_at(m, 0, b0 * kBtCols));
-      const int len = std::min((b1 - b0) * m.rank, kWarmLines - nl);
-      for (int l = 0; l < len; l++) lines[nl++] = s + l * 64;
-    }
-    return nl;
-  }
   void rows(int r0, int n, int n0, int cols, float* scratch, const float** out) const {
     const int R = std::max(p->max_rank, 1);
     for (int i = 0; i < n;) {

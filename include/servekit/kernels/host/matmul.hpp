@@ -103,15 +103,6 @@ concept RowAddend = requires(const A& a, float* s, const float** out) {
   a.rows(0, 1, 0, 0, s, out);
 };
 
-// An addend that reads memory of its own (the LoRA expand's B) may have it asked for ahead:
-// warm(r0, n, n0, cols, lines) lists (up to kWarmLines) the cache lines that rows(r0, n, n0,
-// cols, ...) will read, and returns how many.
-inline constexpr int kWarmLines = 512;
-template <class A>
-concept WarmsAhead = requires(const A& a, const void** lines) {
-  { a.warm(0, 1, 0, 0, lines) } -> std::same_as<int>;
-};
-
 struct DenseAdd {
   const float* p = nullptr;  // (M, N) or nullptr
   int N = 0;
@@ -171,14 +162,6 @@ constexpr int kAhead = 96;
 inline void prefetch_l2(const void* p, int64_t off) {
   __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + off), 0,
                      1);
-}
-
-// The same for one line, kept: a function whose only effects are prefetches and its own locals
-// is pure to GCC, which then drops its calls (an addend's lines asked for ahead, below, were);
-// the empty volatile asm is an effect of its own.
-inline void prefetch_l2_kept(const void* p) {
-  __builtin_prefetch(p, 0, 1);
-  asm volatile("");
 }
 
 // A loop with a constant trip count, unrolled before the optimiser decides where its arrays
@@ -414,25 +397,6 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
         float* wbuf = thread_scratch<1>(static_cast<std::size_t>(KB) * kMaxNB);  // (KB, NB)
         std::fill(acc, acc + static_cast<std::size_t>(rows) * NB, 0.f);
         const float* xb = x + static_cast<int64_t>(m0) * K;
-        // The epilogue of rows [ra, rb) x columns [ca, cb) of the task, kAddRows rows per call
-        // of the addend.
-        auto finish = [&](int ra, int rb, int ca, int cb) {
-          float* scratch = thread_scratch<2>(kAddRows * kMaxNB);
-          for (int r0 = ra; r0 < rb; r0 += kAddRows) {
-            const int n = std::min(kAddRows, rb - r0);
-            const float* extra[kAddRows];
-            add.rows(m0 + r0, n, n0 + ca, cb - ca, scratch, extra);
-            for (int r = r0; r < r0 + n; r++)
-              store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0 + ca, acc + r * NB + ca,
-                           b ? b + n0 + ca : nullptr, extra[r - r0], cb - ca);
-          }
-        };
-        // An addend with memory of its own (WarmsAhead), packed W without groups, several row
-        // tiles: each (row tile, strip) piece is done after one tile call over all of K and is
-        // finished then, its addend's lines asked for as that tile starts. Finished at the
-        // task's end instead, a task's addend memory (64 rows x 256 columns of each row's LoRA
-        // B) came from memory after its FMAs, at the few misses one core keeps in flight.
-        const bool piecewise = WarmsAhead<A> && W.packed && !grouped && (rows + kMR - 1) / kMR > 1;
         for (int g0 = 0; g0 < K; g0 += GK) {
           float* p = grouped ? part : acc;
           if (grouped) std::fill(part, part + static_cast<std::size_t>(rows) * NB, 0.f);
@@ -458,25 +422,10 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
                             (cols + kNR - 1) / kNR, kn);
                 continue;
               }
-              // The addend lines of the piece at (r0, c0), asked for as its tile starts (a tile
-              // earlier measured no better: more of them were gone when the piece was finished).
-              auto ask = [&](int r0, int c0) {
-                if constexpr (WarmsAhead<A>) {
-                  if (!piecewise) return;
-                  const void* lines[kWarmLines];
-                  const int nl = add.warm(m0 + r0, std::min(th, rows - r0), n0 + c0,
-                                          std::min(cols - c0, kNR), lines);
-                  for (int l = 0; l < nl; l++) prefetch_l2_kept(lines[l]);
-                }
-              };
               for (int c0 = 0; c0 < cols; c0 += kNR)
-                for (int r0 = 0; r0 < rows; r0 += th) {
-                  const int h = std::min(th, rows - r0);
-                  ask(r0, c0);
-                  tile_rows(h, p + r0 * NB + c0, NB, xb + static_cast<int64_t>(r0) * K + k0, K,
-                            strip(c0), kNR, kn);
-                  if (piecewise) finish(r0, r0 + h, c0, std::min(cols, c0 + kNR));
-                }
+                for (int r0 = 0; r0 < rows; r0 += th)
+                  tile_rows(std::min(th, rows - r0), p + r0 * NB + c0, NB,
+                            xb + static_cast<int64_t>(r0) * K + k0, K, strip(c0), kNR, kn);
               continue;
             }
             // W in (K, N) order: a tile's kNR-wide strip is one or two cache lines per row, N
@@ -511,7 +460,15 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
                         W.zero + s0 + (pc ? n0 : 0), xs[(m0 + r) * G + g], cols, pc);
           }
         }
-        if (!piecewise) finish(0, rows, 0, cols);
+        float* scratch = thread_scratch<2>(kAddRows * kMaxNB);
+        for (int r0 = 0; r0 < rows; r0 += kAddRows) {
+          const int n = std::min(kAddRows, rows - r0);
+          const float* extra[kAddRows];
+          add.rows(m0 + r0, n, n0, cols, scratch, extra);
+          for (int r = r0; r < r0 + n; r++)
+            store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc + r * NB,
+                         b ? b + n0 : nullptr, extra[r - r0], cols);
+        }
       },
       1);
 }
