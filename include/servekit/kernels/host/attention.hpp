@@ -61,9 +61,12 @@ void attention(float* out,        // (N, C)
 #else
   const bool across = false;
 #endif
+  // The runs of rows of one slot, [runs[i], runs[i + 1]), and how many are a row alone.
+  std::vector<int32_t> runs{0};
+  for (int r = 1; r <= N; r++)
+    if (r == N || slot[r] != slot[r - 1]) runs.push_back(r);
   int alone = 0;
-  for (int r = 0; r < N; r++)
-    alone += (r == 0 || slot[r - 1] != slot[r]) && (r + 1 == N || slot[r + 1] != slot[r]);
+  for (std::size_t i = 0; i + 1 < runs.size(); i++) alone += runs[i + 1] - runs[i] == 1;
   const int groups =
       across && alone > 0 ? std::min(n_head, (4 * host_threads() + alone - 1) / alone) : 1;
   const int group_heads = (n_head + groups - 1) / groups;
@@ -71,12 +74,10 @@ void attention(float* out,        // (N, C)
   // (heads h0 .. h0 + group_heads)
   std::vector<int32_t> order;
   order.reserve(static_cast<std::size_t>(N) * n_head);
-  for (int r0 = 0; r0 < N;) {
-    int r1 = r0 + 1;
-    while (r1 < N && slot[r1] == slot[r0]) r1++;
+  for (std::size_t i = 0; i + 1 < runs.size(); i++) {
+    const int r0 = runs[i], r1 = runs[i + 1];
     if (across && r1 == r0 + 1) {
       for (int h = 0; h < n_head; h += group_heads) order.push_back(~(r0 * n_head + h));
-      r0 = r1;
       continue;
     }
     for (int h = 0; h < n_head; h++)
@@ -85,7 +86,6 @@ void attention(float* out,        // (N, C)
         order.push_back((r * n_head + h) * 2 + two);
         r += two ? 2 : 1;
       }
-    r0 = r1;
   }
   // A row alone: heads h0 .. h0 + group_heads, key by key across them. Each head's accessors
   // capture by value (they outlive the call that makes them).

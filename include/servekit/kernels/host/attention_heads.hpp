@@ -58,28 +58,26 @@ void row_heads(float* o,        // (C): the row's output; heads [h0, h1) written
   static_assert(KB % 2 == 0);
   thread_local std::vector<vec> acc;  // (nh, NV / S, 2, S)
   acc.assign(static_cast<std::size_t>(nh) * 2 * NV, vec{});
-  t = t0;
-  for (; t + KB <= T; t += KB)
+  // Whole blocks, then the keys left (none when KB divides the keys) into o.
+  for (t = t0;; t += KB) {
+    const bool last = t + KB > T;
     for (int h = h0; h < h1; h++) {
       auto v = head(h);
       for (int f = 0; f < NV; f += S) {
         vec* ab = acc.data() + (static_cast<std::size_t>(h - h0) * NV + f) * 2;
         vec a[S], b[S];
         for (int i = 0; i < S; i++) a[i] = ab[i], b[i] = ab[S + i];
-        weighted_sum_pairs<S>(a, b, att_of(h), inv[h - h0], t, t + KB, T,
-                              Slice<decltype(v.value)>{v.value, f * kLanes}, v.vs);
+        const Slice<decltype(v.value)> value{v.value, f * kLanes};
+        if (last) {
+          weighted_sum_from<S>(o + h * hd + f * kLanes, a, b, att_of(h), inv[h - h0], t, T, value,
+                               v.vs);
+          continue;
+        }
+        weighted_sum_pairs<S>(a, b, att_of(h), inv[h - h0], t, t + KB, T, value, v.vs);
         for (int i = 0; i < S; i++) ab[i] = a[i], ab[S + i] = b[i];
       }
     }
-  for (int h = h0; h < h1; h++) {
-    auto v = head(h);
-    for (int f = 0; f < NV; f += S) {
-      vec* ab = acc.data() + (static_cast<std::size_t>(h - h0) * NV + f) * 2;
-      vec a[S], b[S];
-      for (int i = 0; i < S; i++) a[i] = ab[i], b[i] = ab[S + i];
-      weighted_sum_from<S>(o + h * hd + f * kLanes, a, b, att_of(h), inv[h - h0], t, T,
-                           Slice<decltype(v.value)>{v.value, f * kLanes}, v.vs);
-    }
+    if (last) break;
   }
 }
 #endif

@@ -69,6 +69,9 @@ inline const float* bt_at(const LoraMats& m, int j, int n) {
   return m.bt + (static_cast<int64_t>(n / kBtCols) * m.rank + j) * kBtCols + n % kBtCols;
 }
 static_assert(kBtCols % kLanes == 0, "a vector of B^T's columns lies within one block");
+// The expand's column starts are run's blocks of kColumns and the fused linear's panels and
+// strips (multiples of kNR): each a whole number of vectors, so bt_at's vectors stay in a block.
+static_assert(kColumns % kLanes == 0 && kNR % kLanes == 0, "expand starts on a vector");
 
 // y[0 .. n1 - n0) += sum_j v[j] Bt[j][n0 .. n1) (y: the row's output at column n0), each
 // column's sum an FMA chain over j from zero (the scalar tail's std::fma is the vector FMA).
