@@ -7,3 +7,6 @@ if(SERVEKIT_HAVE_CUDA)
   servekit_cuda_program(bench_lora_cuda)
   target_link_libraries(bench_lora_cuda PRIVATE CLI11::CLI11)
 endif()
+# Where a LoRA step's time goes: the shrink's and the expand's cost beside their bytes.
+add_executable(bench_lora_linears ${CMAKE_CURRENT_LIST_DIR}/lora_linears.cpp)
+target_link_libraries(bench_lora_linears PRIVATE servekit::servekit servekit_warnings CLI11::CLI11)

@@ -226,8 +226,23 @@ inline void lora_segmented(const LoraParams& p) {
 // tile's scratch, consecutive rows of one adapter together. p.v holds the rows' shrinks.
 struct LoraAdd {
   const LoraParams* p;
+  // Asks for the Bt lines of rows r0 .. r0 + n (the next call's, as a tile stores its rows in
+  // order), columns n0 .. n0 + cols, into L2. A row's lines there are one run of a few KB; met
+  // by demand one row after another, the runs came at 14-18 GB/s, well under the read
+  // bandwidth (bench_lora_linears), and asked for a call ahead at ~22 (docs/PERFORMANCE.md).
+  void ask_ahead(int r0, int n, int n0, int cols) const {
+    const int b0 = n0 / kBtCols, b1 = (n0 + cols + kBtCols - 1) / kBtCols;
+    for (int i = r0; i < std::min(p->N, r0 + n); i++) {
+      const int32_t a = p->ad[i];
+      if (!lora_detail::adapts(*p, a) || (i > r0 && p->ad[i - 1] == a)) continue;
+      const LoraMats& m = p->tab[a];
+      const char* s = reinterpret_cast<const char*>(lora_detail::bt_at(m, 0, b0 * kBtCols));
+      for (int l = 0; l < (b1 - b0) * m.rank; l++) prefetch_l2_kept(s + l * 64);
+    }
+  }
   void rows(int r0, int n, int n0, int cols, float* scratch, const float** out) const {
     const int R = std::max(p->max_rank, 1);
+    ask_ahead(r0 + n, n, n0, cols);
     for (int i = 0; i < n;) {
       const int32_t a = p->ad[r0 + i];
       if (!lora_detail::adapts(*p, a)) {

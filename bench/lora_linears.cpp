@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+// Where a LoRA step's milliseconds go on the host: the 48 linears of a GPT-2 small decode step
+// (c_attn, attn c_proj, c_fc, mlp c_proj; 12 layers, each its own weights and adapters, so that
+// both come from memory as in a step) at one batch, three ways, in turns within each rep:
+//   base     the linears alone (f32, packed)
+//   shrink   the linears after the LoRA shrink of every adapted row (v = scale A x)
+//   fused    the linears with the delta fused (linear_lora: the shrink, then the expand in
+//            the linear's epilogue), as the model runs them
+// The shrink's and the expand's costs (shrink - base, fused - shrink) are printed beside their
+// bytes (A, and B^T packed) at the read bandwidth measured in the same run: the gap between
+// the two is what bench_lora's step over its floor is made of. Gathered dispatch; row i on
+// adapter i (--shares 0) or i % k.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "servekit/kernels/host/lora.hpp"
+#include "servekit/weights/f32.hpp"
+
+namespace k = servekit::kernels;
+namespace kh = servekit::kernels::host;
+namespace w = servekit::weights;
+
+struct Linear {
+  int K, N;
+  kh::Packed<w::Matrix<w::F32>> W;
+  std::vector<float> b;
+  std::vector<std::vector<float>> a, bt;  // per adapter: A (rank, K), B^T packed
+  std::vector<k::LoraMats> tab;
+};
+
+int main(int argc, char** argv) {
+  CLI::App app{"the LoRA shrink and expand of a decode step's linears, beside their bytes"};
+  int batch = 64, shares = 0, reps = 15;
+  std::string ranks = "mixed";
+  app.add_option("--batch", batch, "rows")->check(CLI::Range(1, 1024));
+  app.add_option("--shares", shares, "0: row i on adapter i; k: row i on adapter i % k")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--ranks", ranks, "mixed (4..16 at random) or a fixed rank (1..64)");
+  app.add_option("--reps", reps, "timed reps (the median is kept)")->check(CLI::Range(1, 1000));
+  CLI11_PARSE(app, argc, argv);
+  if (ranks != "mixed" && (ranks.find_first_not_of("0123456789") != std::string::npos ||
+                           ranks.empty() || std::stoi(ranks) < 1 || std::stoi(ranks) > 64)) {
+    std::fprintf(stderr, "--ranks: '%s' is neither mixed nor a rank in 1..64\n", ranks.c_str());
+    return 2;
+  }
+  const int n_adapters = shares == 0 ? batch : std::min(shares, batch);
+  std::printf("measuring read bandwidth...\n");
+  const double gbs = servekit::bench::read_bandwidth_gbs();
+  std::printf("building 12 layers' linears and %d adapters each (random)...\n", n_adapters);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> g(0.f, 0.02f);
+  const int shapes[4][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+  std::vector<Linear> lin;
+  double a_bytes = 0, bt_bytes = 0;
+  for (int layer = 0; layer < 12; layer++)
+    for (const auto& s : shapes) {
+      Linear l{s[0], s[1], {}, std::vector<float>(s[1], 0.01f), {}, {}, {}};
+      std::vector<float> wf(static_cast<std::size_t>(l.K) * l.N);
+      for (auto& v : wf) v = g(rng);
+      l.W = kh::Packed<w::Matrix<w::F32>>::pack(w::Matrix<w::F32>{std::move(wf), l.K, l.N});
+      for (int i = 0; i < n_adapters; i++) {
+        const int r = ranks == "mixed" ? 4 + static_cast<int>(rng() % 13) : std::stoi(ranks);
+        std::vector<float> a(static_cast<std::size_t>(r) * l.K),
+            b(static_cast<std::size_t>(l.N) * r);
+        for (auto& v : a) v = g(rng);
+        for (auto& v : b) v = g(rng);
+        l.bt.push_back(k::pack_bt(b.data(), l.N, r));
+        l.a.push_back(std::move(a));
+        a_bytes += l.a.back().size() * sizeof(float);
+        bt_bytes += l.bt.back().size() * sizeof(float);
+      }
+      for (int i = 0; i < n_adapters; i++) {
+        k::LoraMats m;
+        m.a = l.a[i].data();
+        m.rank = static_cast<int>(l.a[i].size()) / l.K;
+        m.scale = 2.f;
+        m.bt = l.bt[i].data();
+        m.b = m.bt;  // the host kernels read bt only
+        l.tab.push_back(m);
+      }
+      lin.push_back(std::move(l));
+    }
+  std::vector<float> x(static_cast<std::size_t>(batch) * 3072), out(x.size());
+  std::vector<float> v(static_cast<std::size_t>(batch) * 64);
+  for (auto& e : x) e = g(rng);
+  std::vector<int32_t> ad(batch);
+  for (int i = 0; i < batch; i++) ad[i] = shares == 0 ? i : i % shares;
+  using E = k::Epilogue;
+  // 0 base, 1 shrink then base, 2 fused
+  auto run = [&](int how) {
+    const double t0 = servekit::bench::now_s();
+    for (auto& l : lin) {
+      k::LoraParams p{};
+      p.x = x.data(), p.ad = ad.data(), p.tab = l.tab.data(), p.n_slots = n_adapters;
+      p.v = v.data(), p.N = batch, p.K = l.K, p.Nout = l.N, p.max_rank = 64;
+      if (how == 2) {
+        kh::linear_lora<E::Store>(out.data(), x.data(), l.W, l.b.data(), batch, p, false);
+        continue;
+      }
+      if (how == 1) {
+        const auto& rows = kh::lora_detail::adapted_rows(p, false);
+        kh::lora_detail::shrink_rows(p, rows.data(), static_cast<int>(rows.size()));
+      }
+      kh::linear<E::Store>(out.data(), x.data(), l.W, l.b.data(), batch);
+    }
+    return (servekit::bench::now_s() - t0) * 1e3;
+  };
+  run(0), run(1), run(2);  // first touch
+  std::vector<double> t[3];
+  for (int r = 0; r < reps; r++) {
+    for (int how = 0; how < 3; how++) t[how].push_back(run(how));
+    std::fprintf(stderr, "\r  rep %d/%d", r + 1, reps);
+  }
+  std::fprintf(stderr, "\n");
+  const double base = servekit::bench::percentile(t[0], 50),
+               shrink = servekit::bench::percentile(t[1], 50),
+               fused = servekit::bench::percentile(t[2], 50);
+  const double a_ms = a_bytes / (gbs * 1e9) * 1e3, bt_ms = bt_bytes / (gbs * 1e9) * 1e3;
+  std::printf("batch %d, %d adapters (ranks %s); read bandwidth %.1f GB/s (this run)\n", batch,
+              n_adapters, ranks.c_str(), gbs);
+  std::printf("%-8s %9s %11s %13s %15s\n", "", "ms", "added ms", "bytes (MB)", "at bandwidth ms");
+  std::printf("%-8s %9.2f\n", "base", base);
+  std::printf("%-8s %9.2f %11.2f %13.1f %15.2f   (A read at %.1f GB/s)\n", "shrink", shrink,
+              shrink - base, a_bytes / 1e6, a_ms, a_bytes / ((shrink - base) * 1e6));
+  std::printf("%-8s %9.2f %11.2f %13.1f %15.2f   (B^T read at %.1f GB/s)\n", "expand", fused,
+              fused - shrink, bt_bytes / 1e6, bt_ms, bt_bytes / ((fused - shrink) * 1e6));
+  std::printf("fused over base %.3fx; floor (base + both at bandwidth) %.3fx\n", fused / base,
+              (base + a_ms + bt_ms) / base);
+}
