@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
         m.rank = static_cast<int>(l.a[i].size()) / l.K;
         m.scale = 2.f;
         m.bt = l.bt[i].data();
-        m.b = m.bt;  // the host kernels read bt only
+        // m.b stays null: the host kernels read bt only, and no reference runs here.
         l.tab.push_back(m);
       }
       lin.push_back(std::move(l));

@@ -32,9 +32,9 @@ struct RowScale {
 // about half the read bandwidth (docs/PERFORMANCE.md). Only rows the loop will read are asked
 // for (a paged cache's lookup of a row past the sequence would read past its block table).
 template <class E>
-inline __attribute__((always_inline)) void prefetch_head(const E* p, int hd) {
+SERVEKIT_HOST_INLINE void prefetch_head(const E* p, int hd) {
   const char* c = reinterpret_cast<const char*>(p);
-  for (int b = 0; b < hd * static_cast<int>(sizeof(E)); b += 64) __builtin_prefetch(c + b, 0, 3);
+  for (int b = 0; b < hd * static_cast<int>(sizeof(E)); b += 64) prefetch_kept<3>(c + b);
 }
 // How many keys ahead the scores and the weighted sums ask for theirs.
 inline constexpr int kAheadKeys = 8;
@@ -106,8 +106,8 @@ inline vec lane_sums(const vec* a) {
 // chains fit the registers beside q (AVX2, 64-wide heads: q takes 8 of the 16 ymm, so 4 chains
 // at a time, not 8 and a spill in the middle of each).
 template <int NV, class Key, class KScale>
-inline __attribute__((always_inline)) void score_block(float* att, const vec* qv, const Key& key,
-                                                       int t, int ahead, float scale, KScale& ks) {
+SERVEKIT_HOST_INLINE void score_block(float* att, const vec* qv, const Key& key, int t, int ahead,
+                                      float scale, KScale& ks) {
   constexpr int KG = NV + kLanes + 2 <= kRegisters ? kLanes : kLanes / 2;
   vec acc[kLanes];
   for (int g = 0; g < kLanes; g += KG) {
@@ -193,9 +193,8 @@ inline float weight(const float* att, float inv, int t, VScale& vs) {
 // the row's first), into b for odd ones; asks for values kAheadKeys on, below `ahead`. Returns
 // where it stopped (T, or T - 1 when [t, T) is odd).
 template <int NV, class Value, class VScale>
-inline __attribute__((always_inline)) int weighted_sum_pairs(vec* a, vec* b, const float* att,
-                                                             float inv, int t, int T, int ahead,
-                                                             const Value& value, VScale& vs) {
+SERVEKIT_HOST_INLINE int weighted_sum_pairs(vec* a, vec* b, const float* att, float inv, int t,
+                                            int T, int ahead, const Value& value, VScale& vs) {
   for (; t + 2 <= T; t += 2) {
     const auto* v0 = value(t);
     const auto* v1 = value(t + 1);

@@ -69,8 +69,10 @@ inline const float* bt_at(const LoraMats& m, int j, int n) {
   return m.bt + (static_cast<int64_t>(n / kBtCols) * m.rank + j) * kBtCols + n % kBtCols;
 }
 static_assert(kBtCols % kLanes == 0, "a vector of B^T's columns lies within one block");
-// The expand's column starts are run's blocks of kColumns and the fused linear's panels and
-// strips (multiples of kNR): each a whole number of vectors, so bt_at's vectors stay in a block.
+// The expand's column starts are run's blocks of kColumns, the fused linear's panels and strips
+// (multiples of kNR) and the one-row gemv's bands (edges on multiples of 16 floats, matmul.hpp):
+// each a whole number of vectors, so bt_at's vectors stay in a block. The first two are checked
+// here; the bands' 16 is a multiple of every target's kLanes (at most 16).
 static_assert(kColumns % kLanes == 0 && kNR % kLanes == 0, "expand starts on a vector");
 
 // y[0 .. n1 - n0) += sum_j v[j] Bt[j][n0 .. n1) (y: the row's output at column n0), each
@@ -236,8 +238,12 @@ struct LoraAdd {
       const int32_t a = p->ad[i];
       if (!lora_detail::adapts(*p, a) || (i > r0 && p->ad[i - 1] == a)) continue;
       const LoraMats& m = p->tab[a];
-      const char* s = reinterpret_cast<const char*>(lora_detail::bt_at(m, 0, b0 * kBtCols));
-      for (int l = 0; l < (b1 - b0) * m.rank; l++) prefetch_l2_kept(s + l * 64);
+      // Blocks b0 .. b1 are one run; its lines from the one holding its first float to its end.
+      // Integer arithmetic: that first line may start before the vector B^T lies in.
+      const auto s = reinterpret_cast<std::uintptr_t>(lora_detail::bt_at(m, 0, b0 * kBtCols));
+      const auto e = reinterpret_cast<std::uintptr_t>(lora_detail::bt_at(m, 0, b1 * kBtCols));
+      for (std::uintptr_t c = s & ~std::uintptr_t{63}; c < e; c += 64)
+        prefetch_kept<1>(reinterpret_cast<const void*>(c));
     }
   }
   void rows(int r0, int n, int n0, int cols, float* scratch, const float** out) const {

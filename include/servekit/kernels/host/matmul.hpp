@@ -164,14 +164,6 @@ inline void prefetch_l2(const void* p, int64_t off) {
                      1);
 }
 
-// The same for one line, kept: a function whose only effects are prefetches and its own locals
-// is pure to GCC, which then drops its calls (host/lora.hpp's asks for B's lines ahead were); the
-// empty volatile asm is an effect of its own.
-inline void prefetch_l2_kept(const void* p) {
-  __builtin_prefetch(p, 0, 1);
-  asm volatile("");
-}
-
 // A loop with a constant trip count, unrolled before the optimiser decides where its arrays
 // live (see tile). nvcc's front end, which also reads this header in a .cu, has no such pragma.
 #if defined(__CUDACC__)

@@ -38,6 +38,20 @@ constexpr const char* kIsa = "SSE";
 #endif
 using vec = float __attribute__((vector_size(kLanes * sizeof(float))));
 
+// Keeps a host-only helper inline, in a host compile and in nvcc's host pass of a .cu alike.
+#define SERVEKIT_HOST_INLINE inline __attribute__((always_inline))
+
+// Asks for p's line, into the levels __builtin_prefetch's Locality names (3, prefetcht0: every
+// level; 1, prefetcht2: L2 on the cores measured here, not L1). The empty volatile asm is an effect
+// of its own: GCC finds a function whose only effects are prefetches and its own locals pure, and
+// drops its calls (the LoRA expand's asks for B^T ahead, host/lora.hpp, measured no prefetch at all
+// until this).
+template <int Locality>
+SERVEKIT_HOST_INLINE void prefetch_kept(const void* p) {
+  __builtin_prefetch(p, 0, Locality);
+  asm volatile("");
+}
+
 // The register tile of the matmul micro-kernel: kMR rows of x times kNR columns of W, held in
 // kMR * kNR / kLanes accumulators, leaving registers for the W vectors and the broadcast x.
 // AVX-512: 8 x 32 (16 of 32 zmm); AVX2: 6 x 16 (12 of 16 ymm, the classic 6 x 16 shape).
