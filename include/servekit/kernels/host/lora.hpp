@@ -228,10 +228,13 @@ inline void lora_segmented(const LoraParams& p) {
 // tile's scratch, consecutive rows of one adapter together. p.v holds the rows' shrinks.
 struct LoraAdd {
   const LoraParams* p;
-  // Asks for the Bt lines of rows r0 .. r0 + n (the next call's, as a tile stores its rows in
-  // order), columns n0 .. n0 + cols, into L2. A row's lines there are one run of a few KB; met
-  // by demand one row after another, the runs came at 14-18 GB/s, well under the read
-  // bandwidth (bench_lora_linears), and asked for a call ahead at ~22 (docs/PERFORMANCE.md).
+  // Asks for the Bt lines of rows r0 .. r0 + n, columns n0 .. n0 + cols, into L2: rows() asks
+  // for the next two calls' rows (a tile stores its rows in order), and the linear for a task's
+  // first two (matmul.hpp, ask_rows_ahead). A row's lines there are one run of a few KB; met by
+  // demand one row after another, the runs came at 14-18 GB/s, well under the read bandwidth
+  // (bench_lora_linears); asked for one call ahead at ~22, one and two at ~24
+  // (docs/PERFORMANCE.md). A row is so asked for twice, which measured faster than asking once,
+  // two calls ahead (no faster than one call ahead); three calls ahead measured no better.
   void ask_ahead(int r0, int n, int n0, int cols) const {
     const int b0 = n0 / kBtCols, b1 = (n0 + cols + kBtCols - 1) / kBtCols;
     for (int i = r0; i < std::min(p->N, r0 + n); i++) {
@@ -248,7 +251,7 @@ struct LoraAdd {
   }
   void rows(int r0, int n, int n0, int cols, float* scratch, const float** out) const {
     const int R = std::max(p->max_rank, 1);
-    ask_ahead(r0 + n, n, n0, cols);
+    ask_ahead(r0 + n, 2 * n, n0, cols);
     for (int i = 0; i < n;) {
       const int32_t a = p->ad[r0 + i];
       if (!lora_detail::adapts(*p, a)) {

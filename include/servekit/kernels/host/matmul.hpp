@@ -103,6 +103,13 @@ concept RowAddend = requires(const A& a, float* s, const float** out) {
   a.rows(0, 1, 0, 0, s, out);
 };
 
+// An addend that reads memory of its own may also ask for a call's lines ahead of it:
+// ask_ahead(r0, n, n0, cols), a prefetch of what rows(r0, n, n0, cols, ...) will read.
+template <class A>
+inline void ask_rows_ahead(const A& a, int r0, int n, int n0, int cols) {
+  if constexpr (requires { a.ask_ahead(r0, n, n0, cols); }) a.ask_ahead(r0, n, n0, cols);
+}
+
 struct DenseAdd {
   const float* p = nullptr;  // (M, N) or nullptr
   int N = 0;
@@ -422,10 +429,15 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
                             (cols + kNR - 1) / kNR, kn);
                 continue;
               }
-              for (int c0 = 0; c0 < cols; c0 += kNR)
+              for (int c0 = 0; c0 < cols; c0 += kNR) {
+                // The addend's first two calls asked for while the last strip is summed: later
+                // calls ask for their own successors (host/lora.hpp), these would come unasked.
+                if (c0 + kNR >= cols && k0 + kn == K)
+                  ask_rows_ahead(add, m0, 2 * kAddRows, n0, cols);
                 for (int r0 = 0; r0 < rows; r0 += th)
                   tile_rows(std::min(th, rows - r0), p + r0 * NB + c0, NB,
                             xb + static_cast<int64_t>(r0) * K + k0, K, strip(c0), kNR, kn);
+              }
               continue;
             }
             // W in (K, N) order: a tile's kNR-wide strip is one or two cache lines per row, N
