@@ -162,9 +162,10 @@ inline float widen(int8_t q) {  // an int8 cache's code; its row's scale is appl
 }
 
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_*, which it then reports
-// as maybe uninitialised (GCC bug 105593, fixed in 13).
+// as uninitialised or maybe so (GCC bug 105593, fixed in 13).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 // kLanes consecutive weights widened to fp32: one instruction where the ISA has it (F16C's
