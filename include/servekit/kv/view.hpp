@@ -6,6 +6,7 @@
 // once, for the host and the device kernels alike.
 #include <cstdint>
 
+#include "servekit/core/divider.hpp"
 #include "servekit/core/hd.hpp"
 
 namespace servekit::kv {
@@ -19,15 +20,17 @@ struct ContiguousRows {
   }
 };
 
+// A row's block is row / B by a multiply (Divider): the division was a sixth of the host
+// attention's time over a paged cache (docs/PERFORMANCE.md).
 struct PagedRows {
   const int32_t* block_table;  // (slots, table_stride)
   int32_t table_stride;
-  int32_t block_tokens;
+  Divider block_tokens;  // B
   int32_t C;
   SERVEKIT_HD SERVEKIT_FORCE_INLINE int64_t operator()(int32_t slot, int32_t row) const {
-    const int32_t block =
-        block_table[static_cast<int64_t>(slot) * table_stride + row / block_tokens];
-    return (static_cast<int64_t>(block) * block_tokens + row % block_tokens) * C;
+    const int32_t i = block_tokens.quot(row);
+    const int32_t block = block_table[static_cast<int64_t>(slot) * table_stride + i];
+    return (static_cast<int64_t>(block) * block_tokens.d + (row - i * block_tokens.d)) * C;
   }
 };
 
@@ -65,7 +68,7 @@ struct PagedView {
   T* v;                        // (n_blocks, B, C)
   const int32_t* block_table;  // (slots, table_stride), -1 where no block is held
   int32_t table_stride;        // ceil(max_len / B)
-  int32_t block_tokens;        // B
+  Divider block_tokens;        // B
   int32_t C;
   KvScales scales = {};
   PagedRows rows() const { return {block_table, table_stride, block_tokens, C}; }

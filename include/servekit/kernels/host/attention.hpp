@@ -67,6 +67,44 @@ void attention(float* out,        // (N, C)
     if (r == N || slot[r] != slot[r - 1]) runs.push_back(r);
   int alone = 0;
   for (std::size_t i = 0; i + 1 < runs.size(); i++) alone += runs[i + 1] - runs[i] == 1;
+  // A cache whose rows are looked up (a paged one's block table): a prompt chunk's run of rows
+  // has its keys' offsets looked up once, here, rather than at every access of every task and
+  // pass (scores, each slice of the weighted sums, for each row pair and head): those lookups
+  // stood between every key and its load, and made a paged cache's prompt chunks 1.2-1.4x the
+  // contiguous cache's (docs/PERFORMANCE.md). key_at[key_base[r] + t]: row r's key t.
+  constexpr bool kLookup = requires {
+    kv.block_table;
+  };
+  constexpr int64_t kNone = INT64_MIN;
+  std::vector<int64_t> key_at, key_base;
+  if constexpr (kLookup) {
+    key_base.assign(N, kNone);
+    for (std::size_t i = 0; i + 1 < runs.size(); i++) {
+      const int r0 = runs[i], r1 = runs[i + 1];
+      if (r1 == r0 + 1) continue;  // a row alone: a task looks each key up once anyway
+      int lo = first[r0], hi = row[r0] + 1;
+      for (int r = r0; r < r1; r++) lo = std::min(lo, first[r]), hi = std::max(hi, row[r] + 1);
+      for (int r = r0; r < r1; r++) key_base[r] = static_cast<int64_t>(key_at.size()) - lo;
+      for (int t = lo; t < hi; t++) key_at.push_back(kv.offset(slot[r0], t));
+    }
+  }
+  // Row r's key t -> its element offset in the cache.
+  struct RowAt {
+    const View* kv;
+    int32_t s;
+    const int64_t* table;  // nullptr: looked up at each access
+    int64_t base;
+    SERVEKIT_FORCE_INLINE int64_t operator()(int t) const {
+      if constexpr (kLookup)
+        if (table) return table[base + t];
+      return kv->offset(s, t);
+    }
+  };
+  auto row_at = [&](int r) {
+    if constexpr (kLookup)
+      if (key_base[r] != kNone) return RowAt{&kv, slot[r], key_at.data(), key_base[r]};
+    return RowAt{&kv, slot[r], nullptr, 0};
+  };
   const int groups =
       across && alone > 0 ? std::min(n_head, (4 * host_threads() + alone - 1) / alone) : 1;
   const int group_heads = (n_head + groups - 1) / groups;
@@ -93,12 +131,12 @@ void attention(float* out,        // (N, C)
 #if defined(__AVX512F__) || defined(__AVX2__)
     const int h1 = std::min(n_head, h0 + group_heads);
     const View* view = &kv;
-    const int32_t s = slot[r];
+    const RowAt ra = row_at(r);
     auto head = [&](int h) {
       const int64_t off = static_cast<int64_t>(h) * hd;
-      auto key = [view, s, off](int t) { return view->k + view->offset(s, t) + off; };
-      auto value = [view, s, off](int t) { return view->v + view->offset(s, t) + off; };
-      auto at = [view, s, off](int t) { return view->scales.at(view->offset(s, t) + off); };
+      auto key = [view, ra, off](int t) { return view->k + ra(t) + off; };
+      auto value = [view, ra, off](int t) { return view->v + ra(t) + off; };
+      auto at = [view, ra, off](int t) { return view->scales.at(ra(t) + off); };
       auto k_scale = [view, at](int t) { return view->scales.k[at(t)]; };
       auto v_scale = [view, at](int t) { return view->scales.v[at(t)]; };
       if constexpr (kScaled)
@@ -136,11 +174,12 @@ void attention(float* out,        // (N, C)
         const bool two = order[i] & 1;
         const float* q = qkv + static_cast<int64_t>(r) * 3 * C + h * hd;
         const int t0 = first[r], T = row[r] + 1;
-        auto key = [&](int t) { return kv.k + kv.offset(slot[r], t) + h * hd; };
-        auto value = [&](int t) { return kv.v + kv.offset(slot[r], t) + h * hd; };
+        const RowAt ra = row_at(r);
+        auto key = [&](int t) { return kv.k + ra(t) + h * hd; };
+        auto value = [&](int t) { return kv.v + ra(t) + h * hd; };
         float* o = out + static_cast<int64_t>(r) * C + h * hd;
         // An int8 cache: each key's and value's scale for this head; otherwise none at all.
-        auto at = [&](int t) { return kv.scales.at(kv.offset(slot[r], t) + h * hd); };
+        auto at = [&](int t) { return kv.scales.at(ra(t) + h * hd); };
         auto k_scale = [&](int t) { return kv.scales.k[at(t)]; };
         auto v_scale = [&](int t) { return kv.scales.v[at(t)]; };
         const auto ks = [&] {
