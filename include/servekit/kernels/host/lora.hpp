@@ -70,10 +70,10 @@ inline const float* bt_at(const LoraMats& m, int j, int n) {
 }
 static_assert(kBtCols % kLanes == 0, "a vector of B^T's columns lies within one block");
 // The expand's column starts are run's blocks of kColumns, the fused linear's panels and strips
-// (multiples of kNR) and the one-row gemv's bands (edges on multiples of 16 floats, matmul.hpp):
-// each a whole number of vectors, so bt_at's vectors stay in a block. The first two are checked
-// here; the bands' 16 is a multiple of every target's kLanes (at most 16).
-static_assert(kColumns % kLanes == 0 && kNR % kLanes == 0, "expand starts on a vector");
+// (multiples of kNR) and the one-row gemv's bands (edges on multiples of kBandFloats,
+// matmul.hpp): each a whole number of vectors, so bt_at's vectors stay in a block.
+static_assert(kColumns % kLanes == 0 && kNR % kLanes == 0 && kBandFloats % kLanes == 0,
+              "expand starts on a vector");
 
 // y[0 .. n1 - n0) += sum_j v[j] Bt[j][n0 .. n1) (y: the row's output at column n0), each
 // column's sum an FMA chain over j from zero (the scalar tail's std::fma is the vector FMA).

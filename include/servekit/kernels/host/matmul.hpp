@@ -303,7 +303,9 @@ inline void tile_packed(int rows, float* acc, int ld, const float* x, int ldx, c
 }
 
 // One row: bandwidth-bound on W. Each thread owns a band of output columns [n0, n1) and streams
-// W's rows through it in order; runs of >= 64 columns keep the prefetcher streaming.
+// W's rows through it in order; runs of >= 64 columns keep the prefetcher streaming. Band edges
+// on kBandFloats-float (64 B) lines, so two threads never share a cache line of out.
+inline constexpr int kBandFloats = 16;
 template <Epilogue E, class T, RowAddend A>
 void gemv(float* out, const float* x, const WeightView<T>& W, const float* b, const A& add) {
   const int K = W.K, N = W.N;
@@ -313,9 +315,10 @@ void gemv(float* out, const float* x, const WeightView<T>& W, const float* b, co
   parallel_for(
       n_bands,
       [&](int i) {
-        // Band edges on 16-float (64 B) lines, so two threads never share a cache line of out.
         auto edge = [&](int j) {
-          return j == n_bands ? N : static_cast<int>(static_cast<int64_t>(N) * j / n_bands) & ~15;
+          return j == n_bands
+                     ? N
+                     : static_cast<int>(static_cast<int64_t>(N) * j / n_bands) & ~(kBandFloats - 1);
         };
         const int n0 = edge(i), n1 = edge(i + 1), cols = n1 - n0;
         if (cols <= 0) return;
