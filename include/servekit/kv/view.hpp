@@ -20,8 +20,8 @@ struct ContiguousRows {
   }
 };
 
-// A row's block is row / B by a multiply (Divider): the division was a sixth of the host
-// attention's time over a paged cache (docs/PERFORMANCE.md).
+// A row's block is row / B by a multiply (Divider): a hardware division by the run-time B held
+// 16.8% of a paged decode row's weighted-sum samples on a Zen 4 (docs/PERFORMANCE.md).
 struct PagedRows {
   const int32_t* block_table;  // (slots, table_stride)
   int32_t table_stride;

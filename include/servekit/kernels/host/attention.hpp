@@ -70,7 +70,7 @@ void attention(float* out,        // (N, C)
   // A cache whose rows are looked up (a paged one's block table): a prompt chunk's run of rows
   // has its keys' offsets looked up once, here, rather than at every access of every task and
   // pass (scores, each slice of the weighted sums, for each row pair and head): those lookups
-  // stood between every key and its load, and made a paged cache's prompt chunks 1.2-1.4x the
+  // stood between every key and its load, and made a paged cache's prompt chunks ~1.25x the
   // contiguous cache's (docs/PERFORMANCE.md). key_at[key_base[r] + t]: row r's key t.
   constexpr bool kLookup = requires {
     kv.block_table;
