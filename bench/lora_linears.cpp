@@ -10,6 +10,10 @@
 // bytes (A, and B^T packed) at the read bandwidth measured in the same run: the gap between
 // the two is what bench_lora's step over its floor is made of. Gathered dispatch; row i on
 // adapter i (--shares 0) or i % k.
+// --kernels: the two kernels alone instead, on one thread, as a prompt's rows of one adapter
+// meet them: the shrink of a task's 128 rows (shrink_rows) and their expand as the fused
+// linear's epilogue asks for it (LoraAdd::rows, 4 rows x a 256-column panel a call), per
+// linear shape, in GFLOP/s beside one thread's FMA peak measured in the same run.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -25,6 +29,62 @@
 namespace k = servekit::kernels;
 namespace kh = servekit::kernels::host;
 namespace w = servekit::weights;
+
+// --kernels (above): best of reps, so that a neighbour's burst on a shared core is not what is
+// measured.
+void kernels(int rank, int reps) {
+  servekit::set_host_threads(1);
+  std::printf("measuring one thread's FMA peak...\n");
+  const double peak = servekit::bench::fma_gflops() / omp_get_max_threads();
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> g(0.f, 0.02f);
+  constexpr int N = 128;
+  std::printf("rows %d of one adapter, rank %d, one thread; FMA peak %.1f GFLOP/s (this run)\n", N,
+              rank, peak);
+  std::printf("%6s %6s %14s %9s %14s %9s\n", "K", "Nout", "shrink GFLOP/s", "of peak",
+              "expand GFLOP/s", "of peak");
+  const int shapes[4][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+  float sink = 0;
+  for (const auto& sh : shapes) {
+    const int K = sh[0], Nout = sh[1];
+    std::vector<float> x(static_cast<std::size_t>(N) * K), a(static_cast<std::size_t>(rank) * K),
+        b(static_cast<std::size_t>(Nout) * rank), v(static_cast<std::size_t>(N) * rank);
+    for (auto* e : {&x, &a, &b})
+      for (auto& f : *e) f = g(rng);
+    const std::vector<float> bt = k::pack_bt(b.data(), Nout, rank);
+    k::LoraMats m;
+    m.a = a.data(), m.rank = rank, m.scale = 2.f, m.bt = bt.data();
+    std::vector<int32_t> ad(N, 0), rows(N);
+    for (int i = 0; i < N; i++) rows[i] = i;
+    k::LoraParams p{};
+    p.x = x.data(), p.ad = ad.data(), p.tab = &m, p.n_slots = 1, p.v = v.data();
+    p.N = N, p.K = K, p.Nout = Nout, p.max_rank = rank;
+    std::vector<float> scratch(static_cast<std::size_t>(kh::kAddRows) * 256);
+    auto best_s = [&](auto&& fn) {
+      double best = 1e30;
+      for (int r = 0; r < reps; r++) {
+        const double t0 = servekit::bench::now_s();
+        fn();
+        best = std::min(best, servekit::bench::now_s() - t0);
+      }
+      return best;
+    };
+    const double ts = best_s([&] { kh::lora_detail::shrink_rows(p, rows.data(), N); });
+    const kh::LoraAdd add{&p};
+    const double te = best_s([&] {
+      for (int n0 = 0; n0 < Nout; n0 += 256)
+        for (int r0 = 0; r0 < N; r0 += kh::kAddRows) {
+          const float* out[kh::kAddRows];
+          add.rows(r0, kh::kAddRows, n0, std::min(256, Nout - n0), scratch.data(), out);
+          sink += out[0][0];
+        }
+    });
+    const double gs = 2.0 * N * K * rank / ts * 1e-9, ge = 2.0 * N * Nout * rank / te * 1e-9;
+    std::printf("%6d %6d %14.1f %8.0f%% %14.1f %8.0f%%\n", K, Nout, gs, 100 * gs / peak, ge,
+                100 * ge / peak);
+  }
+  if (sink == 12345.f) std::printf(" ");  // keeps the expand's results live
+}
 
 struct Linear {
   int K, N;
@@ -43,11 +103,19 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   app.add_option("--ranks", ranks, "mixed (4..16 at random) or a fixed rank (1..64)");
   app.add_option("--reps", reps, "timed reps (the median is kept)")->check(CLI::Range(1, 1000));
+  bool kernel_only = false;
+  app.add_flag("--kernels", kernel_only,
+               "the shrink and expand kernels alone, one thread, rows of one adapter (rank: "
+               "--ranks, 16 if mixed), best of 20 x --reps, beside the FMA peak");
   CLI11_PARSE(app, argc, argv);
   if (ranks != "mixed" && (ranks.find_first_not_of("0123456789") != std::string::npos ||
                            ranks.empty() || std::stoi(ranks) < 1 || std::stoi(ranks) > 64)) {
     std::fprintf(stderr, "--ranks: '%s' is neither mixed nor a rank in 1..64\n", ranks.c_str());
     return 2;
+  }
+  if (kernel_only) {
+    kernels(ranks == "mixed" ? 16 : std::stoi(ranks), 20 * reps);
+    return 0;
   }
   const int n_adapters = shares == 0 ? batch : std::min(shares, batch);
   std::printf("measuring read bandwidth...\n");

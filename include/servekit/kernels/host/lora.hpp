@@ -43,7 +43,16 @@ inline bool adapts(const LoraParams& p, int32_t a) {
   return ref::detail::adapts({p.tab, static_cast<std::size_t>(p.n_slots)}, a);
 }
 
-// v (rank) = scale * A x. Four rows of A at a time, so that four FMA chains are in flight; each
+// A shrink's output, scale * (A[j] . x), with -0 made +0 (what 0 + v would give; the expands
+// once broadcast v[j] so, an add each): a -0 would change a sum's sign of zero only, but the
+// vector and the scalar expand must agree to the bit. A select, not 0 + v, which FMA
+// contraction would fold into the product.
+inline float shrunk(const LoraMats& m, float dot) {
+  const float v = m.scale * dot;
+  return v == 0.f ? 0.f : v;
+}
+
+// v (rank) = shrunk(A x). Four rows of A at a time, so that four FMA chains are in flight; each
 // v[j] is still host/attention.hpp's dot(x, A[j]), the same bits.
 inline void shrink(float* v, const float* x, const LoraMats& m, int K) {
   int j = 0;
@@ -57,10 +66,10 @@ inline void shrink(float* v, const float* x, const LoraMats& m, int K) {
       s2 = madd(xd, load(a + 2 * K + d), s2);
       s3 = madd(xd, load(a + 3 * K + d), s3);
     }
-    v[j] = m.scale * lane_sum(s0), v[j + 1] = m.scale * lane_sum(s1);
-    v[j + 2] = m.scale * lane_sum(s2), v[j + 3] = m.scale * lane_sum(s3);
+    v[j] = shrunk(m, lane_sum(s0)), v[j + 1] = shrunk(m, lane_sum(s1));
+    v[j + 2] = shrunk(m, lane_sum(s2)), v[j + 3] = shrunk(m, lane_sum(s3));
   }
-  for (; j < m.rank; j++) v[j] = m.scale * dot(x, m.a + static_cast<int64_t>(j) * K, K);
+  for (; j < m.rank; j++) v[j] = shrunk(m, dot(x, m.a + static_cast<int64_t>(j) * K, K));
 }
 
 // B^T's element (j, n) in its packed blocks (LoraMats::bt); a vector at a column n that is a
@@ -82,7 +91,7 @@ inline void expand(float* y, const float* v, const LoraMats& m, int n0, int n1) 
   for (; n + 2 * kLanes <= n1; n += 2 * kLanes) {
     vec s0{}, s1{};
     for (int j = 0; j < m.rank; j++) {
-      const vec vj = vec{} + v[j];
+      const vec vj = broadcast(v + j);
       s0 = madd(vj, load(bt_at(m, j, n)), s0);
       s1 = madd(vj, load(bt_at(m, j, n + kLanes)), s1);
     }
@@ -100,8 +109,10 @@ inline void expand(float* y, const float* v, const LoraMats& m, int n0, int n1) 
 // Vectors of columns expand_rows takes per pass: KR x kExpandVecs accumulators.
 constexpr int kExpandVecs = kRegisters == 32 ? 4 : 2;
 
-// expand for KR rows of one adapter at once (y: KR rows ldy apart, v: KR rows ldv apart): each
-// load of Bt feeds KR rows' FMAs. Every column's sum is still the chain over j from zero.
+// The deltas of KR rows of one adapter (y: KR rows ldy apart, v: KR rows ldv apart) written to
+// y, not added: each value 0 + the sum, a zeroed row's bits after expand, without zeroing the
+// rows first and reading them back (a store, a load and a store more per vector). Each load of
+// Bt feeds KR rows' FMAs; every column's sum is still the chain over j from zero.
 template <int KR>
 void expand_rows(float* y, int ldy, const float* v, int ldv, const LoraMats& m, int n0, int n1) {
   constexpr int CW = kExpandVecs;
@@ -110,18 +121,25 @@ void expand_rows(float* y, int ldy, const float* v, int ldv, const LoraMats& m, 
     vec s[KR][CW] = {};
     for (int j = 0; j < m.rank; j++) {
       vec b[CW];
-      for (int c = 0; c < CW; c++) b[c] = load(bt_at(m, j, n + c * kLanes));
+      for (int c = 0; c < CW; c++) {
+        b[c] = load(bt_at(m, j, n + c * kLanes));
+        if constexpr (KR > 1) in_register(b[c]);  // one load for the KR rows
+      }
       for (int r = 0; r < KR; r++) {
-        const vec vj = vec{} + v[r * ldv + j];
+        const vec vj = broadcast(v + r * ldv + j);
         for (int c = 0; c < CW; c++) s[r][c] = madd(vj, b[c], s[r][c]);
       }
     }
     for (int r = 0; r < KR; r++) {
       float* o = y + r * ldy + (n - n0);
-      for (int c = 0; c < CW; c++) store(o + c * kLanes, load(o + c * kLanes) + s[r][c]);
+      for (int c = 0; c < CW; c++) store(o + c * kLanes, vec{} + s[r][c]);
     }
   }
-  for (int r = 0; r < KR; r++) expand(y + r * ldy + (n - n0), v + r * ldv, m, n, n1);
+  for (int r = 0; r < KR; r++) {
+    float* o = y + r * ldy + (n - n0);
+    std::fill(o, o + (n1 - n), 0.f);
+    expand(o, v + r * ldv, m, n, n1);
+  }
 }
 
 // shrink for two rows of one adapter at once (v0, x0 and v1, x1): each load of A feeds both
@@ -137,20 +155,23 @@ inline void shrink2(float* v0, float* v1, const float* x0, const float* x1, cons
     const float* a = m.a + static_cast<int64_t>(j) * K;
     vec s[2][4] = {};
     for (int d = 0; d < K; d += kLanes) {
-      const vec a0 = load(a + d), a1 = load(a + K + d), a2 = load(a + 2 * K + d),
-                a3 = load(a + 3 * K + d);
-      const vec xa = load(x0 + d), xb = load(x1 + d);
+      vec a0 = load(a + d), a1 = load(a + K + d), a2 = load(a + 2 * K + d),
+          a3 = load(a + 3 * K + d);
+      // Six loads for eight FMAs: GCC would otherwise fold each load into every FMA using it.
+      vec xa = load(x0 + d), xb = load(x1 + d);
+      in_register(a0), in_register(a1), in_register(a2), in_register(a3);
+      in_register(xa), in_register(xb);
       s[0][0] = madd(xa, a0, s[0][0]), s[0][1] = madd(xa, a1, s[0][1]);
       s[0][2] = madd(xa, a2, s[0][2]), s[0][3] = madd(xa, a3, s[0][3]);
       s[1][0] = madd(xb, a0, s[1][0]), s[1][1] = madd(xb, a1, s[1][1]);
       s[1][2] = madd(xb, a2, s[1][2]), s[1][3] = madd(xb, a3, s[1][3]);
     }
     for (int i = 0; i < 4; i++)
-      v0[j + i] = m.scale * lane_sum(s[0][i]), v1[j + i] = m.scale * lane_sum(s[1][i]);
+      v0[j + i] = shrunk(m, lane_sum(s[0][i])), v1[j + i] = shrunk(m, lane_sum(s[1][i]));
   }
   for (; j < m.rank; j++) {
-    v0[j] = m.scale * dot(x0, m.a + static_cast<int64_t>(j) * K, K);
-    v1[j] = m.scale * dot(x1, m.a + static_cast<int64_t>(j) * K, K);
+    v0[j] = shrunk(m, dot(x0, m.a + static_cast<int64_t>(j) * K, K));
+    v1[j] = shrunk(m, dot(x1, m.a + static_cast<int64_t>(j) * K, K));
   }
 }
 
@@ -235,11 +256,16 @@ struct LoraAdd {
   // (bench_lora_linears); asked for one call ahead at ~22, one and two at ~24
   // (docs/PERFORMANCE.md). A row is so asked for twice, which measured faster than asking once,
   // two calls ahead (no faster than one call ahead); three calls ahead measured no better.
-  void ask_ahead(int r0, int n, int n0, int cols) const {
+  // A row whose previous row has its adapter is not asked for: those lines were just read or
+  // asked for (one adapter for a prompt's rows asked its whole panel again at every call, 256
+  // prefetches per 2048 FMAs). From the linear (a task's first rows) the row before r0 is
+  // another task's, long ago: r0 is asked for.
+  void ask_ahead(int r0, int n, int n0, int cols) const { ask(r0, n, n0, cols, r0 + 1); }
+  void ask(int r0, int n, int n0, int cols, int first_known) const {
     const int b0 = n0 / kBtCols, b1 = (n0 + cols + kBtCols - 1) / kBtCols;
     for (int i = r0; i < std::min(p->N, r0 + n); i++) {
       const int32_t a = p->ad[i];
-      if (!lora_detail::adapts(*p, a) || (i > r0 && p->ad[i - 1] == a)) continue;
+      if (!lora_detail::adapts(*p, a) || (i >= first_known && p->ad[i - 1] == a)) continue;
       const LoraMats& m = p->tab[a];
       // Blocks b0 .. b1 are one run; its lines from the one holding its first float to its end.
       // Integer arithmetic: that first line may start before the vector B^T lies in.
@@ -251,7 +277,7 @@ struct LoraAdd {
   }
   void rows(int r0, int n, int n0, int cols, float* scratch, const float** out) const {
     const int R = std::max(p->max_rank, 1);
-    ask_ahead(r0 + n, 2 * n, n0, cols);
+    ask(r0 + n, 2 * n, n0, cols, r0 + n);  // row r0 + n - 1's lines are read below
     for (int i = 0; i < n;) {
       const int32_t a = p->ad[r0 + i];
       if (!lora_detail::adapts(*p, a)) {
@@ -260,8 +286,7 @@ struct LoraAdd {
       }
       int k = 1;
       while (i + k < n && p->ad[r0 + i + k] == a) k++;
-      float* y = scratch + static_cast<int64_t>(i) * cols;
-      std::fill(y, y + static_cast<int64_t>(k) * cols, 0.f);  // 0 + delta: a zeroed matrix's bits
+      float* y = scratch + static_cast<int64_t>(i) * cols;  // 0 + delta: a zeroed matrix's bits
       const float* v = p->v + static_cast<int64_t>(r0 + i) * R;
       const LoraMats& m = p->tab[a];
       switch (k) {

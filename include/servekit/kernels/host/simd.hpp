@@ -52,6 +52,17 @@ SERVEKIT_HOST_INLINE void prefetch_kept(const void* p) {
   asm volatile("");
 }
 
+// Pins v to a register at this point: GCC folds a vector loaded once and used by several FMAs
+// into each FMA as a memory operand, one load per use, which makes a loop bound by its loads
+// (the LoRA shrink's: 10 loads for 8 FMAs, host/lora.hpp).
+SERVEKIT_HOST_INLINE void in_register(vec& v) {
+#if defined(__AVX__)
+  asm("" : "+v"(v));
+#else
+  (void)v;
+#endif
+}
+
 // The register tile of the matmul micro-kernel: kMR rows of x times kNR columns of W, held in
 // kMR * kNR / kLanes accumulators, leaving registers for the W vectors and the broadcast x.
 // AVX-512: 8 x 32 (16 of 32 zmm); AVX2: 6 x 16 (12 of 16 ymm, the classic 6 x 16 shape).
