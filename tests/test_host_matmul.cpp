@@ -143,7 +143,7 @@ void check_vs_ref(int M, int K, int N, std::mt19937& rng) {
     std::fill(got.begin(), got.end(), std::numeric_limits<float>::quiet_NaN());
   k::linear<E>(got.data(), x.data(), servekit::test::host_form(W), b.data(), M, add.data());
   ref::linear<E>(want.data(), x.data(), W, b.data(), M, add.data());
-  int bad = 0, first = -1;  // counted, not one assertion each: this runs under TSan too
+  int bad = 0, first = -1;  // counted, not one assertion each: a million outputs per format
   for (int i = 0; i < M * N; i++) {
     double mag = std::abs(b[i % N]) + std::abs(add[i]) + std::abs(base[i]);
     for (int kk = 0; kk < K; kk++) mag += std::abs(x[i / N * K + kk]) * 3.0;  // |q s| + |min| <= 3
@@ -157,8 +157,8 @@ void check_vs_ref(int M, int K, int N, std::mt19937& rng) {
 }
 }  // namespace
 
-TEMPLATE_TEST_CASE("host linear == its kernels/ref oracle, every format, awkward shapes", "",
-                   w::F32, w::F16, w::BF16, w::U8ZeroPoint<w::PerTensor>,
+TEMPLATE_TEST_CASE("host linear == its kernels/ref oracle, every format, awkward shapes",
+                   "[oracle]", w::F32, w::F16, w::BF16, w::U8ZeroPoint<w::PerTensor>,
                    w::U8ZeroPoint<w::PerChannel>, w::U8ZeroPoint<w::Group<4>>,
                    w::U8ZeroPoint<w::Group<64>>, w::W8A8<w::PerTensor>, w::W8A8<w::PerChannel>,
                    w::W8A8<w::Group<4>>, w::W8A8<w::Group<64>>) {
