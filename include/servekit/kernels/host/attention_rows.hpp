@@ -292,7 +292,8 @@ inline int scores_pair(float* att0, float* att1, const float* q0, const float* q
       const auto* k = key(t + j);
       acc[j] = vec{}, acc[KB + j] = vec{};
       for (int i = 0; i < NV; i++) {
-        const vec kv = load(k + i * kLanes);
+        vec kv = load(k + i * kLanes);
+        in_register(kv);  // one load for both rows (simd.hpp)
         if constexpr (kQInRegisters) {
           acc[j] = madd(qa[i], kv, acc[j]);
           acc[KB + j] = madd(qb[i], kv, acc[KB + j]);
@@ -327,7 +328,8 @@ inline void weighted_sum_pair_slice(float* o0, float* o1, const float* att0, con
     const vec p00 = vec{} + weight(att0, inv0, t, vs), p01 = vec{} + weight(att0, inv0, t + 1, vs);
     const vec p10 = vec{} + weight(att1, inv1, t, vs), p11 = vec{} + weight(att1, inv1, t + 1, vs);
     for (int i = 0; i < NV; i++) {
-      const vec x0 = load(v0 + i * kLanes), x1 = load(v1 + i * kLanes);
+      vec x0 = load(v0 + i * kLanes), x1 = load(v1 + i * kLanes);
+      in_register(x0), in_register(x1);  // one load for both rows (simd.hpp)
       a0[i] = madd(p00, x0, a0[i]), b0[i] = madd(p01, x1, b0[i]);
       a1[i] = madd(p10, x0, a1[i]), b1[i] = madd(p11, x1, b1[i]);
     }
