@@ -46,6 +46,19 @@ inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The fastest of reps runs of f, in seconds: on a shared machine a neighbour's burst slows some
+// runs, never speeds one up.
+template <class F>
+double best_seconds(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    const double t0 = now_s();
+    f();
+    best = std::min(best, now_s() - t0);
+  }
+  return best;
+}
+
 // Best-of-n streaming read of a buffer much larger than the caches, all threads: GB/s.
 inline double read_bandwidth_gbs(std::size_t bytes = std::size_t(1) << 30, int reps = 5) {
   std::vector<float> buf(bytes / sizeof(float));

@@ -24,12 +24,11 @@ namespace h = servekit::kernels::host;
 template <class Call>
 void time_calls(const char* fmt, const char* layout, int M, int K, int N, std::size_t w_bytes,
                 int n_mats, double bw, double peak, Call call) {
-  double best = 1e30;
-  for (int rep = 0; rep < 5; rep++) {
-    const double t0 = sk::bench::now_s();
-    for (int i = 0; i < n_mats; i++) call(i);
-    best = std::min(best, (sk::bench::now_s() - t0) / n_mats);
-  }
+  const double best = sk::bench::best_seconds(5,
+                                              [&] {
+                                                for (int i = 0; i < n_mats; i++) call(i);
+                                              }) /
+                      n_mats;
   const double gbs = w_bytes / best / 1e9, gflops = 2.0 * K * N * M / best / 1e9;
   std::printf("%-4s %-6s %4d %5d %6d %10.1f %8.1f %7.0f%% %9.1f %7.0f%%\n", fmt, layout, M, K, N,
               best * 1e6, gbs, 100 * gbs / bw, gflops, 100 * gflops / peak);

@@ -30,8 +30,7 @@ namespace k = servekit::kernels;
 namespace kh = servekit::kernels::host;
 namespace w = servekit::weights;
 
-// --kernels (above): best of reps, so that a neighbour's burst on a shared core is not what is
-// measured.
+// --kernels (above), each kernel's best of reps (bench::best_seconds).
 void kernels(int rank, int reps) {
   servekit::set_host_threads(1);
   std::printf("measuring one thread's FMA peak...\n");
@@ -60,18 +59,10 @@ void kernels(int rank, int reps) {
     p.x = x.data(), p.ad = ad.data(), p.tab = &m, p.n_slots = 1, p.v = v.data();
     p.N = N, p.K = K, p.Nout = Nout, p.max_rank = rank;
     std::vector<float> scratch(static_cast<std::size_t>(kh::kAddRows) * 256);
-    auto best_s = [&](auto&& fn) {
-      double best = 1e30;
-      for (int r = 0; r < reps; r++) {
-        const double t0 = servekit::bench::now_s();
-        fn();
-        best = std::min(best, servekit::bench::now_s() - t0);
-      }
-      return best;
-    };
-    const double ts = best_s([&] { kh::lora_detail::shrink_rows(p, rows.data(), N); });
+    using servekit::bench::best_seconds;
+    const double ts = best_seconds(reps, [&] { kh::lora_detail::shrink_rows(p, rows.data(), N); });
     const kh::LoraAdd add{&p};
-    const double te = best_s([&] {
+    const double te = best_seconds(reps, [&] {
       for (int n0 = 0; n0 < Nout; n0 += 256)
         for (int r0 = 0; r0 < N; r0 += kh::kAddRows) {
           const float* out[kh::kAddRows];
