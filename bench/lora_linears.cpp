@@ -8,12 +8,14 @@
 //            the linear's epilogue), as the model runs them
 // The shrink's and the expand's costs (shrink - base, fused - shrink) are printed beside their
 // bytes (A, and B^T packed) at the read bandwidth measured in the same run: the gap between
-// the two is what bench_lora's step over its floor is made of. Gathered dispatch; row i on
-// adapter i (--shares 0) or i % k.
-// --kernels: the two kernels alone instead, on one thread, as a prompt's rows of one adapter
-// meet them: the shrink of a task's 128 rows (shrink_rows) and their expand as the fused
-// linear's epilogue asks for it (LoraAdd::rows, 4 rows x a 256-column panel a call), per
-// linear shape, in GFLOP/s beside one thread's FMA peak measured in the same run.
+// the two is what bench_lora's step over its floor is made of. Gathered dispatch (rows in batch
+// order) or segmented (--dispatch segmented: grouped by adapter); row i on adapter i (--shares 0)
+// or i % k.
+// --kernels: the two kernels alone instead, on one thread, as a task's rows meet them (128, or
+// --batch; one adapter, or row i on adapter i % --shares): the shrink of the rows (shrink_rows)
+// and their expand as the fused linear's epilogue asks for it (LoraAdd::rows, 4 rows x a
+// 256-column panel a call), per linear shape, in GFLOP/s beside one thread's FMA peak measured
+// in the same run.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -30,43 +32,63 @@ namespace k = servekit::kernels;
 namespace kh = servekit::kernels::host;
 namespace w = servekit::weights;
 
-// --kernels (above), each kernel's best of reps (bench::best_seconds).
-void kernels(int rank, int reps) {
+// --kernels (above), each kernel's best of reps (bench::best_seconds). N rows, row i on
+// adapter i % n_ad; segmented: the shrink and the expand take them grouped by adapter (the
+// expand in the order the fused linear stores them, store_order).
+void kernels(int rank, int reps, int N, int n_ad, bool segmented) {
   servekit::set_host_threads(1);
   std::printf("measuring one thread's FMA peak...\n");
   const double peak = servekit::bench::fma_gflops() / omp_get_max_threads();
   std::mt19937_64 rng(11);
   std::normal_distribution<float> g(0.f, 0.02f);
-  constexpr int N = 128;
-  std::printf("rows %d of one adapter, rank %d, one thread; FMA peak %.1f GFLOP/s (this run)\n", N,
-              rank, peak);
+  std::printf(
+      "rows %d on %d adapter(s) (row i on i %% %d), %s, rank %d, one thread; FMA peak %.1f "
+      "GFLOP/s (this run)\n",
+      N, n_ad, n_ad, segmented ? "segmented" : "gathered", rank, peak);
   std::printf("%6s %6s %14s %9s %14s %9s\n", "K", "Nout", "shrink GFLOP/s", "of peak",
               "expand GFLOP/s", "of peak");
   const int shapes[4][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
   float sink = 0;
   for (const auto& sh : shapes) {
     const int K = sh[0], Nout = sh[1];
-    std::vector<float> x(static_cast<std::size_t>(N) * K), a(static_cast<std::size_t>(rank) * K),
-        b(static_cast<std::size_t>(Nout) * rank), v(static_cast<std::size_t>(N) * rank);
-    for (auto* e : {&x, &a, &b})
-      for (auto& f : *e) f = g(rng);
-    const std::vector<float> bt = k::pack_bt(b.data(), Nout, rank);
-    k::LoraMats m;
-    m.a = a.data(), m.rank = rank, m.scale = 2.f, m.bt = bt.data();
-    std::vector<int32_t> ad(N, 0), rows(N);
-    for (int i = 0; i < N; i++) rows[i] = i;
+    std::vector<float> x(static_cast<std::size_t>(N) * K), v(static_cast<std::size_t>(N) * rank);
+    for (auto& f : x) f = g(rng);
+    std::vector<std::vector<float>> a(n_ad), bt(n_ad);
+    std::vector<k::LoraMats> tab(n_ad);
+    for (int i = 0; i < n_ad; i++) {
+      a[i].resize(static_cast<std::size_t>(rank) * K);
+      std::vector<float> b(static_cast<std::size_t>(Nout) * rank);
+      for (auto& f : a[i]) f = g(rng);
+      for (auto& f : b) f = g(rng);
+      bt[i] = k::pack_bt(b.data(), Nout, rank);
+      tab[i].a = a[i].data(), tab[i].rank = rank, tab[i].scale = 2.f, tab[i].bt = bt[i].data();
+    }
+    std::vector<int32_t> ad(N), order(N), seg_start, seg_ad;
+    for (int i = 0; i < N; i++) ad[i] = i % n_ad, order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t p, int32_t q) { return ad[p] < ad[q]; });
+    for (int i = 0; i < N; i++)
+      if (i == 0 || ad[order[i]] != ad[order[i - 1]])
+        seg_start.push_back(i), seg_ad.push_back(ad[order[i]]);
+    seg_start.push_back(N);
     k::LoraParams p{};
-    p.x = x.data(), p.ad = ad.data(), p.tab = &m, p.n_slots = 1, p.v = v.data();
+    p.x = x.data(), p.ad = ad.data(), p.tab = tab.data(), p.n_slots = n_ad, p.v = v.data();
     p.N = N, p.K = K, p.Nout = Nout, p.max_rank = rank;
+    p.order = order.data(), p.seg_start = seg_start.data(), p.seg_ad = seg_ad.data();
+    p.n_seg = static_cast<int>(seg_ad.size());
+    const std::vector<int32_t> rows = kh::lora_detail::adapted_rows(p, segmented);
     std::vector<float> scratch(static_cast<std::size_t>(kh::kAddRows) * 256);
     using servekit::bench::best_seconds;
     const double ts = best_seconds(reps, [&] { kh::lora_detail::shrink_rows(p, rows.data(), N); });
-    const kh::LoraAdd add{&p};
+    const kh::LoraAdd add{&p, segmented};
     const double te = best_seconds(reps, [&] {
+      const int32_t* idx = kh::store_order(add, 0, N);
       for (int n0 = 0; n0 < Nout; n0 += 256)
         for (int r0 = 0; r0 < N; r0 += kh::kAddRows) {
+          const int n = std::min(kh::kAddRows, N - r0);
           const float* out[kh::kAddRows];
-          add.rows(r0, kh::kAddRows, n0, std::min(256, Nout - n0), scratch.data(), out);
+          add.rows(idx + r0, n, std::min(2 * kh::kAddRows, N - r0 - n), n0,
+                   std::min(256, Nout - n0), scratch.data(), out);
           sink += out[0][0];
         }
     });
@@ -94,10 +116,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   app.add_option("--ranks", ranks, "mixed (4..16 at random) or a fixed rank (1..64)");
   app.add_option("--reps", reps, "timed reps (the median is kept)")->check(CLI::Range(1, 1000));
+  std::string dispatch = "gathered";
+  app.add_option("--dispatch", dispatch, "gathered (rows in batch order) or segmented")
+      ->check(CLI::IsMember({"gathered", "segmented"}));
   bool kernel_only = false;
   app.add_flag("--kernels", kernel_only,
-               "the shrink and expand kernels alone, one thread, rows of one adapter (rank: "
-               "--ranks, 16 if mixed), best of 20 x --reps, beside the FMA peak");
+               "the shrink and expand kernels alone, one thread, 128 rows (or --batch) of one "
+               "adapter (or row i on adapter i % --shares), rank --ranks (16 if mixed), best of "
+               "20 x --reps, beside the FMA peak");
   CLI11_PARSE(app, argc, argv);
   if (ranks != "mixed" && (ranks.find_first_not_of("0123456789") != std::string::npos ||
                            ranks.empty() || std::stoi(ranks) < 1 || std::stoi(ranks) > 64)) {
@@ -105,7 +131,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (kernel_only) {
-    kernels(ranks == "mixed" ? 16 : std::stoi(ranks), 20 * reps);
+    kernels(ranks == "mixed" ? 16 : std::stoi(ranks), 20 * reps, app.count("--batch") ? batch : 128,
+            std::max(shares, 1), dispatch == "segmented");
     return 0;
   }
   const int n_adapters = shares == 0 ? batch : std::min(shares, batch);
@@ -150,43 +177,58 @@ int main(int argc, char** argv) {
   for (auto& e : x) e = g(rng);
   std::vector<int32_t> ad(batch);
   for (int i = 0; i < batch; i++) ad[i] = shares == 0 ? i : i % shares;
+  // Segmented: the rows grouped by adapter, as the adapter registry groups a step's.
+  const bool segmented = dispatch == "segmented";
+  std::vector<int32_t> order(batch), seg_start, seg_ad;
+  for (int i = 0; i < batch; i++) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return ad[a] < ad[b]; });
+  for (int i = 0; i < batch; i++)
+    if (i == 0 || ad[order[i]] != ad[order[i - 1]])
+      seg_start.push_back(i), seg_ad.push_back(ad[order[i]]);
+  seg_start.push_back(batch);
   using E = k::Epilogue;
-  // 0 base, 1 shrink then base, 2 fused
+  // 0 base, 1 shrink then base, 2 fused, 3 the shrink alone
   auto run = [&](int how) {
     const double t0 = servekit::bench::now_s();
     for (auto& l : lin) {
       k::LoraParams p{};
       p.x = x.data(), p.ad = ad.data(), p.tab = l.tab.data(), p.n_slots = n_adapters;
       p.v = v.data(), p.N = batch, p.K = l.K, p.Nout = l.N, p.max_rank = 64;
+      p.order = order.data(), p.seg_start = seg_start.data(), p.seg_ad = seg_ad.data();
+      p.n_seg = static_cast<int>(seg_ad.size());
       if (how == 2) {
-        kh::linear_lora<E::Store>(out.data(), x.data(), l.W, l.b.data(), batch, p, false);
+        kh::linear_lora<E::Store>(out.data(), x.data(), l.W, l.b.data(), batch, p, segmented);
         continue;
       }
-      if (how == 1) {
-        const auto& rows = kh::lora_detail::adapted_rows(p, false);
+      if (how == 1 || how == 3) {
+        const auto& rows = kh::lora_detail::adapted_rows(p, segmented);
         kh::lora_detail::shrink_rows(p, rows.data(), static_cast<int>(rows.size()));
+        if (how == 3) continue;
       }
       kh::linear<E::Store>(out.data(), x.data(), l.W, l.b.data(), batch);
     }
     return (servekit::bench::now_s() - t0) * 1e3;
   };
-  run(0), run(1), run(2);  // first touch
-  std::vector<double> t[3];
+  run(0), run(1), run(2), run(3);  // first touch
+  std::vector<double> t[4];
   for (int r = 0; r < reps; r++) {
-    for (int how = 0; how < 3; how++) t[how].push_back(run(how));
+    for (int how = 0; how < 4; how++) t[how].push_back(run(how));
     std::fprintf(stderr, "\r  rep %d/%d", r + 1, reps);
   }
   std::fprintf(stderr, "\n");
   const double base = servekit::bench::percentile(t[0], 50),
                shrink = servekit::bench::percentile(t[1], 50),
-               fused = servekit::bench::percentile(t[2], 50);
+               fused = servekit::bench::percentile(t[2], 50),
+               alone = servekit::bench::percentile(t[3], 50);
   const double a_ms = a_bytes / (gbs * 1e9) * 1e3, bt_ms = bt_bytes / (gbs * 1e9) * 1e3;
-  std::printf("batch %d, %d adapters (ranks %s); read bandwidth %.1f GB/s (this run)\n", batch,
-              n_adapters, ranks.c_str(), gbs);
+  std::printf("batch %d, %d adapters (ranks %s), %s; read bandwidth %.1f GB/s (this run)\n", batch,
+              n_adapters, ranks.c_str(), dispatch.c_str(), gbs);
   std::printf("%-8s %9s %11s %13s %15s\n", "", "ms", "added ms", "bytes (MB)", "at bandwidth ms");
   std::printf("%-8s %9.2f\n", "base", base);
   std::printf("%-8s %9.2f %11.2f %13.1f %15.2f   (A read at %.1f GB/s)\n", "shrink", shrink,
               shrink - base, a_bytes / 1e6, a_ms, a_bytes / ((shrink - base) * 1e6));
+  std::printf("%-8s %9.2f %11s %13.1f %15.2f   (A read at %.1f GB/s: the shrink alone)\n", "shrink",
+              alone, "", a_bytes / 1e6, a_ms, a_bytes / (alone * 1e6));
   std::printf("%-8s %9.2f %11.2f %13.1f %15.2f   (B^T read at %.1f GB/s)\n", "expand", fused,
               fused - shrink, bt_bytes / 1e6, bt_ms, bt_bytes / ((fused - shrink) * 1e6));
   std::printf("fused over base %.3fx; floor (base + both at bandwidth) %.3fx\n", fused / base,

@@ -86,6 +86,9 @@ TEMPLATE_TEST_CASE("host: the linear with its LoRA delta fused gives the delta m
     for (auto& v : b) v = g(rng);
     const auto W = Mat::from_f32(wf, K, Nout);
     const auto P = Host::resident(Mat::from_f32(wf, K, Nout));
+    // The integer kernel's epilogue too (it stores its rows in the same order as the float one).
+    using Q8 = sk::weights::Matrix<sk::weights::W8A8<sk::weights::PerChannel>>;
+    const auto Q = Host::resident(Q8::from_f32(wf, K, Nout));
     for (int N : {1, 5, 37, 150}) {
       INFO("K = " << K << ", Nout = " << Nout << ", N = " << N);
       std::vector<float> x(std::size_t(N) * K), base(std::size_t(N) * Nout);
@@ -115,6 +118,8 @@ TEMPLATE_TEST_CASE("host: the linear with its LoRA delta fused gives the delta m
       check.template operator()<E::Residual>(P);
       check.template operator()<E::Store>(W);
       check.template operator()<E::Residual>(W);
+      check.template operator()<E::Store>(Q);
+      check.template operator()<E::Residual>(Q);
     }
   }
   // A table without the transposed B the host kernels read is refused, by name, when a row of
@@ -132,6 +137,38 @@ TEMPLATE_TEST_CASE("host: the linear with its LoRA delta fused gives the delta m
   Plan other = plan_of({0, 2, -1, 3});
   const LoraParams q = params(y.data(), x.data(), t, other, v.data(), 4, 8, 16);
   CHECK_NOTHROW(Host::lora<TestType>(q, other.distinct));
+}
+
+TEST_CASE("host: the segmented fused linear stores a task's rows grouped by adapter",
+          "[lora][host]") {
+  namespace kh = sk::kernels::host;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g(0.f, 0.5f);
+  const Tables t = random_tables(8, 16, rng, g);
+  // Row i's slot; the adapter registry's plan groups the rows with one: slot 0 {1, 4, 7},
+  // slot 1 {3, 8}, slot 2 {0, 5}.
+  const Plan pl = plan_of({2, 0, -1, 1, 0, 2, -1, 0, 1});
+  const LoraParams p = params(nullptr, nullptr, t, pl, nullptr, 9, 8, 16);
+  auto order = [](const kh::LoraAdd& add, int m0, int rows) {
+    const int32_t* idx = kh::store_order(add, m0, rows);
+    return std::vector<int32_t>(idx, idx + rows);
+  };
+  using V = std::vector<int32_t>;
+  // Segmented: the rows with an adapter as the plan groups them, then the others in batch
+  // order, within the task's rows (3..7 below); gathered: batch order.
+  CHECK(order(kh::LoraAdd{&p, true}, 0, 9) == V{1, 4, 7, 3, 8, 0, 5, 2, 6});
+  CHECK(order(kh::LoraAdd{&p, true}, 3, 5) == V{4, 7, 3, 5, 6});
+  CHECK(order(kh::LoraAdd{&p, false}, 0, 9) == V{0, 1, 2, 3, 4, 5, 6, 7, 8});
+  // An order that names a row twice, or a row without an adapter, is not followed: batch
+  // order, whose values are the same.
+  Plan twice = pl;
+  twice.order[1] = twice.order[0];
+  const LoraParams q = params(nullptr, nullptr, t, twice, nullptr, 9, 8, 16);
+  CHECK(order(kh::LoraAdd{&q, true}, 0, 9) == V{0, 1, 2, 3, 4, 5, 6, 7, 8});
+  Plan unadapted = pl;
+  unadapted.order[0] = 2;
+  const LoraParams u = params(nullptr, nullptr, t, unadapted, nullptr, 9, 8, 16);
+  CHECK(order(kh::LoraAdd{&u, true}, 0, 9) == V{0, 1, 2, 3, 4, 5, 6, 7, 8});
 }
 
 TEMPLATE_TEST_CASE("emulated: unmerged PEFT adapters give HF + PEFT's logits",

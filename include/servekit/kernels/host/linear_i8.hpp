@@ -282,16 +282,18 @@ void linear_i8(float* out,             // (M, N)
           }
         }
         float* scratch = thread_scratch<2>(kAddRows * kMaxNB);
-        for (int r0 = 0; r0 < rows; r0 += kAddRows) {
-          const int n = std::min(kAddRows, rows - r0);
+        const int32_t* order = store_order(add, m0, rows);
+        for (int i = 0; i < rows; i += kAddRows) {
+          const int n = std::min(kAddRows, rows - i);
           const float* extra[kAddRows];
-          add.rows(m0 + r0, n, n0, cols, scratch, extra);
-          for (int r = r0; r < r0 + n; r++) {
-            float* a = acc + r * NB;
-            const float s = xs[m0 + r];
+          add.rows(order + i, n, std::min(2 * kAddRows, rows - i - n), n0, cols, scratch, extra);
+          for (int t = 0; t < n; t++) {
+            const int r = order[i + t];
+            float* a = acc + (r - m0) * NB;
+            const float s = xs[r];
             for (int c = 0; c < cols; c++) a[c] *= s;
-            store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, a, b ? b + n0 : nullptr,
-                         extra[r - r0], cols);
+            store_row<E>(out + static_cast<int64_t>(r) * N + n0, a, b ? b + n0 : nullptr, extra[t],
+                         cols);
           }
         }
       },

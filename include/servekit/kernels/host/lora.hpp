@@ -15,10 +15,11 @@
 // written, zeroed and read back costs three passes over (N, Nout) floats, which at a 128-token
 // prefill weighed more than the adapters' FLOPs. lora_gathered / lora_segmented add into a
 // (N, Nout) matrix instead (the backend's lora op, for callers that want the delta alone).
-// Gathered takes the rows in batch order; Segmented shrinks them grouped by adapter, so the rows
-// of one adapter read its A while it is in cache. The arithmetic of a row depends on the row
-// and its adapter only: both dispatches, fused or not, give the same bits, whatever shares the
-// step and however the threads split it.
+// Gathered takes the rows in batch order; Segmented takes them grouped by adapter, so the rows
+// of one adapter share its loads of A (the shrink, in pairs) and of B^T (the fused expand, up to
+// four rows a load: the linear stores each task's rows in that order, LoraAdd::store_order).
+// The arithmetic of a row depends on the row and its adapter only: both dispatches, fused or
+// not, give the same bits, whatever shares the step and however the threads split it.
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -109,12 +110,12 @@ inline void expand(float* y, const float* v, const LoraMats& m, int n0, int n1) 
 // Vectors of columns expand_rows takes per pass: KR x kExpandVecs accumulators.
 constexpr int kExpandVecs = kRegisters == 32 ? 4 : 2;
 
-// The deltas of KR rows of one adapter (y: KR rows ldy apart, v: KR rows ldv apart) written to
+// The deltas of KR rows of one adapter (y: KR rows ldy apart; v[r]: row r's shrink) written to
 // y, not added: each value 0 + the sum, a zeroed row's bits after expand, without zeroing the
 // rows first and reading them back (a store, a load and a store more per vector). Each load of
 // Bt feeds KR rows' FMAs; every column's sum is still the chain over j from zero.
 template <int KR>
-void expand_rows(float* y, int ldy, const float* v, int ldv, const LoraMats& m, int n0, int n1) {
+void expand_rows(float* y, int ldy, const float* const* v, const LoraMats& m, int n0, int n1) {
   constexpr int CW = kExpandVecs;
   int n = n0;
   for (; n + CW * kLanes <= n1; n += CW * kLanes) {
@@ -126,7 +127,7 @@ void expand_rows(float* y, int ldy, const float* v, int ldv, const LoraMats& m, 
         if constexpr (KR > 1) in_register(b[c]);  // one load for the KR rows
       }
       for (int r = 0; r < KR; r++) {
-        const vec vj = broadcast(v + r * ldv + j);
+        const vec vj = broadcast(v[r] + j);
         for (int c = 0; c < CW; c++) s[r][c] = madd(vj, b[c], s[r][c]);
       }
     }
@@ -138,7 +139,7 @@ void expand_rows(float* y, int ldy, const float* v, int ldv, const LoraMats& m, 
   for (int r = 0; r < KR; r++) {
     float* o = y + r * ldy + (n - n0);
     std::fill(o, o + (n1 - n), 0.f);
-    expand(o, v + r * ldv, m, n, n1);
+    expand(o, v[r], m, n, n1);
   }
 }
 
@@ -245,12 +246,35 @@ inline void lora_segmented(const LoraParams& p) {
   lora_detail::run(p, rows.data(), static_cast<int>(rows.size()));
 }
 
-// The expand as a linear's row addend: rows r0 .. r0 + n's deltas for columns n0.. into the
-// tile's scratch, consecutive rows of one adapter together. p.v holds the rows' shrinks.
+// The expand as a linear's row addend: the deltas of the rows a call names, for columns n0..,
+// into the tile's scratch, consecutive rows of one adapter together. p.v holds the rows' shrinks.
+// Gathered names the rows in batch order; segmented has each task store its rows grouped by
+// adapter (store_order), so that rows sharing an adapter share its loads of B^T (in decode with
+// 8 adapters over 64 rows, row i on i % 8, batch order expanded one row per load).
 struct LoraAdd {
   const LoraParams* p;
-  // Asks for the Bt lines of rows r0 .. r0 + n, columns n0 .. n0 + cols, into L2: rows() asks
-  // for the next two calls' rows (a tile stores its rows in order), and the linear for a task's
+  bool segmented = false;
+  // The task's rows m0 .. m0 + rows: those with an adapter as p.order has them (grouped by
+  // adapter), then the others in batch order. An order that does not name each such row once
+  // (the adapter registry's does) leaves the rows in batch order: the same values, stored later.
+  bool store_order(int m0, int rows, int32_t* idx) const {
+    if (!segmented || !p->order || p->n_seg <= 0) return false;
+    thread_local std::vector<uint8_t> named;
+    named.assign(rows, 0);
+    int n = 0, with = 0;
+    for (int r = m0; r < m0 + rows; r++) with += p->ad[r] >= 0;
+    for (int i = 0; i < p->seg_start[p->n_seg]; i++)
+      if (const int32_t r = p->order[i]; r >= m0 && r < m0 + rows) {
+        if (p->ad[r] < 0 || named[r - m0]++) return false;
+        idx[n++] = r;
+      }
+    if (n != with) return false;
+    for (int r = m0; r < m0 + rows; r++)
+      if (p->ad[r] < 0) idx[n++] = r;
+    return true;
+  }
+  // Asks for the Bt lines of rows idx[0 .. n), columns n0 .. n0 + cols, into L2: rows() asks for
+  // the next two calls' rows (a tile stores its rows in order), and the linear for a task's
   // first two (matmul.hpp, ask_rows_ahead). A row's lines there are one run of a few KB; met by
   // demand one row after another, the runs came at 14-18 GB/s, well under the read bandwidth
   // (bench_lora_linears); asked for one call ahead at ~22, one and two at ~24
@@ -258,14 +282,17 @@ struct LoraAdd {
   // two calls ahead (no faster than one call ahead); three calls ahead measured no better.
   // A row whose previous row has its adapter is not asked for: those lines were just read or
   // asked for (one adapter for a prompt's rows asked its whole panel again at every call, 256
-  // prefetches per 2048 FMAs). From the linear (a task's first rows) the row before r0 is
-  // another task's, long ago: r0 is asked for.
-  void ask_ahead(int r0, int n, int n0, int cols) const { ask(r0, n, n0, cols, r0 + 1); }
-  void ask(int r0, int n, int n0, int cols, int first_known) const {
+  // prefetches per 2048 FMAs). From the linear (a task's first rows) the row before idx[0] is
+  // nobody's: idx[0] is asked for; from rows() it is idx[-1], the call's last row.
+  void ask_ahead(const int32_t* idx, int n, int n0, int cols) const {
+    ask(idx, n, n0, cols, false);
+  }
+  void ask(const int32_t* idx, int n, int n0, int cols, bool first_known) const {
     const int b0 = n0 / kBtCols, b1 = (n0 + cols + kBtCols - 1) / kBtCols;
-    for (int i = r0; i < std::min(p->N, r0 + n); i++) {
-      const int32_t a = p->ad[i];
-      if (!lora_detail::adapts(*p, a) || (i >= first_known && p->ad[i - 1] == a)) continue;
+    for (int i = 0; i < n; i++) {
+      const int32_t a = p->ad[idx[i]];
+      if (!lora_detail::adapts(*p, a) || ((i > 0 || first_known) && p->ad[idx[i - 1]] == a))
+        continue;
       const LoraMats& m = p->tab[a];
       // Blocks b0 .. b1 are one run; its lines from the one holding its first float to its end.
       // Integer arithmetic: that first line may start before the vector B^T lies in.
@@ -275,32 +302,34 @@ struct LoraAdd {
         prefetch_kept<1>(reinterpret_cast<const void*>(c));
     }
   }
-  void rows(int r0, int n, int n0, int cols, float* scratch, const float** out) const {
+  void rows(const int32_t* idx, int n, int ahead, int n0, int cols, float* scratch,
+            const float** out) const {
     const int R = std::max(p->max_rank, 1);
-    ask(r0 + n, 2 * n, n0, cols, r0 + n);  // row r0 + n - 1's lines are read below
+    ask(idx + n, std::min(2 * n, ahead), n0, cols, true);  // idx[n - 1]'s lines are read below
     for (int i = 0; i < n;) {
-      const int32_t a = p->ad[r0 + i];
+      const int32_t a = p->ad[idx[i]];
       if (!lora_detail::adapts(*p, a)) {
         out[i++] = nullptr;
         continue;
       }
       int k = 1;
-      while (i + k < n && p->ad[r0 + i + k] == a) k++;
+      while (i + k < n && p->ad[idx[i + k]] == a) k++;
       float* y = scratch + static_cast<int64_t>(i) * cols;  // 0 + delta: a zeroed matrix's bits
-      const float* v = p->v + static_cast<int64_t>(r0 + i) * R;
+      const float* v[kAddRows];
+      for (int t = 0; t < k; t++) v[t] = p->v + static_cast<int64_t>(idx[i + t]) * R;
       const LoraMats& m = p->tab[a];
       switch (k) {
         case 1:
-          lora_detail::expand_rows<1>(y, cols, v, R, m, n0, n0 + cols);
+          lora_detail::expand_rows<1>(y, cols, v, m, n0, n0 + cols);
           break;
         case 2:
-          lora_detail::expand_rows<2>(y, cols, v, R, m, n0, n0 + cols);
+          lora_detail::expand_rows<2>(y, cols, v, m, n0, n0 + cols);
           break;
         case 3:
-          lora_detail::expand_rows<3>(y, cols, v, R, m, n0, n0 + cols);
+          lora_detail::expand_rows<3>(y, cols, v, m, n0, n0 + cols);
           break;
         default:
-          lora_detail::expand_rows<4>(y, cols, v, R, m, n0, n0 + cols);
+          lora_detail::expand_rows<4>(y, cols, v, m, n0, n0 + cols);
           break;
       }
       for (int t = 0; t < k; t++) out[i + t] = y + static_cast<int64_t>(t) * cols;
@@ -318,7 +347,7 @@ void linear_lora(float* out, const float* x, const Mat& W, const float* b, int M
                  const LoraParams& p, bool segmented) {
   const auto& rows = lora_detail::adapted_rows(p, segmented);
   lora_detail::shrink_rows(p, rows.data(), static_cast<int>(rows.size()));
-  linear<E>(out, x, W, b, M, LoraAdd{&p});
+  linear<E>(out, x, W, b, M, LoraAdd{&p, segmented});
 }
 
 }  // namespace servekit::kernels::host

@@ -92,29 +92,45 @@ inline void store_row(float* o, const float* acc, const float* b, const float* a
 }
 
 // What a matmul adds to its rows before the epilogue, kAddRows rows at a time:
-// rows(r0, n, n0, cols, scratch, out) sets out[i] (i < n <= kAddRows) to row r0 + i's values
-// for columns n0 .. n0 + cols, or nullptr for nothing; scratch holds kAddRows x cols floats the
-// addend may fill. A dense (M, N) matrix (a LoRA delta computed beforehand) is one; the fused
-// LoRA expand of host/lora.hpp, which makes the rows' deltas as the tile stores them, is another
-// (rows of one adapter share its loads of B, hence several rows at a call).
+// rows(idx, n, ahead, n0, cols, scratch, out) sets out[i] (i < n <= kAddRows) to row idx[i]'s
+// values for columns n0 .. n0 + cols, or nullptr for nothing; idx[n .. n + ahead) are the rows
+// the next calls will name (an addend may ask for their lines); scratch holds kAddRows x cols
+// floats the addend may fill. A dense (M, N) matrix (a LoRA delta computed beforehand) is one;
+// the fused LoRA expand of host/lora.hpp, which makes the rows' deltas as the tile stores them,
+// is another (rows of one adapter share its loads of B, hence several rows at a call).
 inline constexpr int kAddRows = 4;
 template <class A>
-concept RowAddend = requires(const A& a, float* s, const float** out) {
-  a.rows(0, 1, 0, 0, s, out);
+concept RowAddend = requires(const A& a, const int32_t* idx, float* s, const float** out) {
+  a.rows(idx, 1, 0, 0, 0, s, out);
 };
 
 // An addend that reads memory of its own may also ask for a call's lines ahead of it:
-// ask_ahead(r0, n, n0, cols), a prefetch of what rows(r0, n, n0, cols, ...) will read.
+// ask_ahead(idx, n, n0, cols), a prefetch of what rows(idx, n, ...) will read.
 template <class A>
-inline void ask_rows_ahead(const A& a, int r0, int n, int n0, int cols) {
-  if constexpr (requires { a.ask_ahead(r0, n, n0, cols); }) a.ask_ahead(r0, n, n0, cols);
+inline void ask_rows_ahead(const A& a, const int32_t* idx, int n, int n0, int cols) {
+  if constexpr (requires { a.ask_ahead(idx, n, n0, cols); }) a.ask_ahead(idx, n, n0, cols);
+}
+
+// The order a task stores its rows m0 .. m0 + rows in: the addend's, where it has one
+// (store_order(m0, rows, idx) filling idx and returning true: the segmented LoRA expand groups
+// rows by adapter, so that one load of B serves several), else m0, m0 + 1, ... A row's values
+// do not depend on when it is stored. Per thread, valid until the thread's next call.
+template <class A>
+const int32_t* store_order(const A& a, int m0, int rows) {
+  thread_local std::vector<int32_t> idx;
+  idx.resize(rows);
+  if constexpr (requires { a.store_order(m0, rows, idx.data()); })
+    if (a.store_order(m0, rows, idx.data())) return idx.data();
+  for (int i = 0; i < rows; i++) idx[i] = m0 + i;
+  return idx.data();
 }
 
 struct DenseAdd {
   const float* p = nullptr;  // (M, N) or nullptr
   int N = 0;
-  void rows(int r0, int n, int n0, int /*cols*/, float* /*scratch*/, const float** out) const {
-    for (int i = 0; i < n; i++) out[i] = p ? p + static_cast<int64_t>(r0 + i) * N + n0 : nullptr;
+  void rows(const int32_t* idx, int n, int /*ahead*/, int n0, int /*cols*/, float* /*scratch*/,
+            const float** out) const {
+    for (int i = 0; i < n; i++) out[i] = p ? p + static_cast<int64_t>(idx[i]) * N + n0 : nullptr;
   }
 };
 
@@ -368,7 +384,8 @@ void gemv(float* out, const float* x, const WeightView<T>& W, const float* b, co
           }
         }
         const float* extra = nullptr;
-        add.rows(0, 1, n0, cols, thread_scratch<2>(cols), &extra);
+        const int32_t row0 = 0;
+        add.rows(&row0, 1, 0, n0, cols, thread_scratch<2>(cols), &extra);
         store_row<E>(out + n0, acc, b ? b + n0 : nullptr, extra, cols);
       },
       1);
@@ -407,6 +424,7 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
         float* wbuf = thread_scratch<1>(static_cast<std::size_t>(KB) * kMaxNB);  // (KB, NB)
         std::fill(acc, acc + static_cast<std::size_t>(rows) * NB, 0.f);
         const float* xb = x + static_cast<int64_t>(m0) * K;
+        const int32_t* order = store_order(add, m0, rows);
         for (int g0 = 0; g0 < K; g0 += GK) {
           float* p = grouped ? part : acc;
           if (grouped) std::fill(part, part + static_cast<std::size_t>(rows) * NB, 0.f);
@@ -436,7 +454,7 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
                 // The addend's first two calls asked for while the last strip is summed: later
                 // calls ask for their own successors (host/lora.hpp), these would come unasked.
                 if (c0 + kNR >= cols && k0 + kn == K)
-                  ask_rows_ahead(add, m0, 2 * kAddRows, n0, cols);
+                  ask_rows_ahead(add, order, std::min(2 * kAddRows, rows), n0, cols);
                 for (int r0 = 0; r0 < rows; r0 += th)
                   tile_rows(std::min(th, rows - r0), p + r0 * NB + c0, NB,
                             xb + static_cast<int64_t>(r0) * K + k0, K, strip(c0), kNR, kn);
@@ -476,13 +494,15 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
           }
         }
         float* scratch = thread_scratch<2>(kAddRows * kMaxNB);
-        for (int r0 = 0; r0 < rows; r0 += kAddRows) {
-          const int n = std::min(kAddRows, rows - r0);
+        for (int i = 0; i < rows; i += kAddRows) {
+          const int n = std::min(kAddRows, rows - i);
           const float* extra[kAddRows];
-          add.rows(m0 + r0, n, n0, cols, scratch, extra);
-          for (int r = r0; r < r0 + n; r++)
-            store_row<E>(out + static_cast<int64_t>(m0 + r) * N + n0, acc + r * NB,
-                         b ? b + n0 : nullptr, extra[r - r0], cols);
+          add.rows(order + i, n, std::min(2 * kAddRows, rows - i - n), n0, cols, scratch, extra);
+          for (int t = 0; t < n; t++) {
+            const int r = order[i + t];
+            store_row<E>(out + static_cast<int64_t>(r) * N + n0, acc + (r - m0) * NB,
+                         b ? b + n0 : nullptr, extra[t], cols);
+          }
         }
       },
       1);
