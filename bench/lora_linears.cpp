@@ -6,6 +6,8 @@
 //   shrink   the linears after the LoRA shrink of every adapted row (v = scale A x)
 //   fused    the linears with the delta fused (linear_lora: the shrink, then the expand in
 //            the linear's epilogue), as the model runs them
+//   unfused  the deltas into a zeroed (N, Nout) matrix (lora_gathered / lora_segmented),
+//            which the linear adds
 // The shrink's and the expand's costs (shrink - base, fused - shrink) are printed beside their
 // bytes (A, and B^T packed) at the read bandwidth measured in the same run: the gap between
 // the two is what bench_lora's step over its floor is made of. Gathered dispatch (rows in batch
@@ -174,6 +176,7 @@ int main(int argc, char** argv) {
     }
   std::vector<float> x(static_cast<std::size_t>(batch) * 3072), out(x.size());
   std::vector<float> v(static_cast<std::size_t>(batch) * 64);
+  std::vector<float> delta(static_cast<std::size_t>(batch) * 3072);
   for (auto& e : x) e = g(rng);
   std::vector<int32_t> ad(batch);
   for (int i = 0; i < batch; i++) ad[i] = shares == 0 ? i : i % shares;
@@ -196,6 +199,16 @@ int main(int argc, char** argv) {
       p.v = v.data(), p.N = batch, p.K = l.K, p.Nout = l.N, p.max_rank = 64;
       p.order = order.data(), p.seg_start = seg_start.data(), p.seg_ad = seg_ad.data();
       p.n_seg = static_cast<int>(seg_ad.size());
+      if (how == 4) {  // unfused: the deltas into a zeroed (N, Nout) matrix the linear adds
+        std::fill(delta.begin(), delta.begin() + static_cast<std::ptrdiff_t>(batch) * l.N, 0.f);
+        p.y = delta.data();
+        if (segmented)
+          kh::lora_segmented(p);
+        else
+          kh::lora_gathered(p);
+        kh::linear<E::Store>(out.data(), x.data(), l.W, l.b.data(), batch, delta.data());
+        continue;
+      }
       if (how == 2) {
         kh::linear_lora<E::Store>(out.data(), x.data(), l.W, l.b.data(), batch, p, segmented);
         continue;
@@ -209,17 +222,18 @@ int main(int argc, char** argv) {
     }
     return (servekit::bench::now_s() - t0) * 1e3;
   };
-  run(0), run(1), run(2), run(3);  // first touch
-  std::vector<double> t[4];
+  run(0), run(1), run(2), run(3), run(4);  // first touch
+  std::vector<double> t[5];
   for (int r = 0; r < reps; r++) {
-    for (int how = 0; how < 4; how++) t[how].push_back(run(how));
+    for (int how = 0; how < 5; how++) t[how].push_back(run(how));
     std::fprintf(stderr, "\r  rep %d/%d", r + 1, reps);
   }
   std::fprintf(stderr, "\n");
   const double base = servekit::bench::percentile(t[0], 50),
                shrink = servekit::bench::percentile(t[1], 50),
                fused = servekit::bench::percentile(t[2], 50),
-               alone = servekit::bench::percentile(t[3], 50);
+               alone = servekit::bench::percentile(t[3], 50),
+               unfused = servekit::bench::percentile(t[4], 50);
   const double a_ms = a_bytes / (gbs * 1e9) * 1e3, bt_ms = bt_bytes / (gbs * 1e9) * 1e3;
   std::printf("batch %d, %d adapters (ranks %s), %s; read bandwidth %.1f GB/s (this run)\n", batch,
               n_adapters, ranks.c_str(), dispatch.c_str(), gbs);
@@ -231,6 +245,8 @@ int main(int argc, char** argv) {
               alone, "", a_bytes / 1e6, a_ms, a_bytes / (alone * 1e6));
   std::printf("%-8s %9.2f %11.2f %13.1f %15.2f   (B^T read at %.1f GB/s)\n", "expand", fused,
               fused - shrink, bt_bytes / 1e6, bt_ms, bt_bytes / ((fused - shrink) * 1e6));
-  std::printf("fused over base %.3fx; floor (base + both at bandwidth) %.3fx\n", fused / base,
-              (base + a_ms + bt_ms) / base);
+  std::printf("%-8s %9.2f %11.2f   (the deltas into a zeroed matrix the linear adds)\n", "unfused",
+              unfused, unfused - base);
+  std::printf("fused over base %.3fx, unfused %.3fx; floor (base + both at bandwidth) %.3fx\n",
+              fused / base, unfused / base, (base + a_ms + bt_ms) / base);
 }
