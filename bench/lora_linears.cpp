@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.hpp"
@@ -33,6 +34,26 @@
 namespace k = servekit::kernels;
 namespace kh = servekit::kernels::host;
 namespace w = servekit::weights;
+
+// Rows' adapter slots (every row has one) and the groups the adapter registry makes of them
+// for segmented: the rows stably sorted by slot, each group's start and slot.
+struct Segments {
+  std::vector<int32_t> ad, order, seg_start, seg_ad;
+  explicit Segments(std::vector<int32_t> slots) : ad(std::move(slots)), order(ad.size()) {
+    const int n = static_cast<int>(ad.size());
+    for (int i = 0; i < n; i++) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return ad[a] < ad[b]; });
+    for (int i = 0; i < n; i++)
+      if (i == 0 || ad[order[i]] != ad[order[i - 1]])
+        seg_start.push_back(i), seg_ad.push_back(ad[order[i]]);
+    seg_start.push_back(n);
+  }
+  void into(k::LoraParams& p) const {
+    p.ad = ad.data(), p.order = order.data(), p.seg_start = seg_start.data();
+    p.seg_ad = seg_ad.data(), p.n_seg = static_cast<int>(seg_ad.size());
+  }
+};
 
 // --kernels (above), each kernel's best of reps (bench::best_seconds). N rows, row i on
 // adapter i % n_ad; segmented: the shrink and the expand take them grouped by adapter (the
@@ -65,19 +86,13 @@ void kernels(int rank, int reps, int N, int n_ad, bool segmented) {
       bt[i] = k::pack_bt(b.data(), Nout, rank);
       tab[i].a = a[i].data(), tab[i].rank = rank, tab[i].scale = 2.f, tab[i].bt = bt[i].data();
     }
-    std::vector<int32_t> ad(N), order(N), seg_start, seg_ad;
-    for (int i = 0; i < N; i++) ad[i] = i % n_ad, order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int32_t p, int32_t q) { return ad[p] < ad[q]; });
-    for (int i = 0; i < N; i++)
-      if (i == 0 || ad[order[i]] != ad[order[i - 1]])
-        seg_start.push_back(i), seg_ad.push_back(ad[order[i]]);
-    seg_start.push_back(N);
+    std::vector<int32_t> slots(N);
+    for (int i = 0; i < N; i++) slots[i] = i % n_ad;
+    const Segments seg(std::move(slots));
     k::LoraParams p{};
-    p.x = x.data(), p.ad = ad.data(), p.tab = tab.data(), p.n_slots = n_ad, p.v = v.data();
+    p.x = x.data(), p.tab = tab.data(), p.n_slots = n_ad, p.v = v.data();
     p.N = N, p.K = K, p.Nout = Nout, p.max_rank = rank;
-    p.order = order.data(), p.seg_start = seg_start.data(), p.seg_ad = seg_ad.data();
-    p.n_seg = static_cast<int>(seg_ad.size());
+    seg.into(p);
     const std::vector<int32_t> rows = kh::lora_detail::adapted_rows(p, segmented);
     std::vector<float> scratch(static_cast<std::size_t>(kh::kAddRows) * 256);
     using servekit::bench::best_seconds;
@@ -178,27 +193,19 @@ int main(int argc, char** argv) {
   std::vector<float> v(static_cast<std::size_t>(batch) * 64);
   std::vector<float> delta(static_cast<std::size_t>(batch) * 3072);
   for (auto& e : x) e = g(rng);
-  std::vector<int32_t> ad(batch);
-  for (int i = 0; i < batch; i++) ad[i] = shares == 0 ? i : i % shares;
-  // Segmented: the rows grouped by adapter, as the adapter registry groups a step's.
+  std::vector<int32_t> slots(batch);
+  for (int i = 0; i < batch; i++) slots[i] = shares == 0 ? i : i % shares;
+  const Segments seg(std::move(slots));
   const bool segmented = dispatch == "segmented";
-  std::vector<int32_t> order(batch), seg_start, seg_ad;
-  for (int i = 0; i < batch; i++) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return ad[a] < ad[b]; });
-  for (int i = 0; i < batch; i++)
-    if (i == 0 || ad[order[i]] != ad[order[i - 1]])
-      seg_start.push_back(i), seg_ad.push_back(ad[order[i]]);
-  seg_start.push_back(batch);
   using E = k::Epilogue;
-  // 0 base, 1 shrink then base, 2 fused, 3 the shrink alone
+  // 0 base, 1 shrink then base, 2 fused, 3 the shrink alone, 4 unfused
   auto run = [&](int how) {
     const double t0 = servekit::bench::now_s();
     for (auto& l : lin) {
       k::LoraParams p{};
-      p.x = x.data(), p.ad = ad.data(), p.tab = l.tab.data(), p.n_slots = n_adapters;
+      p.x = x.data(), p.tab = l.tab.data(), p.n_slots = n_adapters;
       p.v = v.data(), p.N = batch, p.K = l.K, p.Nout = l.N, p.max_rank = 64;
-      p.order = order.data(), p.seg_start = seg_start.data(), p.seg_ad = seg_ad.data();
-      p.n_seg = static_cast<int>(seg_ad.size());
+      seg.into(p);
       if (how == 4) {  // unfused: the deltas into a zeroed (N, Nout) matrix the linear adds
         std::fill(delta.begin(), delta.begin() + static_cast<std::ptrdiff_t>(batch) * l.N, 0.f);
         p.y = delta.data();
