@@ -22,7 +22,7 @@ add_executable(test_engine_tsan ${CMAKE_CURRENT_LIST_DIR}/test_engine.cpp
 target_link_libraries(test_engine_tsan PRIVATE servekit::servekit servekit_warnings Catch2::Catch2)
 target_compile_definitions(test_engine_tsan PRIVATE
   SERVEKIT_FIXTURES="${SERVEKIT_FIXTURES}" SERVEKIT_DATA="${SERVEKIT_DATA}")
-target_compile_options(test_engine_tsan PRIVATE -fsanitize=thread -g -O1)
+target_compile_options(test_engine_tsan PRIVATE ${SERVEKIT_TSAN_FLAGS})
 target_link_options(test_engine_tsan PRIVATE -fsanitize=thread)
 # Only the threaded cases (the engine's, and the adapter store's loader thread beside it):
 # everything else is single-threaded above the engine. Address-space

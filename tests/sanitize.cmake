@@ -7,8 +7,11 @@
 # the plain build passed by the luck of the stack's contents. Any report fails the test
 # (-fno-sanitize-recover). Only these targets are built twice, to keep CI's time down; the
 # threaded code has its ThreadSanitizer build in engine.cmake and thread_pool's tests.
+# -Og -g1: a report's stack needs functions and lines, not variables, and UBSan's checks cost
+# the optimiser most at -O1: test_engine_asan compiles in 86 s rather than 230 s and runs 58 s
+# rather than 51 s.
 set(SERVEKIT_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all
-  -fno-omit-frame-pointer -g -O1)
+  -fno-omit-frame-pointer -g1 -Og)
 set(SERVEKIT_ASAN_OPTIONS "ASAN_OPTIONS=detect_stack_use_after_return=1:detect_leaks=1:strict_string_checks=1"
   "UBSAN_OPTIONS=print_stacktrace=1")
 
@@ -81,7 +84,7 @@ endif()
 add_executable(test_pool_tsan ${CMAKE_CURRENT_LIST_DIR}/test_thread_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/test_host_matmul.cpp $<TARGET_OBJECTS:servekit_catch_main_tsan>)
 target_link_libraries(test_pool_tsan PRIVATE servekit::servekit servekit_warnings Catch2::Catch2)
-target_compile_options(test_pool_tsan PRIVATE -fsanitize=thread -g -O1)
+target_compile_options(test_pool_tsan PRIVATE ${SERVEKIT_TSAN_FLAGS})
 target_link_options(test_pool_tsan PRIVATE -fsanitize=thread)
 add_test(NAME test_pool_tsan
   COMMAND setarch ${CMAKE_HOST_SYSTEM_PROCESSOR} -R $<TARGET_FILE:test_pool_tsan> "~[oracle]")
