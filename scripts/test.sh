@@ -19,10 +19,4 @@ bash "$root/scripts/build.sh" -DSERVEKIT_DIMS=tests -DSERVEKIT_BENCH_BUILD_ONLY=
 # The server's tests drive it with the real Python clients: their venv (made once, from PyPI).
 bash "$root/tools/server_venv.sh" >/dev/null
 cd "$build"
-# ctest runs nproc tests at once, and the emulator's tests each spread a launch's blocks over
-# nproc OpenMP threads: twice as many threads as cores. OpenMP's idle workers spin ~10 ms after
-# each parallel loop by default, on a core a test with work could use, and a launch waits for
-# its slowest worker: two test_gpt2_device_storage at once took 82 s on 2 cores, 36 s with
-# passive waiting, 44 s one after the other (docs/PERFORMANCE.md). Alone it is 16% slower.
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 ctest --output-on-failure -j"$(nproc)" "$@"

@@ -2,8 +2,12 @@
 #pragma once
 #include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // simt::launch(kernel, grid, block, smem_bytes, stream, args...): kernel<<<grid, block, smem,
-// stream>>>(args...) under nvcc; under the emulator, the blocks spread over OS threads (OpenMP,
-// dynamic schedule: blocks can differ a lot in cost), each block run by block_runner.
+// stream>>>(args...) under nvcc; under the emulator, the blocks spread over OS threads, one
+// block at a time as threads come free (blocks can differ a lot in cost), each block run by
+// block_runner. The threads are the emulator's own ThreadPool (core/thread_pool.hpp), whose
+// workers spin 50 us after a launch and then sleep: OpenMP's spin ~10 ms after each loop, and a
+// step is hundreds of launches, so beside another busy process (two tests at once on two cores)
+// a launch waited a time slice for a worker whose core a spinner held (2.3x slower).
 //
 // Both check the configuration first and throw LaunchError naming the kernel and the value at
 // fault, so a bad launch fails the same way in emulation as on a GPU.
@@ -29,11 +33,11 @@
 #include "servekit/simt/stream.hpp"
 
 #if defined(SERVEKIT_SIMT_HOST)
-#include <omp.h>
-
+#include <algorithm>
 #include <atomic>
 #include <exception>
 
+#include "servekit/core/thread_pool.hpp"
 #include "servekit/simt/block_runner.hpp"
 #endif
 
@@ -163,8 +167,22 @@ struct Closure {
 };
 
 inline int& worker_count() {
-  static int n = 0;  // 0: OpenMP's default
+  static int n = 0;  // 0: the host kernels' default (SERVEKIT_THREADS, OMP_NUM_THREADS, CPUs)
   return n;
+}
+
+// The emulator's threads: a pool apart from the host kernels' (core/thread_pool.hpp), so that
+// set_host_workers does not change how many threads the host kernels use. Sized on first use
+// and when the worker count changes; like host_pool, never destroyed.
+inline ThreadPool& launch_pool(int workers) {
+  static std::mutex m;
+  static ThreadPool* pool = nullptr;
+  std::lock_guard lock(m);
+  if (!pool)
+    pool = new ThreadPool(workers);
+  else if (pool->threads() != workers)
+    pool->resize(workers);  // waits for a launch running on it
+  return *pool;
 }
 #endif
 
@@ -202,7 +220,7 @@ template <auto F>
 inline const auto kernel = named(F, detail::pretty_name<F>());
 
 #if defined(SERVEKIT_SIMT_HOST)
-// Number of OS threads the emulator spreads blocks over (0: OpenMP's default).
+// Number of OS threads the emulator spreads blocks over (0: the host kernels' default).
 inline void set_host_workers(int n) {
   detail::worker_count() = n;
 }
@@ -243,25 +261,33 @@ void run_grid(Kernel<P...> k, dim3 grid, dim3 block, std::size_t smem_bytes, std
     w.closure = &closure;
     run_block(w, k.name, unlinear_index(static_cast<unsigned long long>(b), grid), grid);
   };
-  const int workers = worker_count() > 0 ? worker_count() : omp_get_max_threads();
+  const int workers = worker_count() > 0 ? worker_count() : servekit::detail::default_threads();
   if (n_blocks == 1 || workers == 1) {
     for (long long b = 0; b < n_blocks; ++b) run(b);
     return;
   }
-  // An exception must not leave an OpenMP region: the first one stops the remaining blocks and
-  // is rethrown here.
+  // The pool's bodies must not throw: the first exception stops the remaining blocks and is
+  // rethrown here. Grids past INT_MAX blocks (CUDA allows 2^31-1 x 65535 x 65535) go in slices.
   std::atomic<bool> stop{false};
+  std::mutex m;
   std::exception_ptr first;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
-  for (long long b = 0; b < n_blocks; ++b) {
-    if (stop.load(std::memory_order_relaxed)) continue;
-    try {
-      run(b);
-    } catch (...) {
-#pragma omp critical(servekit_simt_launch)
-      if (!first) first = std::current_exception();
-      stop = true;
-    }
+  ThreadPool& pool = launch_pool(workers);
+  constexpr long long kSlice = 1LL << 30;
+  for (long long b0 = 0; b0 < n_blocks && !stop; b0 += kSlice) {
+    const int n = static_cast<int>(std::min(kSlice, n_blocks - b0));
+    pool.parallel_for(
+        n,
+        [&](int i) {
+          if (stop.load(std::memory_order_relaxed)) return;
+          try {
+            run(b0 + i);
+          } catch (...) {
+            std::lock_guard lock(m);
+            if (!first) first = std::current_exception();
+            stop = true;
+          }
+        },
+        1);
   }
   if (first) std::rethrow_exception(first);
 }
