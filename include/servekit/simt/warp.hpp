@@ -57,12 +57,14 @@ SERVEKIT_SIMT_INLINE void warp_exchange(unsigned mask, const char* op, WarpExcha
     fn(lanes, ws.slots);
     return;
   }
+  // The lanes of one op pass the same literal as op: equal pointers need no strcmp (which was a
+  // tenth of an emulated decode step's time).
   int k = 0;
   while (k < ws.n_pending && ws.pending[k].mask != lanes) ++k;
   if (k == ws.n_pending) {
     ws.pending[ws.n_pending++] = WarpState::Pending{fn, op, qual, lanes, 0};
   } else if (const WarpState::Pending& p = ws.pending[k];
-             p.fn != fn || p.qual != qual || std::strcmp(p.op, op) != 0) {
+             p.fn != fn || p.qual != qual || (p.op != op && std::strcmp(p.op, op) != 0)) {
     std::ostringstream os;
     os << op << ": thread " << me << " (lane " << lane << ") arrives with mask 0x" << std::hex
        << lanes << " while lanes 0x" << p.arrived << " wait at " << p.op << " with that mask; "
