@@ -429,9 +429,10 @@ TEST_CASE("decode and verify rows take the decode attention kernel, prompt rows 
   }
 }
 
-// A decode step whose picks are masked replays its forward from a graph and masks and samples
-// after it: the tokens and logprobs are the eager step's, bit for bit, with the masks given up
-// front or written late (while the forward runs), and every pick is one its mask allows.
+// A decode step whose picks are masked replays two graphs, its forward and then its masks'
+// upload, masking and pick: the tokens and logprobs are the eager step's, bit for bit, with
+// the masks given up front or written late (while the forward runs), whichever rows are masked,
+// and every pick is one its mask allows.
 TEST_CASE("masked decode steps replay their forward and match eager steps", "[device][graphs]") {
   using D = sk::dims::TinyA;
   using Model = sk::Gpt2<Device<D, sk::weights::F32, sk::kv::Paged<16>>>;
@@ -449,17 +450,22 @@ TEST_CASE("masked decode steps replay their forward and match eager steps", "[de
   std::vector<uint32_t> masks, late_buf;
   auto write_late = [&] { std::copy(masks.begin(), masks.end(), late_buf.begin()); };
   const sk::simt::Counts before = sk::simt::counts();
+  sk::simt::Counts warm{};  // a warm masked step of the graphed model (step 9: one row, late)
   for (int step = 0; step < 16; step++) {
     INFO("step " << step);
-    // Rows 0 and 2 masked on most steps (a random quarter of the tokens each), none on every
-    // fourth; on odd steps the graphed model's masks come late.
-    const bool masked = step % 4 != 3, late = step % 2 == 1;
+    // Rows 0 and 2 masked on most steps (a random quarter of the tokens each), row 1 alone on
+    // every fifth, none on every fourth; on odd steps the graphed model's masks come late.
+    const bool masked = step % 4 != 3, late = step % 2 == 1, one = step % 5 == 4;
     masks.clear();
-    for (auto* r : {&a, &b}) r->rows[0].mask = r->rows[2].mask = -1;
+    for (auto* r : {&a, &b}) r->rows[0].mask = r->rows[1].mask = r->rows[2].mask = -1;
     if (masked && step > 0) {
-      masks.assign(2 * W, 0u);
+      masks.assign((one ? 1 : 2) * W, 0u);
       for (auto& w : masks) w = rng() & rng();
-      for (auto* r : {&a, &b}) r->rows[0].mask = 0, r->rows[2].mask = 1;
+      for (auto* r : {&a, &b})
+        if (one)
+          r->rows[1].mask = 0;
+        else
+          r->rows[0].mask = 0, r->rows[2].mask = 1;
     }
     const sk::model::Batch ba{a.tokens, a.seqs, Logits::Last, {}, a.rows, masks};
     sk::model::Batch bb{b.tokens, b.seqs, Logits::Last, {}, b.rows, masks};
@@ -468,11 +474,13 @@ TEST_CASE("masked decode steps replay their forward and match eager steps", "[de
       bb.masks = late_buf, bb.late_masks = sk::model::MaskWriter::of(write_late);
     }
     eager.forward_pick(c1, ba, a.ids, a.lp);
+    const sk::simt::Counts at = sk::simt::counts();
     graphed.forward_pick(c2, bb, b.ids, b.lp);
+    if (step == 9) warm = sk::simt::counts() - at;
     REQUIRE(a.ids == b.ids);
     REQUIRE(std::memcmp(a.lp.data(), b.lp.data(), a.lp.size() * sizeof(float)) == 0);
     for (int k = 0; k < static_cast<int>(masks.size()) / W; k++) {
-      const int32_t id = a.ids[k == 0 ? 0 : 2];
+      const int32_t id = a.ids[one ? 1 : k == 0 ? 0 : 2];
       CHECK((masks[k * W + id / 32] >> (id % 32) & 1));
     }
     for (auto* r : {&a, &b}) {
@@ -481,9 +489,15 @@ TEST_CASE("masked decode steps replay their forward and match eager steps", "[de
       for (auto& q : r->rows) q.index++;
     }
   }
-  // Both decode kinds of the 3-row shape are captured (masked and not), and replayed.
-  CHECK(graphed.graphs_captured() == 2);
+  // The 3-row shape's graphs are captured (unmasked; a masked step's forward, and its masks
+  // and pick) and replayed: a warm masked step launches no kernel of its own, two graphs, and
+  // copies twice up (the step's arrays, then its masks) and once back.
+  CHECK(graphed.graphs_captured() == 3);
   CHECK((sk::simt::counts() - before).graph_launches > 6);
+  CHECK(warm.launches == 0);
+  CHECK(warm.graph_launches == 2);
+  CHECK(warm.h2d == 2);
+  CHECK(warm.d2h == 1);
 }
 
 // An engine sizes the model's step buffers once for its limits (Gpt2::reserve): then no step

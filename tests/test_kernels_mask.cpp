@@ -19,12 +19,13 @@ TEST_CASE("mask_logits sets exactly the refused tokens of the masked rows to -in
   const int M = 5, V = 1003, W = (V + 31) / 32;  // V not a multiple of 32
   std::vector<float> x(std::size_t(M) * V);
   for (auto& v : x) v = std::uniform_real_distribution<float>(-3.f, 3.f)(rng);
-  const std::vector<int32_t> rows = {1, 3, 4};
+  // Slot 1 names no row (-1): a graphed step launches a slot per sequence, masked or not.
+  const std::vector<int32_t> rows = {1, -1, 3, 4};
   std::vector<uint32_t> words(rows.size() * W);
   for (auto& w : words) w = static_cast<uint32_t>(rng());
   std::vector<float> want = x;
   for (std::size_t k = 0; k < rows.size(); k++)
-    for (int v = 0; v < V; v++)
+    for (int v = 0; v < V && rows[k] >= 0; v++)
       if (!(words[k * W + v / 32] >> (v % 32) & 1)) want[std::size_t(rows[k]) * V + v] = -INFINITY;
   std::vector<float> got = x;
   kn::mask_logits({on(got), on(words), on(rows), static_cast<int>(rows.size()), M, V});

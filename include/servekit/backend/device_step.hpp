@@ -55,10 +55,16 @@ class DeviceStep {
   // depend only on the key and on addresses that stay put while nothing is freed.
   template <class Fn>
   void run(std::optional<Key> key, Fn&& enqueue) {
+    run(key, in, std::forward<Fn>(enqueue));
+  }
+  // The same with another of the step's staging buffers uploaded first (`late`: a masked
+  // step's masks and pick are a second graph, after the forward's).
+  template <class Fn>
+  void run(std::optional<Key> key, simt::StagingBuffer& up, Fn&& enqueue) {
     const simt::StreamScope s(stream_);
-    in.reserve_device();
+    up.reserve_device();
     if (!key || !graphs_on_) {
-      in.upload(stream_);
+      up.upload(stream_);
       enqueue();
       return;
     }
@@ -69,14 +75,14 @@ class DeviceStep {
     auto it = graphs_.find(*key);
     if (it == graphs_.end()) {
       if (warmed_.insert(*key).second) {  // first sight: eager, sizing what it uses
-        in.upload(stream_);
+        up.upload(stream_);
         enqueue();
         return;
       }
       it = graphs_
                .emplace(*key, simt::capture(stream_,
                                             [&] {
-                                              in.upload(stream_);
+                                              up.upload(stream_);
                                               enqueue();
                                             }))
                .first;

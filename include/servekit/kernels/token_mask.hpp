@@ -3,8 +3,9 @@
 #include "servekit/core/hd.hpp"  // SERVEKIT_DEVICE_ABI
 // Constrained decoding's step on the device: the tokens a row's grammar refuses get -inf
 // before sampling (constrain/token_mask.hpp computes the masks on the host). One block per
-// masked row, so rows without a constraint are not touched and a step without any launches
-// nothing.
+// mask slot, so rows without a constraint are not touched and a step without any launches
+// nothing. A slot whose row is -1 masks nothing: a decode step replayed from a graph launches
+// one block per sequence, whichever of them are masked this step (model/gpt2.hpp).
 #include <cmath>
 #include <cstdint>
 
@@ -16,7 +17,7 @@ inline namespace SERVEKIT_DEVICE_ABI {
 struct MaskParams {
   float* logits;          // (M, V)
   const uint32_t* words;  // (n, ceil(V / 32)) bit v of mask k: token v allowed
-  const int32_t* rows;    // (n) the logits row mask k applies to
+  const int32_t* rows;    // (n) the logits row mask k applies to, or -1: none
   int n, M, V;
 };
 
@@ -27,6 +28,7 @@ constexpr int kThreads = 256;
 template <int kUnused = 0>
 __global__ void __launch_bounds__(mask_cfg::kThreads) mask_logits_kernel(const MaskParams p) {
   const int k = blockIdx.x, W = (p.V + 31) / 32;
+  if (p.rows[k] < 0) return;                                      // block-uniform
   float* row = p.logits + static_cast<int64_t>(p.rows[k]) * p.V;  // (V)
   const uint32_t* w = p.words + static_cast<int64_t>(k) * W;      // (W)
   for (int v = threadIdx.x; v < p.V; v += mask_cfg::kThreads)

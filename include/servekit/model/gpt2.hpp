@@ -144,14 +144,19 @@ class Gpt2 {
       Storage::download(logprobs, run_.pick_lp);
     } else {
       // ids and logprobs come back together, in one copy: (M) ids, then (M) logprobs. A step
-      // with masks replays the graph of its forward alone and then masks and samples eagerly,
-      // its masks going up in a copy of their own: made before the step, or (late) by the host
-      // while the device runs the forward.
+      // with masks runs as two graphs: its forward, then its masks' upload, the masking and the
+      // pick. Between them the host has made the masks (before the step, or late: while the
+      // device runs the forward) and staged them in M slots, so that the second graph's copy
+      // and launches are the same at every step of the shape, whichever rows are masked.
       const auto at = run_.stage(true);
       auto& in = run_.ctx.in;
+      auto& late = run_.ctx.late;
       run_.picks.resize(2 * static_cast<std::size_t>(M));
       int32_t* pick_ids = run_.picks.data();
       float* pick_lp = reinterpret_cast<float*>(pick_ids + M);
+      // The masks' device side sized before the forward's graph is launched: sizing it after
+      // could free a buffer, which drops every graph, the one running included.
+      if (n > 0) late.reserve(static_cast<std::size_t>(M) * ((V + 31) / 32) * sizeof(uint32_t));
       // (Device addresses once run() has sized the staging buffer's device side.)
       auto rows = [&] { return in.template device<RowSampling>(at.sampling); };
       run_.ctx.run(run_.graph_key(cache, n > 0 ? Runner::kForwardOfPick : Runner::kPick), [&] {
@@ -160,9 +165,12 @@ class Gpt2 {
         if (n == 0) Ops::sample(pick_ids, pick_lp, run_.logits.data(), rows(), M, V);
       });
       if (n > 0) {
-        Ops::mask_logits(run_.logits.data(), run_.stage_masks(b.late_masks),
-                         in.template device<int32_t>(at.mask_rows), n, M, V);
-        Ops::sample(pick_ids, pick_lp, run_.logits.data(), rows(), M, V);
+        const std::size_t masks = run_.stage_masks(b.late_masks);
+        run_.ctx.run(run_.graph_key(cache, Runner::kMaskAndPick), late, [&] {
+          Ops::mask_logits(run_.logits.data(), late.template device<uint32_t>(masks),
+                           in.template device<int32_t>(at.mask_rows), M, M, V);
+          Ops::sample(pick_ids, pick_lp, run_.logits.data(), rows(), M, V);
+        });
       }
       const std::span<const int32_t> got = run_.ctx.download(run_.picks.data(), run_.picks.size());
       std::copy_n(got.data(), M, ids.data());  // the step's one wait

@@ -36,9 +36,11 @@ class StepRunner {
   using Mat = typename Ops::template Resident<weights::Matrix<typename Cfg::Weights>>;
   static constexpr int C = Dims::n_embd, H = Dims::n_head, V = Dims::vocab;
   static constexpr bool kLora = lora::enabled<typename Cfg::Lora>;
-  // What a graph computes: all logits, the last ones, picks, or the forward of a step whose
-  // picks are masked (the masks and the pick follow eagerly).
-  static constexpr int kAllLogits = 0, kLastLogits = 1, kPick = 2, kForwardOfPick = 3;
+  // What a graph computes: all logits, the last ones, picks; or, for a step whose picks are
+  // masked, its forward and then (a second graph, after the host has written the masks) the
+  // masks' upload, the masking and the pick.
+  static constexpr int kAllLogits = 0, kLastLogits = 1, kPick = 2, kForwardOfPick = 3,
+                       kMaskAndPick = 4;
   static constexpr int kMaxGraphRows = 256;  // larger decode steps run eagerly
 
   // Where the plan's parts are in the staging buffer (device storage), in bytes.
@@ -131,10 +133,12 @@ class StepRunner {
     }
     return s;
   }
-  // The step's masks, uploaded after its forward is enqueued (ordered after it on the step's
-  // stream): late, when set, writes them first, while the device runs. If it throws, the
-  // step's work is waited for: the staging buffers that work reads must outlive it.
-  const uint32_t* stage_masks(const MaskWriter& late) requires(!Storage::is_host) {
+  // The step's masks into ctx.late after its forward is enqueued, in M slots (zeros past the
+  // plan's n, as the mask rows' slots hold -1 there), so that their upload has one size: late,
+  // when set, writes them first, while the device runs. If it throws, the step's work is
+  // waited for: the staging buffers that work reads must outlive it. Returns their offset;
+  // the upload is the masking's (forward_pick), on the step's stream after the forward.
+  std::size_t stage_masks(const MaskWriter& late) requires(!Storage::is_host) {
     if (late) {
       try {
         late();
@@ -144,10 +148,9 @@ class StepRunner {
       }
     }
     ctx.late.clear();
-    const std::size_t at = ctx.late.put(plan.masks);
-    ctx.late.reserve_device();
-    ctx.late.upload(ctx.stream());
-    return ctx.late.template device<uint32_t>(at);
+    const std::size_t W = (V + 31) / 32;
+    return ctx.late.put_padded(std::span<const uint32_t>(plan.masks),
+                               static_cast<std::size_t>(plan.M) * W);
   }
 
   // A decode step of a model without LoRA launches the same kernels with the same arguments at

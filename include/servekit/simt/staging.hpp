@@ -43,6 +43,17 @@ class StagingBuffer {
     used_ = end;
     return at;
   }
+  // put(v), followed by zeros up to n elements: an array whose upload has one size whatever
+  // part of it a step fills (a graph's copy has a fixed size).
+  template <class T>
+  std::size_t put_padded(std::span<const T> v, std::size_t n) {
+    const std::size_t at = put(v);
+    const std::size_t end = at + std::max(n, v.size()) * sizeof(T);
+    if (end > host_.size()) host_.grow(std::max(end, 2 * host_.size()));
+    std::memset(host_.data() + used_, 0, end - used_);
+    used_ = end;
+    return at;
+  }
   // Room for `bytes` on both sides, so that steps up to that size allocate nothing.
   void reserve(std::size_t bytes) {
     host_.grow(bytes);
