@@ -57,12 +57,17 @@ void launch_all(float* f, int* i, unsigned* u, std::uint16_t* h, std::uint32_t* 
   simt::StreamScope scope(s);
 }
 CU
+# One nvcc run for both: the front end and the host code once, cicc and ptxas per architecture
+# (three compiles per architecture before, as check_nvcc_kernels.sh had). --keep leaves each
+# architecture's PTX in $WORK; -Xptxas -v says each kernel's registers and spills.
+"$NVCC" -std=c++20 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+  -Werror all-warnings -I"$ROOT/include" -I"$ROOT/tests" -Xptxas -v --keep --keep-dir "$WORK" \
+  -c "$SRC" -o "$WORK/simt_kernels.o" > "$WORK/ptxas.txt" 2>&1 || {
+  cat "$WORK/ptxas.txt" >&2
+  exit 1
+}
 for ARCH in sm_80 sm_90; do
-  PTX="$WORK/simt_kernels_$ARCH.ptx"
-  "$NVCC" -std=c++20 -arch=$ARCH -Werror all-warnings -I"$ROOT/include" -I"$ROOT/tests" \
-    -ptx "$SRC" -o "$PTX"
-  "$NVCC" -std=c++20 -arch=$ARCH -Werror all-warnings -I"$ROOT/include" -I"$ROOT/tests" \
-    -c "$SRC" -o "$WORK/simt_kernels_$ARCH.o"
+  PTX="$WORK/simt_kernels.compute_${ARCH#sm_}.ptx"
   for INSN in mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \
               mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \
               mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 \
@@ -75,6 +80,7 @@ for ARCH in sm_80 sm_90; do
     fi
   done
   echo "== $ARCH: PTX has mma.sync (f16, bf16, s8), ldmatrix, cp.async, shfl.sync, bar.sync, vote.sync"
-  "$(dirname "$NVCC")/ptxas" -arch=$ARCH -v "$PTX" -o "$WORK/simt_kernels_$ARCH.cubin" 2>&1 |
-    grep -E "Compiling entry|registers|spill" | sed 's/^ptxas info    : //'
+  # ptxas's lines for this architecture: from its "Compiling entry ... for 'sm_XX'" on.
+  awk -v arch="$ARCH" '/Compiling entry function/ { on = index($0, "for '"'"'" arch "'"'"'") > 0 }
+    on && /Compiling entry|registers|spill/' "$WORK/ptxas.txt" | sed 's/^ptxas info    : //'
 done
