@@ -6,6 +6,7 @@
 // no longer capturing.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -159,4 +160,28 @@ TEST_CASE("a dry run checks, counts and logs launches without running them", "[s
   y.download(out);
   for (float v : out) REQUIRE(v == 5.f);
   CHECK(log.take().at(0).bytes == 0);  // a model is for one launch only
+}
+
+// A step's masks go up in one slot per sequence whatever part of them a step fills
+// (model/gpt2.hpp): put_padded stages the array, then zeros to the size asked, so a graph's copy
+// of a fixed size uploads what this step put and zeros, never a previous step's values.
+TEST_CASE("a padded staging array uploads its values, then zeros, at one size", "[simt][graph]") {
+  simt::Stream stream;
+  simt::StagingBuffer staging;
+  const std::vector<uint32_t> many = {9, 9, 9, 9, 9, 9}, few = {1, 2, 3};
+  staging.put(std::span<const uint32_t>(many));  // the previous step's values, in host memory
+  staging.clear();
+  const std::size_t at = staging.put_padded(std::span<const uint32_t>(few), 8);
+  CHECK(at == 0);
+  CHECK(staging.bytes() == 8 * sizeof(uint32_t));
+  staging.reserve_device();
+  staging.upload(stream.handle());
+  std::vector<uint32_t> got(8);
+  simt::copy_to_host(got.data(), staging.device<uint32_t>(at), got.size(), stream.handle());
+  stream.synchronize();
+  CHECK(got == std::vector<uint32_t>{1, 2, 3, 0, 0, 0, 0, 0});
+  // Asked for fewer than it holds: the whole array, no padding.
+  staging.clear();
+  staging.put_padded(std::span<const uint32_t>(many), 4);
+  CHECK(staging.bytes() == many.size() * sizeof(uint32_t));
 }
