@@ -38,7 +38,7 @@ class StagingBuffer {
     static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= kAlign);
     const std::size_t at = (used_ + kAlign - 1) / kAlign * kAlign;
     const std::size_t end = at + v.size_bytes();
-    if (end > host_.size()) host_.grow(std::max(end, 2 * host_.size()));
+    room(end);
     if (!v.empty()) std::memcpy(host_.data() + at, v.data(), v.size_bytes());
     used_ = end;
     return at;
@@ -49,7 +49,7 @@ class StagingBuffer {
   std::size_t put_padded(std::span<const T> v, std::size_t n) {
     const std::size_t at = put(v);
     const std::size_t end = at + std::max(n, v.size()) * sizeof(T);
-    if (end > host_.size()) host_.grow(std::max(end, 2 * host_.size()));
+    room(end);
     std::memset(host_.data() + used_, 0, end - used_);
     used_ = end;
     return at;
@@ -77,6 +77,11 @@ class StagingBuffer {
   }
 
  private:
+  // The host side holds `end` bytes (doubling, so that a growing step copies little).
+  void room(std::size_t end) {
+    if (end > host_.size()) host_.grow(std::max(end, 2 * host_.size()));
+  }
+
   PinnedBuffer<std::byte> host_;
   DeviceBuffer<std::byte> dev_;
   std::size_t used_ = 0;
