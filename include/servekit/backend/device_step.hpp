@@ -3,7 +3,8 @@
 // DeviceStep: what a decoder on device storage keeps to run its steps. One stream every kernel
 // and copy of a step is ordered on; the staging buffer its host-built arrays go up in (one
 // copy); the pinned buffer its results come back in (one copy, the step's one wait); and the
-// decode steps it captured as CUDA graphs, one per (cache, rows, kind), replayed with one call.
+// decode steps it captured as CUDA graphs, one per (cache, rows, kind, shape), replayed with
+// one call.
 //
 // A key's first step runs eagerly, which grows every buffer and workspace to its shape; the
 // second is captured and every later one replays. A graph holds device addresses, so when any
@@ -11,11 +12,13 @@
 // went away), every graph is dropped and recaptured.
 #include <compare>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "servekit/simt/counters.hpp"
 #include "servekit/simt/graph.hpp"
@@ -28,12 +31,18 @@ namespace servekit::backend {
 class DeviceStep {
  public:
   // What a graph's launches depend on: the cache it reads and writes (its addresses), the
-  // step's rows, and which outputs it makes (the caller's numbering).
+  // step's rows, which outputs it makes (the caller's numbering), and whatever else of the
+  // step decides its launches and their arguments (`shape`: a LoRA step's, model/gpt2.hpp).
   struct Key {
     const void* cache;
     int rows, kind;
+    std::vector<int32_t> shape;
     auto operator<=>(const Key&) const = default;
   };
+  // Keys held at most, captured and seen once together; past that all are dropped and the
+  // steps captured again. Without LoRA a model has a few hundred keys at most; with it the
+  // shapes (which adapters share a step) need not repeat.
+  static constexpr std::size_t kMaxKeys = 1024;
 
   simt::StagingBuffer in;    // the step's host-built arrays
   simt::StagingBuffer late;  // arrays the host builds while the step's kernels run (masks)
@@ -73,6 +82,9 @@ class DeviceStep {
       frees_seen_ = frees;
     }
     auto it = graphs_.find(*key);
+    if (it == graphs_.end() && graphs_.size() + warmed_.size() >= kMaxKeys) {
+      graphs_.clear(), warmed_.clear();
+    }
     if (it == graphs_.end()) {
       if (warmed_.insert(*key).second) {  // first sight: eager, sizing what it uses
         up.upload(stream_);

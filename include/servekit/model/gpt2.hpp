@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -99,7 +100,7 @@ class Gpt2 {
     } else {
       run_.logits.resize(logits.size());
       const auto at = run_.stage(false);
-      run_.ctx.run(run_.graph_key(cache, p.all ? Runner::kAllLogits : Runner::kLastLogits), [&] {
+      run_.ctx.run(graph_key(cache, p.all ? Runner::kAllLogits : Runner::kLastLogits), [&] {
         enqueue(cache, run_.ctx.in.template device<int32_t>(at.idx));
         head(run_.logits.data(), p.M);
       });
@@ -159,14 +160,14 @@ class Gpt2 {
       if (n > 0) late.reserve(static_cast<std::size_t>(M) * ((V + 31) / 32) * sizeof(uint32_t));
       // (Device addresses once run() has sized the staging buffer's device side.)
       auto rows = [&] { return in.template device<RowSampling>(at.sampling); };
-      run_.ctx.run(run_.graph_key(cache, n > 0 ? Runner::kForwardOfPick : Runner::kPick), [&] {
+      run_.ctx.run(graph_key(cache, n > 0 ? Runner::kForwardOfPick : Runner::kPick), [&] {
         enqueue(cache, in.template device<int32_t>(at.idx));
         head(run_.logits.data(), M);
         if (n == 0) Ops::sample(pick_ids, pick_lp, run_.logits.data(), rows(), M, V);
       });
       if (n > 0) {
         const std::size_t masks = run_.stage_masks(b.late_masks);
-        run_.ctx.run(run_.graph_key(cache, Runner::kMaskAndPick), late, [&] {
+        run_.ctx.run(graph_key(cache, Runner::kMaskAndPick), late, [&] {
           Ops::mask_logits(run_.logits.data(), late.template device<uint32_t>(masks),
                            in.template device<int32_t>(at.mask_rows), M, M, V);
           Ops::sample(pick_ids, pick_lp, run_.logits.data(), rows(), M, V);
@@ -247,6 +248,26 @@ class Gpt2 {
   model::StepPlan& check(const Cache& cache, const model::Batch& b) {
     model::build_plan<Cfg>(run_.plan, cache, b, [&](int a) { return adapters_.get(a) != nullptr; });
     return run_.plan;
+  }
+  // The step's graph key (StepRunner::graph_key). A LoRA step's launches also depend on which
+  // linears its adapters adapt, the widest rank and the slots' count (grids, strides, the
+  // tables' addresses), and Segmented's groups (its grids) or Loop's adapters (a pass each);
+  // the rows' slots and groups themselves are read from the index arrays.
+  auto graph_key(const Cache& cache, int kind) const requires(!Storage::is_host) {
+    std::vector<int32_t> shape;
+    if constexpr (kLora) {
+      const model::StepPlan& p = run_.plan;
+      if (!p.lora_distinct.empty()) {
+        shape = {adapters_.max_rank(), adapters_.slots()};
+        for (int lt = 0; lt < L * lora::kTargets; lt++)
+          shape.push_back(adapters_.adapts(lt, p.lora_distinct));
+        if constexpr (std::is_same_v<Lora, lora::Segmented>)
+          shape.push_back(p.lora_n_seg), shape.push_back(p.lora_seg_rows);
+        if constexpr (std::is_same_v<Lora, lora::Loop>)
+          shape.insert(shape.end(), p.lora_distinct.begin(), p.lora_distinct.end());
+      }
+    }
+    return run_.graph_key(cache, kind, std::move(shape));
   }
   // Then the plan's LoRA groups, the scratch grown, and the step's cache rows reserved.
   void prepare(Cache& cache, const model::Batch& b) {

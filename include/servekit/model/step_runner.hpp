@@ -153,14 +153,16 @@ class StepRunner {
                                static_cast<std::size_t>(plan.M) * W);
   }
 
-  // A decode step of a model without LoRA launches the same kernels with the same arguments at
-  // every step of its shape (positions, rows and tokens are read from the index arrays), so it
-  // can be a graph. LoRA steps launch per adapter group; prefill and mixed steps vary.
+  // A decode step launches the same kernels with the same arguments at every step of its
+  // shape (positions, rows, tokens and adapter slots are read from the index arrays), so it
+  // can be a graph; `shape` is what else decides them (a LoRA step's, model/gpt2.hpp).
+  // Prefill and mixed steps vary.
   template <class Cache>
-  auto graph_key(const Cache& cache, int kind) const requires(!Storage::is_host) {
+  auto graph_key(const Cache& cache, int kind, std::vector<int32_t> shape = {}) const
+      requires(!Storage::is_host) {
     using Key = typename Storage::StepContext::Key;
     std::optional<Key> k;
-    if (!kLora && plan.decode() && plan.N <= kMaxGraphRows) k = Key{&cache, plan.N, kind};
+    if (plan.decode() && plan.N <= kMaxGraphRows) k = Key{&cache, plan.N, kind, std::move(shape)};
     return k;
   }
 
