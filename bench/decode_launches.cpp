@@ -8,15 +8,23 @@
 // bytes its launches move, their ratio, and both at the H100's 3.35 TB/s: the floor of the
 // step's time, and the step as launched if every kernel ran at that bandwidth. A linear whose
 // grid is under 2 CTAs per SM cannot pull that bandwidth.
+// --lora: instead, the LoRA launches of an f16 decode step (shrink, expand and the delta
+// buffer's zeroing, over the 48 linears) with 64 adapters of ranks 4..16 on every linear, each
+// row its own, 8 shared or one for all, per policy (gathered, segmented): the bytes they move
+// by their launchers' models against what the adapters' work must move (each adapter's A and B
+// once, the adapted rows' x read and their deltas written once).
 //   bench_decode_launches [--context 512] [--batches 1 8 64] [--csv out.csv] [--launches]
+//                         [--lora]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "common.hpp"
 #include "servekit/backend/emulated_device.hpp"
+#include "servekit/lora/random_adapter.hpp"
 #include "servekit/model/dry_step.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/random_gpt2.hpp"
@@ -35,6 +43,7 @@ struct Opts {
   std::string csv;
   bool launches = false;  // print every launch, not only the summary
   int tiles = 0;          // column tiles a decode linear's block takes; 0: the launchers choose
+  bool lora = false;      // the LoRA launches instead (bench_lora below)
 };
 
 std::string short_name(std::string k) {
@@ -88,6 +97,59 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
   }
 }
 
+// --lora (above). The adapters: 64, ranks 4..16 drawn once, every linear adapted.
+template <class Policy>
+void bench_lora(const Opts& o, const sk::model::Gpt2Tensors& t,
+                const std::vector<sk::lora::Adapter>& adapters, std::FILE* csv) {
+  using Model = sk::Gpt2<
+      sk::Config<D, sk::weights::F16, sk::kv::Paged<16>, Policy, sk::backend::EmulatedDevice>>;
+  Model model(t);
+  model.set_graphs(false);
+  for (const auto& a : adapters) model.add_adapter(a);
+  const int n_ad = static_cast<int>(adapters.size());
+  for (int B : o.batches)
+    for (int share : {0, 8, 1}) {  // each row its own adapter, 8 shared, one for all
+      std::vector<int32_t> slots(B);
+      for (int r = 0; r < B; r++) slots[r] = share == 0 ? r % n_ad : r % share;
+      auto cache = model.make_cache(B, o.context + 1);
+      const auto launched = sk::model::dry_decode_step(model, cache, B, o.context, slots);
+      // Must move: per linear, the distinct adapters' A and B, and each row's x and delta.
+      double must = 0;
+      std::vector<int32_t> distinct(slots);
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      for (int l = 0; l < D::n_layer; l++)
+        for (int tg = 0; tg < sk::lora::kTargets; tg++) {
+          const auto [K, N] = sk::lora::target_shape(static_cast<sk::lora::Target>(tg), D::n_embd);
+          for (int32_t a : distinct)
+            if (const auto* q = adapters[a].find(l, static_cast<sk::lora::Target>(tg)))
+              must += 4.0 * q->rank * (K + N);
+          must += 4.0 * B * (K + N);
+        }
+      double shrink = 0, expand = 0, zero = 0;
+      int n = 0;
+      for (const auto& r : launched) {
+        const std::string k = short_name(r.kernel);
+        const bool is_zero = k.find("zero_kernel") != std::string::npos;
+        if (k.find("lora_") == std::string::npos && !is_zero) continue;
+        n++;
+        (is_zero ? zero : k.find("shrink") != std::string::npos ? shrink : expand) += r.bytes;
+        if (csv)
+          std::fprintf(csv, "%s,%d,\"%s\",%llu,%.4f,%zu\n", Model::name().c_str(), B, k.c_str(),
+                       r.blocks(), static_cast<double>(r.blocks()) / kSms, r.bytes);
+      }
+      const double M = 1048576.0, moved = shrink + expand;
+      std::printf("%-10s %-10s %5d %8d %10.2f %10.2f %10.2f %10.2f %10.2f %7.2fx %7.2fx\n",
+                  std::string(Policy::name).c_str(),
+                  share == 0   ? "own"
+                  : share == 8 ? "8 shared"
+                               : "one",
+                  B, n, shrink / M, expand / M, zero / M, moved / M, must / M, moved / must,
+                  (moved + zero) / must);
+      std::fflush(stdout);
+    }
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"bench_decode_launches: a GPT-2 124M Cuda decode step's launches, listed dry"};
   Opts o;
@@ -98,9 +160,34 @@ int main(int argc, char** argv) {
   app.add_option("--tiles-per-block", o.tiles,
                  "column tiles a decode linear's block takes (0: the launchers choose)")
       ->check(CLI::Range(0, 8));
+  app.add_flag("--lora", o.lora, "the LoRA launches of an f16 step with 64 adapters instead");
   CLI11_PARSE(app, argc, argv);
   const sk::kernels::ForceTilesPerBlock force(o.tiles);
   std::FILE* csv = sk::bench::open_csv(o.csv, "composition,batch,kernel,ctas,waves,bytes\n");
+  if (o.lora) {
+    std::fprintf(stderr, "making random GPT-2 124M and 64 adapters ...\n");
+    const auto t = sk::model::random_gpt2<D>(1);
+    std::mt19937_64 rng(7);
+    std::vector<sk::lora::Adapter> adapters;
+    for (int i = 0; i < 64; i++) {
+      sk::lora::RandomAdapterSpec spec{.name = "a" + std::to_string(i),
+                                       .rank = 4 + static_cast<int>(rng() % 13)};
+      adapters.push_back(sk::lora::random_adapter<D>(spec, rng));
+    }
+    std::printf(
+        "LoRA launches of a GPT-2 124M decode step (f16 weights) at %d tokens of context, "
+        "dry run; 64 adapters, ranks 4..16, every linear. moved: shrink + expand by their "
+        "launchers' models; must: each adapter's A and B once, each row's x and delta once; "
+        "zero: the delta buffer zeroed before each adapted linear\n",
+        o.context);
+    std::printf("%-10s %-10s %5s %8s %10s %10s %10s %10s %10s %8s %8s\n", "policy", "adapters",
+                "batch", "launches", "shrink MiB", "expand MiB", "zero MiB", "moved MiB",
+                "must MiB", "ratio", "w/ zero");
+    bench_lora<sk::lora::Gathered>(o, t, adapters, csv);
+    bench_lora<sk::lora::Segmented>(o, t, adapters, csv);
+    if (csv) std::fclose(csv);
+    return 0;
+  }
   std::printf(
       "decode step of GPT-2 124M at %d tokens of context, launched as on a GPU "
       "(dry run); H100: %d SMs, %.2f TB/s\n",

@@ -108,6 +108,39 @@ TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][
   });
 }
 
+// Segmented's kernels sum each row as gathered's do (ranks up to kSegExpandRanks; these are
+// 1..16): the two dispatches give the same bits, so a row's delta does not depend on which
+// policy serves it nor on the rows that share its adapter.
+TEST_CASE("segmented LoRA gives the gathered kernels' bits", "[lora][emulated]") {
+  each_case([&](int K, int Nout, const Case& c) {
+    const Tables& t = c.t;
+    const Plan& pl = c.pl;
+    const int N = c.N, slots = static_cast<int>(t.tab.size());
+    auto run = [&]<class Policy>() {
+      auto got = c.y;
+      std::vector<float> v(std::size_t(N) * 16, -1e30f);
+      const DeviceTables dt(t, K, Nout);
+      {
+        auto y_d = on(got), v_d = on(v);
+        auto x_d = on(std::as_const(c.x));
+        auto ad_d = on(pl.ad), order_d = on(std::as_const(pl.order)),
+             start_d = on(std::as_const(pl.seg_start)), seg_d = on(std::as_const(pl.seg_ad));
+        LoraParams p{y_d, x_d, ad_d, dt.tab.data(), slots, v_d, N, K, Nout, 16};
+        p.order = order_d, p.seg_start = start_d, p.seg_ad = seg_d;
+        p.n_seg = static_cast<int>(pl.seg_ad.size());
+        DeviceOps::lora<Policy>(p, pl.distinct);
+      }
+      return got;
+    };
+    const auto g = run.template operator()<sk::lora::Gathered>();
+    const auto s = run.template operator()<sk::lora::Segmented>();
+    for (std::size_t i = 0; i < g.size(); i++) {
+      INFO("output " << i << " of " << g.size());
+      REQUIRE(std::bit_cast<uint32_t>(g[i]) == std::bit_cast<uint32_t>(s[i]));
+    }
+  });
+}
+
 // A segment longer than a block's rows (kernels::kSegRows) is cut into chunks, each a block:
 // every row still gets its delta, and the bits it gets alone, whichever chunk holds it.
 TEST_CASE("segmented LoRA: a long segment's rows get the bits they get in a short one",

@@ -11,11 +11,12 @@
 //     block a row walking every rank row left a batch-1 decode step's 48 shrinks on one SM
 //     each: 2.9x the base step on an H100.)
 //   segmented (SGMV, punica / S-LoRA): rows grouped by adapter (the host sorts them: `order`,
-//     segment bounds and adapters), one block per (segment, rank row, kSegRows rows) for shrink
-//     and per (segment, 128 columns, kSegRows rows) for expand, so A and B are read once per
-//     kSegRows rows of a segment and held in registers while those rows stream past. (Whole
-//     segments a block, one adapter for a batch of 64 prompts was 16 blocks walking 8192 rows:
-//     27x the base prefill on an H100.)
+//     segment bounds and adapters), one block per (segment, kLoraWarps rank rows, kSegRows rows)
+//     for shrink and per (segment, 128 columns, kSegRows rows) for expand, so A and B are read
+//     from memory once per kSegRows rows of a segment (A's rows from L1 for the later rows, B
+//     held in registers) while those rows stream past. (Whole segments a block, one adapter for
+//     a batch of 64 prompts was 16 blocks walking 8192 rows: 27x the base prefill on an H100.)
+//     A row's sums are the gathered kernels' (ranks up to kSegExpandRanks): the same bits.
 //   loop: the gathered kernels once per distinct adapter, keeping that adapter's rows (`only`),
 //     as the course's loop of masked passes.
 #include "servekit/kernels/common.hpp"
@@ -63,11 +64,12 @@ __global__ void __launch_bounds__(kLoraThreads) lora_expand_rows_kernel(const Lo
   p.y[static_cast<int64_t>(r) * p.Nout + n] += s;
 }
 
-// Segmented shrink: block (segment, rank row j, rows chunk). The block's threads split K; each
-// thread keeps its slice of A[j] in registers, kChunk values at a time, and every row of the
-// segment's chunk is reduced against it, so A[j] is read from memory once per chunk. A row's
-// sum does not depend on its chunk: the bits are those of whole segments.
-constexpr int kLoraChunk = 8;    // A values per thread held at once
+// Segmented shrink: block (segment, kLoraWarps rank rows, rows chunk), a warp per rank row j
+// whose lanes take K as the gathered shrink's do, for each row of the chunk in turn: A[j] is
+// read from memory once per chunk (the chunk's later rows find it in L1) and x[r] once per
+// block (its warps read the same lines), with no barrier. Each v[r, j] is the gathered
+// shrink's sum, the same bits, whatever the chunk. (A block per single rank row, its threads
+// splitting K, read x[r] once per rank row and met two barriers per row.)
 constexpr int kSegRows = 64;     // rows of a segment per block, at most
 constexpr int kSegBlocks = 256;  // blocks a shrink launch should have at least (a few per SM)
 
@@ -80,52 +82,28 @@ __device__ SERVEKIT_SIMT_INLINE void seg_chunk(const LoraParams& p, int seg, int
 
 template <int kUnused = 0>
 __global__ void __launch_bounds__(kLoraThreads) lora_shrink_segments_kernel(const LoraParams p) {
-  SERVEKIT_SHARED(float[kLoraWarps], part);
-  const int seg = blockIdx.x, j = blockIdx.y;
+  const int seg = blockIdx.x;
   const LoraMats* m = lora_mats(p, p.seg_ad[seg]);
-  if (!m || j >= m->rank) return;  // uniform over the block
-  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, j = blockIdx.y * kLoraWarps + threadIdx.x / 32;
+  if (!m || j >= m->rank) return;  // no barrier below
   int r0, r1;
   seg_chunk(p, seg, blockIdx.z, r0, r1);
-  if (r0 >= r1) return;  // uniform over the block
   const float* a = m->a + static_cast<int64_t>(j) * p.K;
-  constexpr int kSpan = kLoraThreads * kLoraChunk;  // K values per pass
   for (int i = r0; i < r1; i++) {
-    if (threadIdx.x == 0) p.v[static_cast<int64_t>(p.order[i]) * p.max_rank + j] = 0.f;
-  }
-  __syncthreads();
-  for (int k0 = 0; k0 < p.K; k0 += kSpan) {
-    float areg[kLoraChunk];
-#pragma unroll
-    for (int c = 0; c < kLoraChunk; c++) {
-      const int k = k0 + c * kLoraThreads + threadIdx.x;
-      areg[c] = k < p.K ? a[k] : 0.f;
-    }
-    for (int i = r0; i < r1; i++) {
-      const int r = p.order[i];
-      const float* x = p.x + static_cast<int64_t>(r) * p.K;
-      float s = 0.f;
-#pragma unroll
-      for (int c = 0; c < kLoraChunk; c++) {
-        const int k = k0 + c * kLoraThreads + threadIdx.x;
-        if (k < p.K) s = fmaf(areg[c], x[k], s);
-      }
-      s = warp_sum(s);
-      if (lane == 0) part[w] = s;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        float t = 0.f;
-#pragma unroll
-        for (int q = 0; q < kLoraWarps; q++) t += part[q];
-        p.v[static_cast<int64_t>(r) * p.max_rank + j] += m->scale * t;
-      }
-      __syncthreads();
-    }
+    const int r = p.order[i];
+    const float* x = p.x + static_cast<int64_t>(r) * p.K;
+    float s = 0.f;
+    for (int k = lane; k < p.K; k += 32) s = fmaf(a[k], x[k], s);
+    s = warp_sum(s);
+    if (lane == 0) p.v[static_cast<int64_t>(r) * p.max_rank + j] = m->scale * s;
   }
 }
 
 // Segmented expand: block (128 columns, segment, rows chunk). Each thread holds its column's B
-// row, kChunk ranks at a time, in registers while the chunk's rows go by.
+// row, kSegExpandRanks ranks at a time, in registers while the chunk's rows go by; a row's
+// output is read and written once per kSegExpandRanks ranks (once up to rank 16, where its sum
+// is the gathered expand's chain over j: the same bits).
+constexpr int kSegExpandRanks = 16;
 template <int kUnused = 0>
 __global__ void __launch_bounds__(kLoraThreads) lora_expand_segments_kernel(const LoraParams p) {
   const int seg = blockIdx.y;
@@ -135,20 +113,83 @@ __global__ void __launch_bounds__(kLoraThreads) lora_expand_segments_kernel(cons
   int r0, r1;
   seg_chunk(p, seg, blockIdx.z, r0, r1);
   const float* b = m->b + static_cast<int64_t>(n) * m->rank;
-  for (int j0 = 0; j0 < m->rank; j0 += kLoraChunk) {
-    float breg[kLoraChunk];
+  for (int j0 = 0; j0 < m->rank; j0 += kSegExpandRanks) {
+    float breg[kSegExpandRanks];
 #pragma unroll
-    for (int c = 0; c < kLoraChunk; c++) breg[c] = j0 + c < m->rank ? b[j0 + c] : 0.f;
+    for (int c = 0; c < kSegExpandRanks; c++) breg[c] = j0 + c < m->rank ? b[j0 + c] : 0.f;
     for (int i = r0; i < r1; i++) {
       const int r = p.order[i];
       const float* v = p.v + static_cast<int64_t>(r) * p.max_rank + j0;
       float s = 0.f;
 #pragma unroll
-      for (int c = 0; c < kLoraChunk; c++)
+      for (int c = 0; c < kSegExpandRanks; c++)
         if (j0 + c < m->rank) s = fmaf(breg[c], v[c], s);
       p.y[static_cast<int64_t>(r) * p.Nout + n] += s;
     }
   }
+}
+
+// The global-memory bytes of one LoRA launch (simt::expect_bytes), block by block as the
+// kernels read and write: each block's distinct bytes (what its warps, or its later rows, read
+// again comes from L1), what several blocks read counted for each (an L2 may serve the
+// repeats). The rows' slots and the adapters' ranks are read on the host, so this is known
+// under the emulator (device memory is host memory) while a LaunchLog keeps the launches and
+// nothing is being captured; 0 otherwise, and under nvcc (as attention_kv_bytes).
+enum class LoraLaunch { kGatheredShrink, kGatheredExpand, kSegmentedShrink, kSegmentedExpand };
+inline std::size_t lora_bytes(const LoraParams& p, LoraLaunch launch) {
+#if defined(SERVEKIT_SIMT_HOST)
+  if (!simt::logging_launches() || simt::capturing_on_host()) return 0;
+  constexpr std::size_t F = sizeof(float), I = sizeof(int32_t), T = sizeof(LoraMats);
+  const std::size_t K = p.K;
+  const int col_blocks = ceil_div(p.Nout, kLoraThreads);
+  auto cols = [&](int bx) {
+    return static_cast<std::size_t>(imin(kLoraThreads, p.Nout - bx * kLoraThreads));
+  };
+  // The rank rows a shrink block (its grid.y = y) takes of an adapter of rank R.
+  auto rank_rows = [&](int y, int R) {
+    return static_cast<std::size_t>(imax(0, imin(kLoraWarps, R - y * kLoraWarps)));
+  };
+  std::size_t bytes = 0;
+  if (launch == LoraLaunch::kGatheredShrink || launch == LoraLaunch::kGatheredExpand) {
+    for (int r = 0; r < p.N; r++) {
+      const LoraMats* m = lora_mats(p, p.ad[r]);
+      if (launch == LoraLaunch::kGatheredShrink) {
+        for (int y = 0; y < ceil_div(p.max_rank, kLoraWarps); y++) {
+          const std::size_t nj = m ? rank_rows(y, m->rank) : 0;
+          bytes += I + (nj ? T + K * F + nj * (K + 1) * F : 0);  // x, A's rows, v
+        }
+      } else {
+        for (int bx = 0; bx < col_blocks; bx++)  // B's columns, v, y read and written
+          bytes += I + (m ? T + (cols(bx) * m->rank + m->rank + 2 * cols(bx)) * F : 0);
+      }
+    }
+    return bytes;
+  }
+  const int chunks = ceil_div(p.seg_rows > 0 ? imin(p.seg_rows, p.N) : p.N, p.seg_chunk);
+  for (int seg = 0; seg < p.n_seg; seg++) {
+    const LoraMats* m = lora_mats(p, p.seg_ad[seg]);
+    if (!m) continue;
+    const std::size_t R = m->rank;
+    for (int c = 0; c < chunks; c++) {
+      int r0, r1;
+      seg_chunk(p, seg, c, r0, r1);
+      const std::size_t rows = imax(0, r1 - r0);
+      if (launch == LoraLaunch::kSegmentedShrink) {
+        for (int y = 0; y < ceil_div(p.max_rank, kLoraWarps); y++)
+          if (const std::size_t nj = rank_rows(y, m->rank); nj && rows)  // A's rows; x, v a row
+            bytes += T + nj * K * F + rows * (I + K * F + nj * F);
+      } else if (rows) {
+        const std::size_t passes = ceil_div(m->rank, kSegExpandRanks);
+        for (int bx = 0; bx < col_blocks; bx++)  // B's columns; v and y read and written a row
+          bytes += T + cols(bx) * R * F + rows * (I + (R + passes * 2 * cols(bx)) * F);
+      }
+    }
+  }
+  return bytes;
+#else
+  (void)p, (void)launch;
+  return 0;
+#endif
 }
 
 inline void check_lora(const LoraParams& p, const char* who) {
@@ -160,8 +201,10 @@ inline void check_lora(const LoraParams& p, const char* who) {
 // Gathered (BGMV), or with p.only >= 0 one masked pass of the loop policy.
 inline void lora_gathered(const LoraParams& p, simt::stream_handle stream = nullptr) {
   check_lora(p, "kernels::lora_gathered");
+  simt::expect_bytes(lora_bytes(p, LoraLaunch::kGatheredShrink));
   simt::launch(simt::kernel<lora_shrink_rows_kernel<>>, dim3(p.N, ceil_div(p.max_rank, kLoraWarps)),
                dim3(kLoraThreads), 0, stream, p);
+  simt::expect_bytes(lora_bytes(p, LoraLaunch::kGatheredExpand));
   simt::launch(simt::kernel<lora_expand_rows_kernel<>>, dim3(ceil_div(p.Nout, kLoraThreads), p.N),
                dim3(kLoraThreads), 0, stream, p);
 }
@@ -172,8 +215,9 @@ inline void lora_gathered(const LoraParams& p, simt::stream_handle stream = null
 // is the same whatever its chunk, so this changes no bits.
 inline int seg_chunk_rows(const LoraParams& p) {
   const int rows = p.seg_rows > 0 ? imin(p.seg_rows, p.N) : p.N;  // the longest segment
+  const long ranks = ceil_div(p.max_rank, kLoraWarps);            // the shrink's grid.y
   int c = kSegRows;
-  while (c > 4 && static_cast<long>(p.n_seg) * p.max_rank * ceil_div(rows, c) < kSegBlocks) c /= 2;
+  while (c > 4 && p.n_seg * ranks * ceil_div(rows, c) < kSegBlocks) c /= 2;
   return c;
 }
 
@@ -184,8 +228,11 @@ inline void lora_segmented(const LoraParams& p, simt::stream_handle stream = nul
   LoraParams q = p;
   q.seg_chunk = seg_chunk_rows(p);
   const int chunks = ceil_div(p.seg_rows > 0 ? imin(p.seg_rows, p.N) : p.N, q.seg_chunk);
-  simt::launch(simt::kernel<lora_shrink_segments_kernel<>>, dim3(p.n_seg, p.max_rank, chunks),
-               dim3(kLoraThreads), 0, stream, q);
+  simt::expect_bytes(lora_bytes(q, LoraLaunch::kSegmentedShrink));
+  simt::launch(simt::kernel<lora_shrink_segments_kernel<>>,
+               dim3(p.n_seg, ceil_div(p.max_rank, kLoraWarps), chunks), dim3(kLoraThreads), 0,
+               stream, q);
+  simt::expect_bytes(lora_bytes(q, LoraLaunch::kSegmentedExpand));
   simt::launch(simt::kernel<lora_expand_segments_kernel<>>,
                dim3(ceil_div(p.Nout, kLoraThreads), p.n_seg, chunks), dim3(kLoraThreads), 0, stream,
                q);

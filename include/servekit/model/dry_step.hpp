@@ -4,6 +4,7 @@
 // (simt::DryRun): `rows` sequences, each first given `context` tokens by a dry prefill, then
 // one new token each. What bench_decode_launches prints and test_decode_grid asserts on.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "servekit/kernels/sampling_args.hpp"
@@ -14,9 +15,11 @@
 namespace servekit::model {
 
 // Model: a Gpt2 on a backend that samples on the device (forward_pick). The cache must hold
-// `rows` sequences of context + 1 tokens.
+// `rows` sequences of context + 1 tokens. adapters: (rows) each sequence's adapter slot, or
+// empty (a model with LoRA).
 template <class Model, class Cache>
-std::vector<simt::LaunchRecord> dry_decode_step(Model& model, Cache& cache, int rows, int context) {
+std::vector<simt::LaunchRecord> dry_decode_step(Model& model, Cache& cache, int rows, int context,
+                                                std::span<const int32_t> adapters = {}) {
   std::vector<int32_t> tokens;
   std::vector<SeqStep> seqs;
   for (int b = 0; b < rows; b++) {
@@ -27,11 +30,14 @@ std::vector<simt::LaunchRecord> dry_decode_step(Model& model, Cache& cache, int 
   std::vector<int32_t> ids(rows);
   std::vector<float> lp(rows);
   const simt::DryRun dry;
-  model.forward_pick(cache, {tokens, seqs}, picks, ids, lp);  // the context
+  Batch b{tokens, seqs};
+  b.adapters = adapters;
+  model.forward_pick(cache, b, picks, ids, lp);  // the context
   tokens.assign(rows, 464);  // a dry run's ids are garbage: decode a fixed token
   for (auto& s : seqs) s = {s.slot, context, 1};
+  b.tokens = tokens, b.seqs = seqs;
   simt::LaunchLog log;
-  model.forward_pick(cache, {tokens, seqs}, picks, ids, lp);
+  model.forward_pick(cache, b, picks, ids, lp);
   return log.take();
 }
 
