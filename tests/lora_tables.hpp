@@ -69,6 +69,8 @@ inline Plan plan_of(std::vector<int32_t> ad) {
       p.distinct.push_back(p.ad[p.order[i]]);
     }
   p.seg_start.push_back(static_cast<int32_t>(p.order.size()));
+  for (int r = 0; r < N; r++)  // then the rows of none, as AdapterRegistry::plan lists them
+    if (p.ad[r] < 0) p.order.push_back(r);
   return p;
 }
 inline Plan random_plan(int N, int slots, std::mt19937& rng) {

@@ -141,6 +141,44 @@ TEST_CASE("segmented LoRA gives the gathered kernels' bits", "[lora][emulated]")
   });
 }
 
+// A step's delta buffer written by the kernels (lora_into: LoraParams::write for gathered and
+// segmented, no zeroing launch; the loop zeroes and adds): over a buffer of garbage, the bits
+// the deltas get added into zeros, and +0 for the rows without one or whose adapter skips the
+// linear.
+TEMPLATE_TEST_CASE("LoRA kernels write a delta buffer: a zeroed buffer's bits, zeros elsewhere",
+                   "[lora][emulated]", sk::lora::Loop, sk::lora::Gathered, sk::lora::Segmented) {
+  each_case([&](int K, int Nout, const Case& c) {
+    const Tables& t = c.t;
+    const Plan& pl = c.pl;
+    const int N = c.N, slots = static_cast<int>(t.tab.size());
+    auto run = [&](std::vector<float> y, bool into) {
+      std::vector<float> v(std::size_t(N) * 16, -1e30f);
+      const DeviceTables dt(t, K, Nout);
+      {
+        auto y_d = on(y), v_d = on(v);
+        auto x_d = on(std::as_const(c.x));
+        auto ad_d = on(pl.ad), order_d = on(std::as_const(pl.order)),
+             start_d = on(std::as_const(pl.seg_start)), seg_d = on(std::as_const(pl.seg_ad));
+        LoraParams p{y_d, x_d, ad_d, dt.tab.data(), slots, v_d, N, K, Nout, 16};
+        p.order = order_d, p.seg_start = start_d, p.seg_ad = seg_d;
+        p.n_seg = static_cast<int>(pl.seg_ad.size());
+        if (into)
+          DeviceOps::lora_into<TestType>(p, pl.distinct);
+        else
+          DeviceOps::lora<TestType>(p, pl.distinct);
+      }
+      return y;
+    };
+    std::vector<float> garbage(std::size_t(N) * Nout, std::nanf("")), zeros(garbage.size(), 0.f);
+    garbage[3] = -0.f, garbage[5] = 1e30f;
+    const auto written = run(garbage, true), added = run(zeros, false);
+    for (std::size_t i = 0; i < written.size(); i++) {
+      INFO("output " << i << ", row " << i / Nout << " (slot " << pl.ad[i / Nout] << ")");
+      REQUIRE(std::bit_cast<uint32_t>(written[i]) == std::bit_cast<uint32_t>(added[i]));
+    }
+  });
+}
+
 // A segment longer than a block's rows (kernels::kSegRows) is cut into chunks, each a block:
 // every row still gets its delta, and the bits it gets alone, whichever chunk holds it.
 TEST_CASE("segmented LoRA: a long segment's rows get the bits they get in a short one",

@@ -71,6 +71,12 @@ struct Ops<Host> : HostStorage {
         kernels::host::lora_segmented(p);
     }
   }
+  // p.y (N, Nout) = each row's LoRA delta, 0 for a row without one.
+  template <class Policy>
+  static void lora_into(const kernels::LoraParams& p, std::span<const int32_t> distinct) {
+    zero(p.y, static_cast<int64_t>(p.N) * p.Nout);
+    lora<Policy>(p, distinct);
+  }
   // Gathered and segmented add each row's delta inside the linear's epilogue (no (N, Nout)
   // delta matrix: kernels/host/lora.hpp); the loop keeps its whole-batch passes.
   template <class Policy>

@@ -166,6 +166,20 @@ struct SimtOps {
     }
     done();
   }
+  // p.y (N, Nout) = each row's LoRA delta, 0 for a row without one (a step's delta buffer):
+  // the gathered and segmented kernels write it (LoraParams::write), no zeroing launch first;
+  // the loop's passes add into it zeroed.
+  template <class Policy>
+  static void lora_into(const kernels::LoraParams& p, std::span<const int32_t> distinct) {
+    if constexpr (std::is_same_v<Policy, servekit::lora::Loop>) {
+      zero(p.y, static_cast<int64_t>(p.N) * p.Nout);
+      lora<Policy>(p, distinct);
+    } else {
+      kernels::LoraParams q = p;
+      q.write = true;
+      lora<Policy>(q, distinct);
+    }
+  }
   static void zero(float* x, int64_t n) {
     kernels::zero(x, n, stream());
     done();

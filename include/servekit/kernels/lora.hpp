@@ -50,18 +50,24 @@ __global__ void __launch_bounds__(kLoraThreads) lora_shrink_rows_kernel(const Lo
   if (lane == 0) p.v[static_cast<int64_t>(r) * p.max_rank + j] = m->scale * s;
 }
 
-// y[r, n] += <B[n], v[r]>: blocks of 128 columns per row.
+// y[r, n] += <B[n], v[r]> (p.write: y[r, n] = 0 + that, and 0 for a row without a delta):
+// blocks of 128 columns per row.
 template <int kUnused = 0>
 __global__ void __launch_bounds__(kLoraThreads) lora_expand_rows_kernel(const LoraParams p) {
   const int r = blockIdx.y;
   const LoraMats* m = lora_mats(p, p.ad[r]);
   const int n = blockIdx.x * kLoraThreads + threadIdx.x;
-  if (!m || n >= p.Nout) return;
+  if (n >= p.Nout) return;
+  float* y = p.y + static_cast<int64_t>(r) * p.Nout + n;
+  if (!m) {
+    if (p.write) *y = 0.f;
+    return;
+  }
   const float* b = m->b + static_cast<int64_t>(n) * m->rank;
   const float* v = p.v + static_cast<int64_t>(r) * p.max_rank;
   float s = 0.f;
   for (int j = 0; j < m->rank; j++) s = fmaf(b[j], v[j], s);
-  p.y[static_cast<int64_t>(r) * p.Nout + n] += s;
+  *y = (p.write ? 0.f : *y) + s;  // written: a zeroed row's bits
 }
 
 // Segmented shrink: block (segment, kLoraWarps rank rows, rows chunk), a warp per rank row j
@@ -107,24 +113,34 @@ constexpr int kSegExpandRanks = 16;
 template <int kUnused = 0>
 __global__ void __launch_bounds__(kLoraThreads) lora_expand_segments_kernel(const LoraParams p) {
   const int seg = blockIdx.y;
-  const LoraMats* m = lora_mats(p, p.seg_ad[seg]);
   const int n = blockIdx.x * kLoraThreads + threadIdx.x;
-  if (!m || n >= p.Nout) return;
+  if (n >= p.Nout) return;
+  auto y = [&](int i) -> float& { return p.y[static_cast<int64_t>(p.order[i]) * p.Nout + n]; };
+  if (seg == p.n_seg) {  // p.write's last segment: the rows of none (order's tail), zeroed
+    const int z = blockIdx.z, nz = gridDim.z;
+    for (int i = p.seg_start[p.n_seg] + z; i < p.N; i += nz) y(i) = 0.f;
+    return;
+  }
+  const LoraMats* m = lora_mats(p, p.seg_ad[seg]);
   int r0, r1;
   seg_chunk(p, seg, blockIdx.z, r0, r1);
+  if (!m) {
+    if (p.write)
+      for (int i = r0; i < r1; i++) y(i) = 0.f;
+    return;
+  }
   const float* b = m->b + static_cast<int64_t>(n) * m->rank;
   for (int j0 = 0; j0 < m->rank; j0 += kSegExpandRanks) {
     float breg[kSegExpandRanks];
 #pragma unroll
     for (int c = 0; c < kSegExpandRanks; c++) breg[c] = j0 + c < m->rank ? b[j0 + c] : 0.f;
     for (int i = r0; i < r1; i++) {
-      const int r = p.order[i];
-      const float* v = p.v + static_cast<int64_t>(r) * p.max_rank + j0;
+      const float* v = p.v + static_cast<int64_t>(p.order[i]) * p.max_rank + j0;
       float s = 0.f;
 #pragma unroll
       for (int c = 0; c < kSegExpandRanks; c++)
         if (j0 + c < m->rank) s = fmaf(breg[c], v[c], s);
-      p.y[static_cast<int64_t>(r) * p.Nout + n] += s;
+      y(i) = (p.write && j0 == 0 ? 0.f : y(i)) + s;
     }
   }
 }
@@ -159,29 +175,37 @@ inline std::size_t lora_bytes(const LoraParams& p, LoraLaunch launch) {
           bytes += I + (nj ? T + K * F + nj * (K + 1) * F : 0);  // x, A's rows, v
         }
       } else {
-        for (int bx = 0; bx < col_blocks; bx++)  // B's columns, v, y read and written
-          bytes += I + (m ? T + (cols(bx) * m->rank + m->rank + 2 * cols(bx)) * F : 0);
+        for (int bx = 0; bx < col_blocks; bx++)  // B's columns, v, y read (unless p.write), written
+          bytes += I + (m ? T + (cols(bx) * m->rank + m->rank + (2 - p.write) * cols(bx)) * F
+                        : p.write ? cols(bx) * F
+                                  : 0);
       }
     }
     return bytes;
   }
   const int chunks = ceil_div(p.seg_rows > 0 ? imin(p.seg_rows, p.N) : p.N, p.seg_chunk);
+  const bool expand = launch == LoraLaunch::kSegmentedExpand;
+  if (expand && p.write)  // the rows of no segment zeroed
+    bytes += static_cast<std::size_t>(p.N - p.seg_start[p.n_seg]) * (I + p.Nout * F);
   for (int seg = 0; seg < p.n_seg; seg++) {
     const LoraMats* m = lora_mats(p, p.seg_ad[seg]);
+    if (!m && expand && p.write)  // a segment whose adapter skips the linear zeroed
+      bytes += static_cast<std::size_t>(p.seg_start[seg + 1] - p.seg_start[seg]) * (I + p.Nout * F);
     if (!m) continue;
     const std::size_t R = m->rank;
     for (int c = 0; c < chunks; c++) {
       int r0, r1;
       seg_chunk(p, seg, c, r0, r1);
       const std::size_t rows = imax(0, r1 - r0);
-      if (launch == LoraLaunch::kSegmentedShrink) {
+      if (!expand) {
         for (int y = 0; y < ceil_div(p.max_rank, kLoraWarps); y++)
           if (const std::size_t nj = rank_rows(y, m->rank); nj && rows)  // A's rows; x, v a row
             bytes += T + nj * K * F + rows * (I + K * F + nj * F);
       } else if (rows) {
-        const std::size_t passes = ceil_div(m->rank, kSegExpandRanks);
-        for (int bx = 0; bx < col_blocks; bx++)  // B's columns; v and y read and written a row
-          bytes += T + cols(bx) * R * F + rows * (I + (R + passes * 2 * cols(bx)) * F);
+        // y read and written once a pass (p.write: written only, the first)
+        const std::size_t ys = 2 * ceil_div(m->rank, kSegExpandRanks) - p.write;
+        for (int bx = 0; bx < col_blocks; bx++)  // B's columns; v and y a row
+          bytes += T + cols(bx) * R * F + rows * (I + (R + ys * cols(bx)) * F);
       }
     }
   }
@@ -221,20 +245,24 @@ inline int seg_chunk_rows(const LoraParams& p) {
   return c;
 }
 
-// Segmented (SGMV): p.order, p.seg_start, p.seg_ad describe the groups.
+// Segmented (SGMV): p.order, p.seg_start, p.seg_ad describe the groups (and, for p.write,
+// order's tail after the last group the rows of none).
 inline void lora_segmented(const LoraParams& p, simt::stream_handle stream = nullptr) {
   check_lora(p, "kernels::lora_segmented");
-  if (p.n_seg < 1) return;
+  const int segs = p.n_seg + p.write;  // p.write: a last one zeroes the rows of none
+  if (segs < 1) return;
   LoraParams q = p;
   q.seg_chunk = seg_chunk_rows(p);
   const int chunks = ceil_div(p.seg_rows > 0 ? imin(p.seg_rows, p.N) : p.N, q.seg_chunk);
-  simt::expect_bytes(lora_bytes(q, LoraLaunch::kSegmentedShrink));
-  simt::launch(simt::kernel<lora_shrink_segments_kernel<>>,
-               dim3(p.n_seg, ceil_div(p.max_rank, kLoraWarps), chunks), dim3(kLoraThreads), 0,
-               stream, q);
+  if (p.n_seg > 0) {
+    simt::expect_bytes(lora_bytes(q, LoraLaunch::kSegmentedShrink));
+    simt::launch(simt::kernel<lora_shrink_segments_kernel<>>,
+                 dim3(p.n_seg, ceil_div(p.max_rank, kLoraWarps), chunks), dim3(kLoraThreads), 0,
+                 stream, q);
+  }
   simt::expect_bytes(lora_bytes(q, LoraLaunch::kSegmentedExpand));
   simt::launch(simt::kernel<lora_expand_segments_kernel<>>,
-               dim3(ceil_div(p.Nout, kLoraThreads), p.n_seg, chunks), dim3(kLoraThreads), 0, stream,
+               dim3(ceil_div(p.Nout, kLoraThreads), segs, chunks), dim3(kLoraThreads), 0, stream,
                q);
 }
 

@@ -21,7 +21,7 @@ struct LoraMats {
 };
 
 struct LoraParams {
-  float* y;             // (N, Nout), added to
+  float* y;             // (N, Nout), added to (or written: `write`)
   const float* x;       // (N, K)
   const int32_t* ad;    // (N) adapter slot of each row, -1: none
   const LoraMats* tab;  // (n_slots) this linear's matrices per slot
@@ -36,6 +36,10 @@ struct LoraParams {
   int n_seg = 0;
   int seg_rows = 0;   // the longest segment's rows (0: as many as N)
   int seg_chunk = 0;  // rows of a segment one block takes (the launcher sets it)
+  // y written (0 + delta; 0 for a row without one) rather than added to, so that a delta
+  // buffer needs no zeroing launch first (gathered and segmented device kernels; segmented
+  // then needs `order` to list every row: the grouped ones, then the others)
+  bool write = false;
 };
 
 }  // namespace SERVEKIT_DEVICE_ABI

@@ -82,8 +82,8 @@ class AdapterRegistry {
   int slots() const { return static_cast<int>(adapters_.size()); }
 
   // The plan's LoRA sections (StepPlan::at.lora_*): each row's slot, the adapted rows grouped
-  // by slot, the groups' bounds and slots; the distinct slots stay on the host. Rebuilds the
-  // per-linear tables if adapters came or went.
+  // by slot (then the others), the groups' bounds and slots; the distinct slots stay on the host.
+  // Rebuilds the per-linear tables if adapters came or went.
   void plan(StepPlan& p, const Batch& b) {
     if (dirty_) rebuild_tables();
     const int N = p.N;
@@ -108,6 +108,8 @@ class AdapterRegistry {
         p.lora_distinct.push_back(ad[order[i]]);
       }
     seg_start[p.lora_n_seg] = n;
+    for (int r = 0; r < N; r++)  // then the rows of none (LoraParams::write zeroes them)
+      if (ad[r] < 0) order[n++] = r;
     p.lora_seg_rows = 0;
     for (int g = 0; g < p.lora_n_seg; g++)
       p.lora_seg_rows = std::max(p.lora_seg_rows, seg_start[g + 1] - seg_start[g]);

@@ -321,7 +321,8 @@ class Gpt2 {
   }
 
   // One linear of layer l over the step's N rows. With LoRA, the rows' adapter deltas are
-  // computed first, into a zeroed (N, Nout) buffer, and the linear adds that buffer before its
+  // computed first, into an (N, Nout) buffer (zeros for rows without one), and the linear adds
+  // that buffer before its
   // epilogue (so c_fc's delta reaches the GELU's input, as in PEFT); a backend that fuses the
   // dispatch (backend::FusesLora) adds them as it stores each row instead, the same bits.
   template <typename Ops::Epilogue E>
@@ -334,7 +335,6 @@ class Gpt2 {
         const auto [K, Nout] = lora::target_shape(t, C);
         constexpr bool fused = backend::FusesLora<Ops, Lora>;
         float* d = fused ? nullptr : run_.lora_d.data();  // (N, Nout)
-        if (!fused) Ops::zero(d, static_cast<int64_t>(N) * Nout);
         const int32_t* ix = idx_;
         kernels::LoraParams q{d,
                               in,
@@ -352,7 +352,7 @@ class Gpt2 {
         if constexpr (fused) {
           Ops::template linear_lora<E, Lora>(out, in, W, bias, N, q);
         } else {
-          Ops::template lora<Lora>(q, p.lora_distinct);
+          Ops::template lora_into<Lora>(q, p.lora_distinct);  // d = the rows' deltas
           linear_op<E>(out, in, W, bias, N, d);
         }
         return;

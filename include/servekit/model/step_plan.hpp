@@ -30,7 +30,8 @@ struct StepLayout {
   // (M <= N) which new row each row of logits is (Logits::Last); All reads the rows in order.
   std::size_t pick = 0;
   // LoRA: (N) each row's adapter slot (-1: none), (N) the adapted rows grouped by slot (batch
-  // order within a group), (N + 1) the groups' bounds in that order, (N) each group's slot.
+  // order within a group) and then the others, (N + 1) the groups' bounds in that order, (N)
+  // each group's slot.
   std::size_t lora_slot = 0, lora_order = 0, lora_seg_start = 0, lora_seg_slot = 0;
   std::size_t by_kind = 0;  // (N) the rows by kind for the attention: few-row ones, then others
   std::size_t size = 0;     // int32s in all
