@@ -113,19 +113,7 @@ void bench_lora(const Opts& o, const sk::model::Gpt2Tensors& t,
       for (int r = 0; r < B; r++) slots[r] = share == 0 ? r % n_ad : r % share;
       auto cache = model.make_cache(B, o.context + 1);
       const auto launched = sk::model::dry_decode_step(model, cache, B, o.context, slots);
-      // Must move: per linear, the distinct adapters' A and B, and each row's x and delta.
-      double must = 0;
-      std::vector<int32_t> distinct(slots);
-      std::sort(distinct.begin(), distinct.end());
-      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-      for (int l = 0; l < D::n_layer; l++)
-        for (int tg = 0; tg < sk::lora::kTargets; tg++) {
-          const auto [K, N] = sk::lora::target_shape(static_cast<sk::lora::Target>(tg), D::n_embd);
-          for (int32_t a : distinct)
-            if (const auto* q = adapters[a].find(l, static_cast<sk::lora::Target>(tg)))
-              must += 4.0 * q->rank * (K + N);
-          must += 4.0 * B * (K + N);
-        }
+      const double must = sk::model::lora_step_bytes<D>(adapters, slots);
       double shrink = 0, expand = 0, zero = 0;
       int n = 0;
       for (const auto& r : launched) {

@@ -5,10 +5,14 @@
 // linear, lm_head included, must launch at least kFillBlocks = 264 blocks, two per SM of an
 // H100 (132 SMs). The decode linears share K among blocks for it (split-K, common.hpp). At batch
 // 8 the step's launches move at most 1.2x the bytes it must move (model/step_bytes.hpp), by the
-// launchers' own bytes models: x and the split's parts are what a launch adds.
+// launchers' own bytes models: x and the split's parts are what a launch adds. So do its LoRA
+// launches where each row has its own adapter.
+#include <random>
 #include <string>
+#include <vector>
 
 #include "servekit/backend/emulated_device.hpp"
+#include "servekit/lora/random_adapter.hpp"
 #include "servekit/model/dry_step.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/model/random_gpt2.hpp"
@@ -93,4 +97,43 @@ TEMPLATE_TEST_CASE("a GPT-2 small decode step at batch 8 moves at most 1.2x the 
   INFO(Model::name() << ": moves " << moved / 1048576.0 << " MiB, must move " << must / 1048576.0
                      << " MiB");
   CHECK(moved <= 1.2 * must);
+}
+
+// A decode step whose rows each have their own adapter (ranks 4..16 on every linear) launches
+// a shrink and an expand per linear and nothing else for LoRA (the kernels write the delta
+// buffer: no zeroing launch), and those launches move at most 1.2x the bytes the adapters'
+// work must move (model/step_bytes.hpp: each adapter once, each row's x and delta once), by
+// the launchers' own model (kernels::lora_bytes).
+TEMPLATE_TEST_CASE("a decode step's LoRA launches move at most 1.2x what they must",
+                   "[device][budget][lora]", sk::lora::Gathered, sk::lora::Segmented) {
+  using Model =
+      sk::Gpt2<sk::Config<D, w::F16, sk::kv::Paged<16>, TestType, sk::backend::EmulatedDevice>>;
+  Model model(tensors());
+  model.set_graphs(false);
+  constexpr int B = 8;
+  std::mt19937_64 rng(3);
+  std::vector<sk::lora::Adapter> adapters;
+  std::vector<int32_t> slots;
+  for (int i = 0; i < B; i++) {
+    adapters.push_back(sk::lora::random_adapter<D>(
+        {.name = "a" + std::to_string(i), .rank = 4 + static_cast<int>(rng() % 13)}, rng));
+    slots.push_back(model.add_adapter(adapters.back()));
+  }
+  auto cache = model.make_cache(B, 64);
+  double moved = 0;
+  int shrinks = 0, expands = 0;
+  for (const auto& r : sk::model::dry_decode_step(model, cache, B, 4, slots)) {
+    INFO(r.kernel);
+    CHECK(r.kernel.find("zero_kernel") == std::string::npos);
+    if (r.kernel.find("lora_") == std::string::npos) continue;
+    CHECK(r.bytes > 0);  // modelled
+    moved += static_cast<double>(r.bytes);
+    (r.kernel.find("shrink") != std::string::npos ? shrinks : expands)++;
+  }
+  CHECK(shrinks == 4 * D::n_layer);
+  CHECK(expands == 4 * D::n_layer);
+  const double must = sk::model::lora_step_bytes<D>(adapters, slots);
+  INFO("LoRA launches move " << moved / 1048576.0 << " MiB, must " << must / 1048576.0);
+  CHECK(moved <= 1.2 * must);
+  CHECK(moved >= must);
 }
