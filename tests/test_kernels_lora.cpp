@@ -67,6 +67,26 @@ std::vector<float> error_bound(const Tables& t, const std::vector<float>& x,
   }
   return out;
 }
+// y after call(p) on the device, p the launch parameters of case c with c's tables, x and plan
+// uploaded, y as given and the shrink's scratch garbage the kernels must overwrite.
+template <class Call>
+std::vector<float> on_device(const Case& c, int K, int Nout, std::vector<float> y, Call&& call) {
+  const Plan& pl = c.pl;
+  std::vector<float> v(std::size_t(c.N) * 16, -1e30f);
+  const DeviceTables dt(c.t, K, Nout);
+  {
+    auto y_d = on(y), v_d = on(v);
+    auto x_d = on(std::as_const(c.x));
+    auto ad_d = on(std::as_const(pl.ad)), order_d = on(std::as_const(pl.order)),
+         start_d = on(std::as_const(pl.seg_start)), seg_d = on(std::as_const(pl.seg_ad));
+    LoraParams p{y_d, x_d, ad_d, dt.tab.data(), static_cast<int>(c.t.tab.size()),
+                 v_d, c.N, K,    Nout,          16};
+    p.order = order_d, p.seg_start = start_d, p.seg_ad = seg_d;
+    p.n_seg = static_cast<int>(pl.seg_ad.size());
+    call(p);
+  }  // y comes back here
+  return y;
+}
 }  // namespace
 
 TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][emulated]",
@@ -74,22 +94,11 @@ TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][
   each_case([&](int K, int Nout, const Case& c) {
     const Tables& t = c.t;
     const Plan& pl = c.pl;
-    const int N = c.N, slots = static_cast<int>(t.tab.size());
+    const int N = c.N;
     const auto &x = c.x, &y = c.y, &want = c.want;
-    const auto &ad = pl.ad, &distinct = pl.distinct;
-    auto got = y;
-    std::vector<float> v(std::size_t(N) * 16, -1e30f);  // garbage the kernels must overwrite
-    {
-      const DeviceTables dt(t, K, Nout);
-      auto y_d = on(got), v_d = on(v);
-      auto x_d = on(std::as_const(x));
-      auto ad_d = on(ad), order_d = on(std::as_const(pl.order)),
-           start_d = on(std::as_const(pl.seg_start)), seg_d = on(std::as_const(pl.seg_ad));
-      LoraParams p{y_d, x_d, ad_d, dt.tab.data(), slots, v_d, N, K, Nout, 16};
-      p.order = order_d, p.seg_start = start_d, p.seg_ad = seg_d;
-      p.n_seg = static_cast<int>(pl.seg_ad.size());
-      DeviceOps::lora<TestType>(p, distinct);
-    }  // y comes back here
+    const auto& ad = pl.ad;
+    const auto got = on_device(
+        c, K, Nout, y, [&](const LoraParams& p) { DeviceOps::lora<TestType>(p, pl.distinct); });
     // Against the oracle within the bound of float arithmetic on these sums, whatever their
     // order or contraction (the tree and FMAs the GPU takes differ from the emulator's): each
     // output's error at most (K + rank + 2) u times the same expression over absolute values
@@ -113,24 +122,9 @@ TEMPLATE_TEST_CASE("device LoRA kernels give the host oracle's deltas", "[lora][
 // policy serves it nor on the rows that share its adapter.
 TEST_CASE("segmented LoRA gives the gathered kernels' bits", "[lora][emulated]") {
   each_case([&](int K, int Nout, const Case& c) {
-    const Tables& t = c.t;
-    const Plan& pl = c.pl;
-    const int N = c.N, slots = static_cast<int>(t.tab.size());
     auto run = [&]<class Policy>() {
-      auto got = c.y;
-      std::vector<float> v(std::size_t(N) * 16, -1e30f);
-      const DeviceTables dt(t, K, Nout);
-      {
-        auto y_d = on(got), v_d = on(v);
-        auto x_d = on(std::as_const(c.x));
-        auto ad_d = on(pl.ad), order_d = on(std::as_const(pl.order)),
-             start_d = on(std::as_const(pl.seg_start)), seg_d = on(std::as_const(pl.seg_ad));
-        LoraParams p{y_d, x_d, ad_d, dt.tab.data(), slots, v_d, N, K, Nout, 16};
-        p.order = order_d, p.seg_start = start_d, p.seg_ad = seg_d;
-        p.n_seg = static_cast<int>(pl.seg_ad.size());
-        DeviceOps::lora<Policy>(p, pl.distinct);
-      }
-      return got;
+      return on_device(c, K, Nout, c.y,
+                       [&](const LoraParams& p) { DeviceOps::lora<Policy>(p, c.pl.distinct); });
     };
     const auto g = run.template operator()<sk::lora::Gathered>();
     const auto s = run.template operator()<sk::lora::Segmented>();
@@ -148,26 +142,15 @@ TEST_CASE("segmented LoRA gives the gathered kernels' bits", "[lora][emulated]")
 TEMPLATE_TEST_CASE("LoRA kernels write a delta buffer: a zeroed buffer's bits, zeros elsewhere",
                    "[lora][emulated]", sk::lora::Loop, sk::lora::Gathered, sk::lora::Segmented) {
   each_case([&](int K, int Nout, const Case& c) {
-    const Tables& t = c.t;
     const Plan& pl = c.pl;
-    const int N = c.N, slots = static_cast<int>(t.tab.size());
+    const int N = c.N;
     auto run = [&](std::vector<float> y, bool into) {
-      std::vector<float> v(std::size_t(N) * 16, -1e30f);
-      const DeviceTables dt(t, K, Nout);
-      {
-        auto y_d = on(y), v_d = on(v);
-        auto x_d = on(std::as_const(c.x));
-        auto ad_d = on(pl.ad), order_d = on(std::as_const(pl.order)),
-             start_d = on(std::as_const(pl.seg_start)), seg_d = on(std::as_const(pl.seg_ad));
-        LoraParams p{y_d, x_d, ad_d, dt.tab.data(), slots, v_d, N, K, Nout, 16};
-        p.order = order_d, p.seg_start = start_d, p.seg_ad = seg_d;
-        p.n_seg = static_cast<int>(pl.seg_ad.size());
+      return on_device(c, K, Nout, std::move(y), [&](const LoraParams& p) {
         if (into)
           DeviceOps::lora_into<TestType>(p, pl.distinct);
         else
           DeviceOps::lora<TestType>(p, pl.distinct);
-      }
-      return y;
+      });
     };
     std::vector<float> garbage(std::size_t(N) * Nout, std::nanf("")), zeros(garbage.size(), 0.f);
     garbage[3] = -0.f, garbage[5] = 1e30f;

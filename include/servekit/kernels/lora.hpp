@@ -266,7 +266,8 @@ inline void lora_segmented(const LoraParams& p, simt::stream_handle stream = nul
                q);
 }
 
-// x[0 .. n) = 0: the delta buffer a step's adapted linears add into.
+// x[0 .. n) = 0: the delta buffer the loop policy's passes add into (gathered and segmented
+// write it: LoraParams::write).
 template <int kUnused = 0>
 __global__ void __launch_bounds__(256) zero_kernel(float* x, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
