@@ -39,9 +39,9 @@ class DeviceStep {
     std::vector<int32_t> shape;
     auto operator<=>(const Key&) const = default;
   };
-  // Keys held at most, captured and seen once together; past that all are dropped and the
-  // steps captured again. Without LoRA a model has a few hundred keys at most; with it the
-  // shapes (which adapters share a step) need not repeat.
+  // Keys seen at most (every key is in warmed_, captured or not); past that all are dropped
+  // and the steps captured again. Without LoRA a model has a few hundred keys at most; with
+  // it the shapes (which adapters share a step) need not repeat.
   static constexpr std::size_t kMaxKeys = 1024;
 
   simt::StagingBuffer in;    // the step's host-built arrays
@@ -82,7 +82,7 @@ class DeviceStep {
       frees_seen_ = frees;
     }
     auto it = graphs_.find(*key);
-    if (it == graphs_.end() && graphs_.size() + warmed_.size() >= kMaxKeys) {
+    if (it == graphs_.end() && warmed_.size() >= kMaxKeys) {
       graphs_.clear(), warmed_.clear();
     }
     if (it == graphs_.end()) {

@@ -15,8 +15,8 @@
 namespace servekit::model {
 
 // Model: a Gpt2 on a backend that samples on the device (forward_pick). The cache must hold
-// `rows` sequences of context + 1 tokens. adapters: (rows) each sequence's adapter slot, or
-// empty (a model with LoRA).
+// `rows` sequences of context + 1 tokens. adapters: (rows) each sequence's adapter slot (a model
+// with LoRA), or empty: none.
 template <class Model, class Cache>
 std::vector<simt::LaunchRecord> dry_decode_step(Model& model, Cache& cache, int rows, int context,
                                                 std::span<const int32_t> adapters = {}) {

@@ -167,7 +167,8 @@ class Gpt2 {
       });
       if (n > 0) {
         const std::size_t masks = run_.stage_masks(b.late_masks);
-        run_.ctx.run(graph_key(cache, Runner::kMaskAndPick), late, [&] {
+        // The masks and the pick launch no LoRA kernel: their graph needs no LoRA shape.
+        run_.ctx.run(run_.graph_key(cache, Runner::kMaskAndPick), late, [&] {
           Ops::mask_logits(run_.logits.data(), late.template device<uint32_t>(masks),
                            in.template device<int32_t>(at.mask_rows), M, M, V);
           Ops::sample(pick_ids, pick_lp, run_.logits.data(), rows(), M, V);
@@ -322,9 +323,9 @@ class Gpt2 {
 
   // One linear of layer l over the step's N rows. With LoRA, the rows' adapter deltas are
   // computed first, into an (N, Nout) buffer (zeros for rows without one), and the linear adds
-  // that buffer before its
-  // epilogue (so c_fc's delta reaches the GELU's input, as in PEFT); a backend that fuses the
-  // dispatch (backend::FusesLora) adds them as it stores each row instead, the same bits.
+  // that buffer before its epilogue (so c_fc's delta reaches the GELU's input, as in PEFT); a
+  // backend that fuses the dispatch (backend::FusesLora) adds them as it stores each row
+  // instead, the same bits.
   template <typename Ops::Epilogue E>
   void linear(float* out, const float* in, const Mat& W, const float* bias, int l, lora::Target t) {
     const model::StepPlan& p = run_.plan;
