@@ -97,12 +97,16 @@ void bench_format(const Opts& o, const sk::model::Gpt2Tensors& t, std::FILE* csv
   }
 }
 
-// --lora (above). The adapters: 64, ranks 4..16 drawn once, every linear adapted.
-template <class Policy>
+// --lora (above). The adapters: 64, ranks 4..16 drawn once, every linear adapted. Fmt: the
+// base weights' format, and with it the adapters' (Gpt2::LoraFormat: 16-bit for the segmented
+// policy's tensor-core kernels in a 16-bit composition, fp32 otherwise).
+template <class Fmt, class Policy>
 void bench_lora(const Opts& o, const sk::model::Gpt2Tensors& t,
                 const std::vector<sk::lora::Adapter>& adapters, std::FILE* csv) {
-  using Model = sk::Gpt2<
-      sk::Config<D, sk::weights::F16, sk::kv::Paged<16>, Policy, sk::backend::EmulatedDevice>>;
+  using Model =
+      sk::Gpt2<sk::Config<D, Fmt, sk::kv::Paged<16>, Policy, sk::backend::EmulatedDevice>>;
+  using AdapterFmt = typename Model::LoraFormat;
+  const double element = std::is_same_v<AdapterFmt, sk::weights::F32> ? 4 : 2;
   Model model(t);
   model.set_graphs(false);
   for (const auto& a : adapters) model.add_adapter(a);
@@ -113,7 +117,7 @@ void bench_lora(const Opts& o, const sk::model::Gpt2Tensors& t,
       for (int r = 0; r < B; r++) slots[r] = share == 0 ? r % n_ad : r % share;
       auto cache = model.make_cache(B, o.context + 1);
       const auto launched = sk::model::dry_decode_step(model, cache, B, o.context, slots);
-      const double must = sk::model::lora_step_bytes<D>(adapters, slots);
+      const double must = sk::model::lora_step_bytes<D>(adapters, slots, element);
       double shrink = 0, expand = 0, zero = 0;
       int n = 0;
       for (const auto& r : launched) {
@@ -127,13 +131,15 @@ void bench_lora(const Opts& o, const sk::model::Gpt2Tensors& t,
                        r.blocks(), static_cast<double>(r.blocks()) / kSms, r.bytes);
       }
       const double M = 1048576.0, moved = shrink + expand;
-      std::printf("%-10s %-10s %5d %8d %10.2f %10.2f %10.2f %10.2f %10.2f %7.2fx %7.2fx\n",
-                  std::string(Policy::name).c_str(),
-                  share == 0   ? "own"
-                  : share == 8 ? "8 shared"
-                               : "one",
-                  B, n, shrink / M, expand / M, zero / M, moved / M, must / M, moved / must,
-                  (moved + zero) / must);
+      std::printf(
+          "%-5s %-10s %-5s %-10s %5d %8d %10.2f %10.2f %10.2f %10.2f %10.2f %7.2fx %7.2fx\n",
+          std::string(Fmt::name).c_str(), std::string(Policy::name).c_str(),
+          std::string(AdapterFmt::name).c_str(),
+          share == 0   ? "own"
+          : share == 8 ? "8 shared"
+                       : "one",
+          B, n, shrink / M, expand / M, zero / M, moved / M, must / M, moved / must,
+          (moved + zero) / must);
       std::fflush(stdout);
     }
 }
@@ -148,7 +154,7 @@ int main(int argc, char** argv) {
   app.add_option("--tiles-per-block", o.tiles,
                  "column tiles a decode linear's block takes (0: the launchers choose)")
       ->check(CLI::Range(0, 8));
-  app.add_flag("--lora", o.lora, "the LoRA launches of an f16 step with 64 adapters instead");
+  app.add_flag("--lora", o.lora, "the LoRA launches of f32 and f16 steps with 64 adapters instead");
   CLI11_PARSE(app, argc, argv);
   const sk::kernels::ForceTilesPerBlock force(o.tiles);
   std::FILE* csv = sk::bench::open_csv(o.csv, "composition,batch,kernel,ctas,waves,bytes\n");
@@ -163,16 +169,19 @@ int main(int argc, char** argv) {
       adapters.push_back(sk::lora::random_adapter<D>(spec, rng));
     }
     std::printf(
-        "LoRA launches of a GPT-2 124M decode step (f16 weights) at %d tokens of context, "
-        "dry run; 64 adapters, ranks 4..16, every linear. moved: shrink + expand by their "
-        "launchers' models; must: each adapter's A and B once, each row's x and delta once; "
-        "zero: the delta buffer zeroed before each adapted linear\n",
+        "LoRA launches of a GPT-2 124M decode step at %d tokens of context, dry run; 64 "
+        "adapters, ranks 4..16, every linear; stored as `stored` (f16: the segmented policy's "
+        "tensor-core kernels). moved: shrink + expand by their launchers' models; must: each "
+        "adapter's A and B once as stored, each row's x and delta once; zero: the delta buffer "
+        "zeroed before each adapted linear\n",
         o.context);
-    std::printf("%-10s %-10s %5s %8s %10s %10s %10s %10s %10s %8s %8s\n", "policy", "adapters",
-                "batch", "launches", "shrink MiB", "expand MiB", "zero MiB", "moved MiB",
-                "must MiB", "ratio", "w/ zero");
-    bench_lora<sk::lora::Gathered>(o, t, adapters, csv);
-    bench_lora<sk::lora::Segmented>(o, t, adapters, csv);
+    std::printf("%-5s %-10s %-5s %-10s %5s %8s %10s %10s %10s %10s %10s %8s %8s\n", "base",
+                "policy", "store", "adapters", "batch", "launches", "shrink MiB", "expand MiB",
+                "zero MiB", "moved MiB", "must MiB", "ratio", "w/ zero");
+    bench_lora<sk::weights::F32, sk::lora::Gathered>(o, t, adapters, csv);
+    bench_lora<sk::weights::F32, sk::lora::Segmented>(o, t, adapters, csv);
+    bench_lora<sk::weights::F16, sk::lora::Gathered>(o, t, adapters, csv);
+    bench_lora<sk::weights::F16, sk::lora::Segmented>(o, t, adapters, csv);
     if (csv) std::fclose(csv);
     return 0;
   }

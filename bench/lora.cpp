@@ -15,8 +15,10 @@
 // --ranks: "mixed" (4..16 at random) or a fixed rank; every adapter on all four linears.
 // Writes lora_step.csv and lora_step.png (each policy's step over the base step, one panel per
 // phase and ranks) into --out. Host backend, f32, random weights; bench/lora_cuda.cu compiles
-// the same on the Cuda backend with f16 base weights (the adapters stay f32, as PEFT saves them),
-// its floor from the device's read bandwidth and CUDA-core FMA rate (bench/device_peaks.cuh).
+// the same on the Cuda backend with f16 base weights (the adapters stay f32, as PEFT saves them,
+// except the segmented policy's: fp16 on tensor cores, kernels/lora_mma.hpp, so its adapters
+// weigh half what the floor counts), its floor from the device's read bandwidth and CUDA-core
+// FMA rate (bench/device_peaks.cuh).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>

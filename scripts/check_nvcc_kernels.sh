@@ -58,6 +58,8 @@ void instantiate_all(float* f, int32_t* i, sk::half_t* h) {
   Ops::lora<sk::lora::Loop>(lp, {i, 1});
   Ops::lora<sk::lora::Gathered>(lp, {});
   Ops::lora<sk::lora::Segmented>(lp, {});
+  Ops::lora<sk::lora::Segmented, sk::weights::F16>(lp, {});
+  Ops::lora<sk::lora::Segmented, sk::weights::BF16>(lp, {});
   Ops::zero(f, 64);
 }
 CU

@@ -49,6 +49,7 @@ servekit_cuda_test(test_kernels_cuda SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_basic.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_linear.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_lora.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_lora_mma.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_mask.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_sampling.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda/test_kernels_u8.cu)

@@ -161,6 +161,55 @@ TEMPLATE_TEST_CASE("device-resident unmerged adapters give HF + PEFT's logits",
   }
 }
 
+// A 16-bit composition's segmented policy stores the adapters in its weights' format and runs
+// them on tensor cores (kernels/lora_mma.hpp); the host backend with the same weights keeps
+// them fp32. Over the PEFT fixtures' prompts and HF's greedy tokens the two differ by the
+// device's roundings: each linear's input, as the base weights' test allows ((4 L + 1) u), and
+// the adapter's x, A, B and v (four more of u per linear, on its delta, which is at most the
+// output's magnitude); the device's adapters are really 16-bit (the logits differ from the
+// fp32-adapter device composition's).
+TEMPLATE_TEST_CASE("device-resident 16-bit adapters match the host's fp32 ones on 16-bit weights",
+                   "[device][lora][hf]", sk::weights::F16, sk::weights::BF16) {
+  using D = sk::dims::TinyA;
+  using W = TestType;
+  using Dev16 = sk::Gpt2<sk::Config<D, W, sk::kv::Paged<16>, sk::lora::Segmented, DeviceBackend>>;
+  using Dev32 = sk::Gpt2<sk::Config<D, W, sk::kv::Paged<16>, sk::lora::Gathered, DeviceBackend>>;
+  using Host = sk::Gpt2<sk::Config<D, W, sk::kv::Paged<16>, sk::lora::Segmented>>;
+  STATIC_REQUIRE(std::is_same_v<typename Dev16::LoraFormat, W>);
+  STATIC_REQUIRE(std::is_same_v<typename Dev32::LoraFormat, sk::weights::F32>);
+  auto host = Host::load(fixture_dir<D>());
+  auto dev = Dev16::load(fixture_dir<D>());
+  auto dev32 = Dev32::load(fixture_dir<D>());
+  const char* const fixtures[] = {"r4", "r8", "r16"};
+  for (const char* f : fixtures) {
+    const auto a = sk::lora::load_adapter<D>(fixture_dir<D>() / "lora" / f);
+    host.add_adapter(a), dev.add_adapter(a), dev32.add_adapter(a);
+  }
+  constexpr float u = std::is_same_v<W, sk::weights::BF16> ? 1.f / 256 : 1.f / 2048;
+  for (int slot = 0; slot < 3; slot++) {
+    INFO("adapter " << fixtures[slot]);
+    const auto ref = sk::test::load_reference(fixture_dir<D>() / "lora" / fixtures[slot]);
+    float worst = 0.f, scale = 0.f, apart = 0.f;
+    sk::test::side_by_side(
+        host, dev, ref,
+        [&](const auto& hl, const auto& dl) {
+          worst = std::max(worst, sk::test::max_abs_diff(dl, hl));
+          for (float v : hl) scale = std::max(scale, std::abs(v));
+        },
+        slot);
+    sk::test::side_by_side(
+        dev32, dev, ref,
+        [&](const auto& l32, const auto& l16) {
+          apart = std::max(apart, sk::test::max_abs_diff(l32, l16));
+        },
+        slot);
+    INFO("max |device - host| = " << worst << ", max |logit| = " << scale
+                                  << ", max |16-bit - fp32 adapters| = " << apart);
+    CHECK(apart > 0.f);  // the adapters really were 16-bit
+    CHECK(worst <= (4 * D::n_layer + 4 * 4 * D::n_layer + 1) * u * scale);
+  }
+}
+
 // GPT-2 124M's own shape against HF, on the device machine: `tools/make_reference.py --only
 // gpt2-124m --out DIR` makes a seeded random checkpoint of that shape and HF's logits for it
 // there (500 MB, never committed), and `scripts/gpu_check.sh hf` runs this hidden case with

@@ -12,6 +12,7 @@ servekit_test(test_kernels LABELS emulated
           ${CMAKE_CURRENT_LIST_DIR}/test_kernels_attention.cpp
           ${CMAKE_CURRENT_LIST_DIR}/test_kernels_mask.cpp
           ${CMAKE_CURRENT_LIST_DIR}/test_kernels_lora.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/test_kernels_lora_mma.cpp
   LIBS servekit_simt)
 servekit_test(test_kernels_gpt2 LABELS emulated
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_gpt2.cpp LIBS servekit_simt)

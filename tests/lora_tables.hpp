@@ -19,15 +19,14 @@ namespace lora_test {
 using servekit::kernels::LoraMats;
 using servekit::kernels::LoraParams;
 
-// One linear's adapter table of ranks 1..16, slot 4's adapter leaving the linear alone; B also
-// transposed, as the adapter registry keeps it for the host kernels.
+// One linear's adapter table of ranks 1..16 (or `ranks`), slot 4's adapter leaving the linear
+// alone; B also transposed, as the adapter registry keeps it for the host kernels.
 struct Tables {
   std::vector<std::vector<float>> store;
   std::vector<LoraMats> tab;
 };
-inline Tables random_tables(int K, int Nout, std::mt19937& rng,
-                            std::normal_distribution<float>& g) {
-  const std::vector<int> ranks = {1, 3, 8, 16, 5, 9, 2};
+inline Tables random_tables(int K, int Nout, std::mt19937& rng, std::normal_distribution<float>& g,
+                            const std::vector<int>& ranks = {1, 3, 8, 16, 5, 9, 2}) {
   Tables t;
   t.store.reserve(3 * ranks.size());
   for (std::size_t i = 0; i < ranks.size(); i++) {

@@ -104,8 +104,9 @@ void check_hf_batch(Model& model, typename Model::Cache& cache, const RefBatch& 
 
 // Two models run side by side over every HF case: the prompt (every position's logits), then
 // the decode steps fed HF's greedy tokens; step(a_logits, b_logits) is called after each.
+// slot: both through the adapter in that slot (-1: the base model).
 template <class A, class B, class Step>
-void side_by_side(A& a, B& b, const Reference& ref, const Step& step) {
+void side_by_side(A& a, B& b, const Reference& ref, const Step& step, int32_t slot = -1) {
   using model::Logits;
   using model::SeqStep;
   for (const auto& c : ref.cases) {
@@ -115,16 +116,18 @@ void side_by_side(A& a, B& b, const Reference& ref, const Step& step) {
     auto bc = b.make_cache(1);
     std::vector<float> al, bl;
     SeqStep s{0, 0, T};
-    a.forward(ac, {c.prompt_ids, std::span(&s, 1), Logits::All}, al);
-    b.forward(bc, {c.prompt_ids, std::span(&s, 1), Logits::All}, bl);
+    const std::span<const int32_t> ad =
+        slot >= 0 ? std::span(&slot, 1) : std::span<const int32_t>{};
+    a.forward(ac, {c.prompt_ids, std::span(&s, 1), Logits::All, ad}, al);
+    b.forward(bc, {c.prompt_ids, std::span(&s, 1), Logits::All, ad}, bl);
     REQUIRE(al.size() == bl.size());
     step(al, bl);
     for (int i = 0; i < ref.n_steps; i++) {
       INFO("decode step " << i);
       int32_t next = c.greedy_ids[i];
       SeqStep d{0, T + i, 1};
-      a.forward(ac, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, al);
-      b.forward(bc, {std::span(&next, 1), std::span(&d, 1), Logits::Last}, bl);
+      a.forward(ac, {std::span(&next, 1), std::span(&d, 1), Logits::Last, ad}, al);
+      b.forward(bc, {std::span(&next, 1), std::span(&d, 1), Logits::Last, ad}, bl);
       step(al, bl);
     }
   }

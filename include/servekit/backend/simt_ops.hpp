@@ -24,6 +24,7 @@
 #include "servekit/kernels/linear_u8.hpp"
 #include "servekit/kernels/lm_head.hpp"
 #include "servekit/kernels/lora.hpp"
+#include "servekit/kernels/lora_mma.hpp"
 #include "servekit/kernels/sampling.hpp"
 #include "servekit/kernels/token_mask.hpp"
 #include "servekit/lora/policy.hpp"
@@ -147,10 +148,18 @@ struct SimtOps {
     done();
   }
   // p.y (N, Nout) += each row's LoRA delta (kernels/lora.hpp); distinct: the adapter slots of
-  // the step's rows (host memory), one masked pass each for the loop policy.
-  template <class Policy>
+  // the step's rows (host memory), one masked pass each for the loop policy. Fmt: the adapters'
+  // storage, F32 (LoraMats::a, b) or, for the segmented policy, F16 / BF16 (a16, b16: the
+  // tensor-core kernels of kernels/lora_mma.hpp).
+  template <class Policy, class Fmt = weights::F32>
   static void lora(const kernels::LoraParams& p, std::span<const int32_t> distinct) {
-    if constexpr (std::is_same_v<Policy, servekit::lora::Loop>) {
+    constexpr bool k16 = std::is_same_v<Fmt, weights::F16> || std::is_same_v<Fmt, weights::BF16>;
+    static_assert(std::is_same_v<Fmt, weights::F32> ||
+                      (k16 && std::is_same_v<Policy, servekit::lora::Segmented>),
+                  "servekit: 16-bit adapters run the segmented policy's tensor-core kernels only");
+    if constexpr (k16) {
+      kernels::lora_segmented_mma<std::is_same_v<Fmt, weights::BF16>>(p, stream());
+    } else if constexpr (std::is_same_v<Policy, servekit::lora::Loop>) {
       for (int32_t a : distinct) {
         if (a < 0) continue;
         kernels::LoraParams q = p;
@@ -169,15 +178,15 @@ struct SimtOps {
   // p.y (N, Nout) = each row's LoRA delta, 0 for a row without one (a step's delta buffer):
   // the gathered and segmented kernels write it (LoraParams::write), no zeroing launch first;
   // the loop's passes add into it zeroed.
-  template <class Policy>
+  template <class Policy, class Fmt = weights::F32>
   static void lora_into(const kernels::LoraParams& p, std::span<const int32_t> distinct) {
     if constexpr (std::is_same_v<Policy, servekit::lora::Loop>) {
       zero(p.y, static_cast<int64_t>(p.N) * p.Nout);
-      lora<Policy>(p, distinct);
+      lora<Policy, Fmt>(p, distinct);
     } else {
       kernels::LoraParams q = p;
       q.write = true;
-      lora<Policy>(q, distinct);
+      lora<Policy, Fmt>(q, distinct);
     }
   }
   static void zero(float* x, int64_t n) {

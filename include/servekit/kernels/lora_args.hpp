@@ -18,6 +18,11 @@ struct LoraMats {
   // (kernels/lora_bt.hpp): block c holds (rank, kBtCols) contiguously, the last one
   // padded with zeros; host storage only
   const float* bt = nullptr;
+  // fp16 or bf16 copies for the tensor-core segmented kernels (kernels/lora_mma.hpp), device
+  // storage of a 16-bit composition only: a16 (rank, K), b16 (Nout, rank rounded up to even,
+  // the pad zero) so that every pair of ranks a fragment register takes is one aligned word
+  const std::uint16_t* a16 = nullptr;
+  const std::uint16_t* b16 = nullptr;
 };
 
 struct LoraParams {

@@ -1,34 +1,53 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// AdapterRegistry<Dims, Storage>: the unmerged LoRA adapters a model runs, by slot, and the
-// tables its kernels read them through. A slot is what model::Batch::adapters names per
+// AdapterRegistry<Dims, Storage, Fmt>: the unmerged LoRA adapters a model runs, by slot, and
+// the tables its kernels read them through. A slot is what model::Batch::adapters names per
 // sequence; names are unique and a freed slot is reused. On device storage each adapter's A and
-// B matrices are uploaded once, when it is added. Which adapters to hold, and when to evict
-// them, is decided above (serve/adapter_slots.hpp); this is only the model's side of it. On host
-// storage each B is also kept transposed, (rank, out), the layout the host kernels stream.
+// B matrices are uploaded once, when it is added: as fp32, or for Fmt = F16 / BF16 (a 16-bit
+// composition's segmented policy: adapter_format_t) converted to 16 bits, round to nearest
+// even, as the base weights are (PEFT saves fp32), B's rows padded to an even rank
+// (LoraMats::b16). Which adapters to hold, and when to evict them, is decided above
+// (serve/adapter_slots.hpp); this is only the model's side of it. On host storage each B is
+// also kept transposed, (rank, out), the layout the host kernels stream.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
+#include "servekit/core/dtype.hpp"
 #include "servekit/core/error.hpp"
 #include "servekit/kernels/lora_args.hpp"
 #include "servekit/kernels/lora_bt.hpp"
 #include "servekit/lora/adapter.hpp"
+#include "servekit/lora/policy.hpp"
 #include "servekit/model/batch.hpp"
 #include "servekit/model/step_plan.hpp"
+#include "servekit/weights/policy.hpp"
 
 namespace servekit::model {
 
-template <class Dims, class Storage>
+// How a model stores its adapters: in its weights' 16-bit format where the segmented policy's
+// tensor-core kernels read them (device storage, fp16 or bf16 weights, n_embd in whole k16
+// steps), fp32 everywhere else.
+template <class Weights, class Lora, class Storage, int C>
+using adapter_format_t =
+    std::conditional_t<!Storage::is_host && std::is_same_v<Lora, lora::Segmented> && C % 16 == 0 &&
+                           (std::is_same_v<Weights, weights::F16> ||
+                            std::is_same_v<Weights, weights::BF16>),
+                       Weights, weights::F32>;
+
+template <class Dims, class Storage, class Fmt = weights::F32>
 class AdapterRegistry {
  public:
   template <class T>
   using Vec = typename Storage::template Vec<T>;
   static constexpr int L = Dims::n_layer, C = Dims::n_embd;
+  static constexpr bool k16 = !std::is_same_v<Fmt, weights::F32>;
+  static_assert(!k16 || !Storage::is_host, "servekit: 16-bit adapters are for device storage");
 
   int add(std::shared_ptr<const lora::Adapter> p) {
     const lora::Adapter& a = *p;
@@ -46,14 +65,23 @@ class AdapterRegistry {
         }
     std::size_t i = 0;
     while (i < adapters_.size() && adapters_[i]) i++;
-    if (i == adapters_.size()) adapters_.emplace_back(), own_.emplace_back();
-    own_[i].clear();
+    if (i == adapters_.size()) adapters_.emplace_back(), own_.emplace_back(), own16_.emplace_back();
+    own_[i].clear(), own16_[i].clear();
     for (const auto& layer : a.layers)
       for (const auto& q : layer)
         if (!q) {
           continue;
         } else if constexpr (Storage::is_host) {  // B transposed, in the host kernels' blocks
           own_[i].push_back(kernels::pack_bt(q->b.data(), q->out, q->rank));
+        } else if constexpr (k16) {  // A (rank, in); B (out, rank) padded to an even rank
+          const int R = q->rank, R2 = R + R % 2;
+          std::vector<std::uint16_t> a16(q->a.size()), b16(std::size_t(q->out) * R2, 0);
+          for (std::size_t k = 0; k < a16.size(); k++) a16[k] = to16(q->a[k]);
+          for (int n = 0; n < q->out; n++)
+            for (int j = 0; j < R; j++)
+              b16[std::size_t(n) * R2 + j] = to16(q->b[std::size_t(n) * R + j]);
+          own16_[i].push_back(Storage::to_vec(std::move(a16)));
+          own16_[i].push_back(Storage::to_vec(std::move(b16)));
         } else {  // the device's own copy of every A and B
           own_[i].push_back(Storage::to_vec(std::vector<float>(q->a)));
           own_[i].push_back(Storage::to_vec(std::vector<float>(q->b)));
@@ -66,7 +94,7 @@ class AdapterRegistry {
     if (slot < 0 || slot >= static_cast<int>(adapters_.size()) || !adapters_[slot])
       fail("remove_adapter: no adapter in slot ", slot);
     adapters_[slot].reset();
-    own_[slot].clear();
+    own_[slot].clear(), own16_[slot].clear();
     dirty_ = true;
   }
   // The slot of the adapter named `name`, or -1.
@@ -119,7 +147,7 @@ class AdapterRegistry {
   bool adapts(int lt, std::span<const int32_t> distinct) const {
     const std::size_t base = static_cast<std::size_t>(lt) * adapters_.size();
     for (int32_t a : distinct)
-      if (tab_host_[base + a].a) return true;
+      if (tab_host_[base + a].a || tab_host_[base + a].a16) return true;
     return false;
   }
   // (slots()) linear lt's matrices per slot, where the kernels read them.
@@ -141,14 +169,18 @@ class AdapterRegistry {
       for (int l = 0; l < L; l++)
         for (int t = 0; t < lora::kTargets; t++)
           if (const auto* q = a.find(l, static_cast<lora::Target>(t))) {
-            const float *pa = q->a.data(), *pb = q->b.data(), *pbt = nullptr;
+            kernels::LoraMats& m = tab_host_[(l * lora::kTargets + t) * slots + i];
+            m = {q->a.data(), q->b.data(), q->rank, a.scale};
             if constexpr (Storage::is_host) {
-              pbt = own_[i][k++].data();
+              m.bt = own_[i][k++].data();
+            } else if constexpr (k16) {  // the 16-bit copies only
+              m.a = m.b = nullptr;
+              m.a16 = own16_[i][k].data(), m.b16 = own16_[i][k + 1].data();
+              k += 2;
             } else {
-              pa = own_[i][k].data(), pb = own_[i][k + 1].data();
+              m.a = own_[i][k].data(), m.b = own_[i][k + 1].data();
               k += 2;
             }
-            tab_host_[(l * lora::kTargets + t) * slots + i] = {pa, pb, q->rank, a.scale, pbt};
             max_rank_ = std::max(max_rank_, q->rank);
           }
     }
@@ -159,9 +191,18 @@ class AdapterRegistry {
     dirty_ = false;
   }
 
-  // By slot; host storage: each B transposed; device storage: each A and B uploaded.
+  static std::uint16_t to16(float f) {
+    if constexpr (std::is_same_v<Fmt, weights::BF16>)
+      return float_to_bf16(f).bits;
+    else
+      return float_to_half(f).bits;
+  }
+
+  // By slot; host storage: each B transposed; device storage: each A and B uploaded (own_), or
+  // their 16-bit copies (own16_).
   std::vector<std::shared_ptr<const lora::Adapter>> adapters_;
   std::vector<std::vector<Vec<float>>> own_;
+  std::vector<std::vector<Vec<std::uint16_t>>> own16_;
   // (L * 4, slots) each linear's matrices per slot (a host copy to decide which linears a
   // step adapts), rebuilt when adapters come and go; the widest rank among them.
   std::vector<kernels::LoraMats> tab_host_;

@@ -60,6 +60,9 @@ class Gpt2 {
   static constexpr int V = Dims::vocab, P = Dims::n_positions;
   using Lora = typename Cfg::Lora;
   static constexpr bool kLora = lora::enabled<Lora>;
+  // The adapters' storage: fp32, or the weights' 16-bit format for the segmented policy's
+  // tensor-core kernels on the device (model/adapter_registry.hpp).
+  using LoraFormat = model::adapter_format_t<typename Cfg::Weights, Lora, Storage, Dims::n_embd>;
   static constexpr bool kHeadInFormat = Weights::kHeadInFormat;
 
   explicit Gpt2(model::Gpt2Tensors t) : w_(std::move(t)) {}
@@ -353,7 +356,10 @@ class Gpt2 {
         if constexpr (fused) {
           Ops::template linear_lora<E, Lora>(out, in, W, bias, N, q);
         } else {
-          Ops::template lora_into<Lora>(q, p.lora_distinct);  // d = the rows' deltas
+          if constexpr (std::is_same_v<LoraFormat, weights::F32>)
+            Ops::template lora_into<Lora>(q, p.lora_distinct);  // d = the rows' deltas
+          else
+            Ops::template lora_into<Lora, LoraFormat>(q, p.lora_distinct);
           linear_op<E>(out, in, W, bias, N, d);
         }
         return;
@@ -377,7 +383,7 @@ class Gpt2 {
   }
 
   Weights w_;
-  model::AdapterRegistry<Dims, Storage> adapters_;
+  model::AdapterRegistry<Dims, Storage, LoraFormat> adapters_;
   Runner run_;
   const int32_t* idx_ = nullptr;  // this step's index arrays, where the kernels read them
 };

@@ -32,9 +32,11 @@ DecodeStepBytes decode_step_bytes(std::size_t weight_bytes, int rows, int contex
 // The bytes a decode step's LoRA launches must move at least (bench_decode_launches --lora,
 // test_decode_grid): per linear, each adapter the rows use read once (A and B), each adapted
 // row's x read and its delta written once. adapters: by slot; slots: (rows) each row's slot or
-// -1.
+// -1; element: the bytes of an adapter's value as the model stores it (4, or 2 for 16-bit
+// adapters: Gpt2::LoraFormat).
 template <class Dims>
-double lora_step_bytes(std::span<const lora::Adapter> adapters, std::span<const int32_t> slots) {
+double lora_step_bytes(std::span<const lora::Adapter> adapters, std::span<const int32_t> slots,
+                       double element = 4) {
   std::vector<int32_t> distinct(slots.begin(), slots.end());
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
@@ -45,7 +47,7 @@ double lora_step_bytes(std::span<const lora::Adapter> adapters, std::span<const 
       const auto [K, N] = lora::target_shape(target, Dims::n_embd);
       for (int32_t a : distinct)
         if (a >= 0)
-          if (const auto* q = adapters[a].find(l, target)) bytes += 4.0 * q->rank * (K + N);
+          if (const auto* q = adapters[a].find(l, target)) bytes += element * q->rank * (K + N);
       for (int32_t a : slots)
         if (a >= 0 && adapters[a].find(l, target)) bytes += 4.0 * (K + N);
     }
