@@ -98,7 +98,8 @@ std::vector<float> run(const Tables& t, const std::vector<float>& x, const std::
     ads.push_back(ad[r]);
   }
   const Plan pl = plan_of(ads);
-  std::vector<float> v(std::size_t(n) * kMaxRank, -1e30f);  // garbage the shrink overwrites
+  // garbage the shrink overwrites: a slice of (n, kMaxRank) for each part of K
+  std::vector<float> v(std::size_t(sk::kernels::lora_mma_parts(K)) * n * kMaxRank, -1e30f);
   {
     const DeviceTables16<Fmt> dt(t, K, Nout);
     auto y_d = on(ys), v_d = on(v);
@@ -139,8 +140,8 @@ struct Case16 {
 template <class Fmt, class F>
 void each_case16(F check) {
   std::mt19937 rng(7);
-  // K of one k16 step per warp and of 69 (parts of 18 and 15 steps); Nout of a partial n8
-  // tile and of a partial block of 128 columns.
+  // K of one k16 step a warp (one part of K) and of 69 steps (five parts, the last 5 steps:
+  // warps of 4, 1, 0 and 0); Nout of a partial n8 tile and of a partial block of 128 columns.
   for (auto [K, Nout] : {std::pair{64, 200}, std::pair{1104, 70}}) {
     INFO("K = " << K << ", Nout = " << Nout);
     check(Case16<Fmt>(K, Nout, rng));

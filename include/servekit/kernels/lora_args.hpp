@@ -25,13 +25,21 @@ struct LoraMats {
   const std::uint16_t* b16 = nullptr;
 };
 
+// The tensor-core shrink (kernels/lora_mma.hpp) cuts K into parts of kLoraMmaPartK, each
+// summed into its own slice of the scratch v, (N, max_rank) floats a part: the model sizes v
+// by the widest K's parts.
+inline constexpr int kLoraMmaPartK = 256;
+SERVEKIT_HD constexpr int lora_mma_parts(int K) {
+  return (K + kLoraMmaPartK - 1) / kLoraMmaPartK;
+}
+
 struct LoraParams {
   float* y;             // (N, Nout), added to (or written: `write`)
   const float* x;       // (N, K)
   const int32_t* ad;    // (N) adapter slot of each row, -1: none
   const LoraMats* tab;  // (n_slots) this linear's matrices per slot
   int n_slots;
-  float* v;  // (N, max_rank) scratch (device kernels)
+  float* v;  // (N, max_rank) scratch (device kernels; the tensor-core ones: parts of it)
   int N, K, Nout, max_rank;
   int only = -1;  // loop: only the rows of this slot
   // segmented, device kernels: the rows grouped by adapter (the host sorts them once a step)

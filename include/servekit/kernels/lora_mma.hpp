@@ -8,13 +8,17 @@
 // adjacent k, one 32-bit word of A16 or B16, so there is nothing for shared memory to reorder,
 // and the tiles are too thin (a rank of 4..64) to pay for staging.
 //
-//   shrink v = scale x A^T: block (segment, kMmaRanks rank rows, up to kMmaTiles tiles of 16
-//     rows). Its four warps split K into four contiguous parts; each warp walks its part once,
-//     A's fragments for a k16 step loaded once and multiplied against every row tile of the
-//     chunk, and the four part sums are added in order through shared memory.
+//   shrink: block (segment, kMmaRanks rank rows, chunk of up to kMmaTiles tiles of 16 rows,
+//     part of K): K is cut into parts of kPartK (fixed by K alone), a block's four warps take a
+//     quarter of its part each, A's fragments for a k16 step loaded once and multiplied against
+//     every row tile of the chunk; the quarters are added in order through shared memory and
+//     the part's sum goes to its own slice of the scratch, v[part] = x A^T over the part. The
+//     parts are the shrink's parallelism, not rows: one adapter for 64 rows is 3..12 blocks
+//     reading A once, not 4 reading it 4 times in chunks of 16 rows.
 //   expand y += v B^T: block (kMmaCols columns, segment, chunk), a warp 32 columns (four n8
 //     tiles): B's fragments for a k16 step of rank held in registers while the chunk's row
-//     tiles go by; v is rounded to 16 bits as it is loaded (x likewise in the shrink).
+//     tiles go by; v = scale * (v[0] + v[1] + ...), in part order, rounded to 16 bits as it is
+//     loaded (x likewise in the shrink).
 //
 // Rows are padded to whole tiles with zeros, and a row's sums never meet another row's, so a
 // row gets the same bits whether its segment holds 1 row or 8192, whatever its chunk: every row
@@ -34,6 +38,7 @@ constexpr int kTile = 16;              // rows of an mma tile
 constexpr int kMmaTiles = 4;           // row tiles a block takes at most: 64 rows
 constexpr int kMmaRanks = 16;          // rank rows a shrink block takes: two n8 tiles
 constexpr int kMmaCols = 32 * kWarps;  // columns an expand block takes
+constexpr int kPartK = kLoraMmaPartK;  // K a shrink block takes: 4 k16 steps a warp
 }  // namespace lora_mma
 
 // Two adjacent 16-bit values as the fragment register that holds them (the first low).
@@ -46,7 +51,8 @@ __device__ SERVEKIT_SIMT_INLINE std::uint32_t pack16(float lo, float hi) {
          static_cast<std::uint32_t>(to_b16<kBf16>(hi)) << 16;
 }
 
-// v[r, j] = scale * <A[j], x[r]>, for the rows r of this block's chunk and its kMmaRanks ranks.
+// v[part, r, j] = <A[j], x[r]> over K's part `part`, for the rows r of this block's chunk and
+// its kMmaRanks ranks.
 template <bool kBf16>
 __global__ void __launch_bounds__(lora_mma::kThreads) lora_shrink_mma_kernel(const LoraParams p) {
   using namespace lora_mma;
@@ -54,8 +60,9 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_shrink_mma_kernel(con
   const int seg = blockIdx.x, j0 = blockIdx.y * kMmaRanks;
   const LoraMats* m = lora_mats(p, p.seg_ad[seg]);
   if (!m || j0 >= m->rank) return;  // the whole block: before any barrier
+  const int parts = lora_mma_parts(p.K), kp = blockIdx.z % parts;
   int r0, r1;
-  seg_chunk(p, seg, blockIdx.z, r0, r1);
+  seg_chunk(p, seg, blockIdx.z / parts, r0, r1);
   if (r0 >= r1) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int tiles = ceil_div(r1 - r0, kTile);
@@ -66,9 +73,10 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_shrink_mma_kernel(con
   int rows[kMmaTiles][2];
 #pragma unroll
   for (int ti = 0; ti < kMmaTiles; ti++) rows[ti][0] = row(ti, g), rows[ti][1] = row(ti, g + 8);
-  // This warp's part of K: steps of 16, the parts fixed by K alone.
-  const int steps = p.K / 16, per = ceil_div(steps, kWarps);
-  const int s0 = imin(steps, warp * per), s1 = imin(steps, s0 + per);
+  // This warp's quarter of the part: steps of 16, fixed by K alone.
+  constexpr int per = kPartK / 16 / kWarps;
+  const int steps = p.K / 16, s0 = imin(steps, kp * kPartK / 16 + warp * per);
+  const int s1 = imin(steps, s0 + per);
   float acc[kMmaTiles][2][4] = {};
   for (int s = s0; s < s1; s++) {
     const int k = s * 16 + 2 * t;
@@ -106,7 +114,7 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_shrink_mma_kernel(con
 #pragma unroll
       for (int i = 0; i < 4; i++) part[warp][ti][nt][i][lane] = acc[ti][nt][i];
   __syncthreads();
-  // Each output the four parts' sum in order: thread w of the block takes fragment slots
+  // Each output the four quarters' sum in order: thread w of the block takes fragment slots
   // w, w + 128, ... of (tile, n8 tile, element, lane).
   namespace L = simt::mma_layout;
   for (int e = threadIdx.x; e < kMmaTiles * 2 * 4 * 32; e += kThreads) {
@@ -116,7 +124,7 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_shrink_mma_kernel(con
     if (r < 0 || j >= m->rank) continue;
     float s = part[0][ti][nt][i][ln];
     for (int w = 1; w < kWarps; w++) s += part[w][ti][nt][i][ln];
-    p.v[static_cast<int64_t>(r) * p.max_rank + j] = m->scale * s;
+    p.v[(static_cast<int64_t>(kp) * p.N + r) * p.max_rank + j] = s;
   }
 }
 
@@ -146,6 +154,8 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_expand_mma_kernel(con
     return;
   }
   const int R = m->rank, R2 = R + R % 2;  // B16's rows are R2 long (padded to whole pairs)
+  const int parts = lora_mma_parts(p.K);
+  const int64_t slice = static_cast<int64_t>(p.N) * p.max_rank;  // one part's scratch
   namespace L = simt::mma_layout;
   for (int j0 = 0; j0 < R; j0 += 16) {
     std::uint32_t bf[4][2];  // (n8 tile, register): B16's row n, ranks j0 + 2t.., j0 + 8 + 2t..
@@ -162,7 +172,12 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_expand_mma_kernel(con
       for (int h = 0; h < 2; h++) {  // v's rows g (registers 0, 2) and g + 8 (1, 3)
         const int i = i0 + g + 8 * h;
         const float* v = p.v + static_cast<int64_t>(i < r1 ? p.order[i] : 0) * p.max_rank;
-        auto at = [&](int j) { return i < r1 && j < R ? v[j] : 0.f; };
+        auto at = [&](int j) {
+          if (i >= r1 || j >= R) return 0.f;
+          float s = v[j];
+          for (int q = 1; q < parts; q++) s += v[q * slice + j];
+          return m->scale * s;
+        };
         af[h] = pack16<kBf16>(at(j0 + 2 * t), at(j0 + 2 * t + 1));
         af[h + 2] = pack16<kBf16>(at(j0 + 8 + 2 * t), at(j0 + 9 + 2 * t));
       }
@@ -182,20 +197,10 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_expand_mma_kernel(con
   }
 }
 
-// The rows of a segment an mma block takes: kMmaTiles tiles, or fewer (down to one) where the
-// shrink would otherwise have fewer than kSegBlocks blocks. Bits do not depend on it.
-inline int seg_chunk_rows_mma(const LoraParams& p) {
-  using namespace lora_mma;
-  const int rows = p.seg_rows > 0 ? imin(p.seg_rows, p.N) : p.N;
-  const long ranks = ceil_div(p.max_rank, kMmaRanks);
-  int c = kMmaTiles * kTile;
-  while (c > kTile && p.n_seg * ranks * ceil_div(rows, c) < kSegBlocks) c /= 2;
-  return c;
-}
-
 // The global-memory bytes of one launch, as lora_bytes counts them: each block's distinct
-// bytes (A16's rank rows and each row's x once a shrink block, its four warps reading a quarter
-// of K each; B16's columns and each row's v once an expand block, y once a pass of 16 ranks).
+// bytes (A16's rank rows and each row's x over the block's part of K once a shrink block, its
+// four warps reading a quarter each; B16's columns and each row's v parts once an expand block,
+// y once a pass of 16 ranks).
 inline std::size_t lora_mma_bytes(const LoraParams& p, bool shrink) {
 #if defined(SERVEKIT_SIMT_HOST)
   using namespace lora_mma;
@@ -207,6 +212,7 @@ inline std::size_t lora_mma_bytes(const LoraParams& p, bool shrink) {
     return static_cast<std::size_t>(imin(kMmaCols, p.Nout - bx * kMmaCols));
   };
   const int chunks = ceil_div(p.seg_rows > 0 ? imin(p.seg_rows, p.N) : p.N, p.seg_chunk);
+  const std::size_t P = lora_mma_parts(p.K);  // a shrink block each; K over them all
   std::size_t bytes = 0;
   auto zeroed = [&](int rows) {  // p.write's rows of no delta: y written
     bytes += static_cast<std::size_t>(rows) * (I + p.Nout * F);
@@ -225,11 +231,11 @@ inline std::size_t lora_mma_bytes(const LoraParams& p, bool shrink) {
       if (shrink) {
         for (int y = 0; y < ceil_div(p.max_rank, kMmaRanks); y++)
           if (const std::size_t nj = imax(0, imin(kMmaRanks, m->rank - y * kMmaRanks)))
-            bytes += T + nj * K * H + rows * (I + K * F + nj * F);  // A16's rows; x, v a row
+            bytes += P * T + nj * K * H + rows * (P * I + K * F + P * nj * F);  // A16; x, v
       } else {
         const std::size_t ys = 2 * ceil_div(m->rank, 16) - p.write;  // y a pass
         for (int bx = 0; bx < col_blocks; bx++)                      // B16's columns; v and y a row
-          bytes += T + cols(bx) * R2 * H + rows * (I + (R + ys * cols(bx)) * F);
+          bytes += T + cols(bx) * R2 * H + rows * (I + (P * R + ys * cols(bx)) * F);
       }
     }
   }
@@ -240,7 +246,8 @@ inline std::size_t lora_mma_bytes(const LoraParams& p, bool shrink) {
 #endif
 }
 
-// Segmented (SGMV) on tensor cores: as lora_segmented, reading LoraMats::a16 and b16.
+// Segmented (SGMV) on tensor cores: as lora_segmented, reading LoraMats::a16 and b16; p.v holds
+// lora_mma_parts(K) x (N, max_rank) floats.
 template <bool kBf16>
 void lora_segmented_mma(const LoraParams& p, simt::stream_handle stream = nullptr) {
   using namespace lora_mma;
@@ -251,13 +258,13 @@ void lora_segmented_mma(const LoraParams& p, simt::stream_handle stream = nullpt
   const int segs = p.n_seg + p.write;
   if (segs < 1) return;
   LoraParams q = p;
-  q.seg_chunk = seg_chunk_rows_mma(p);
+  q.seg_chunk = kMmaTiles * kTile;  // the shrink's parallelism is K's parts, not rows
   const int chunks = ceil_div(p.seg_rows > 0 ? imin(p.seg_rows, p.N) : p.N, q.seg_chunk);
   if (p.n_seg > 0) {
     simt::expect_bytes(lora_mma_bytes(q, true));
     simt::launch(simt::kernel<lora_shrink_mma_kernel<kBf16>>,
-                 dim3(p.n_seg, ceil_div(p.max_rank, kMmaRanks), chunks), dim3(kThreads), 0, stream,
-                 q);
+                 dim3(p.n_seg, ceil_div(p.max_rank, kMmaRanks), chunks * lora_mma_parts(p.K)),
+                 dim3(kThreads), 0, stream, q);
   }
   simt::expect_bytes(lora_mma_bytes(q, false));
   simt::launch(simt::kernel<lora_expand_mma_kernel<kBf16>>,

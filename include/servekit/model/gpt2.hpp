@@ -63,6 +63,10 @@ class Gpt2 {
   // The adapters' storage: fp32, or the weights' 16-bit format for the segmented policy's
   // tensor-core kernels on the device (model/adapter_registry.hpp).
   using LoraFormat = model::adapter_format_t<typename Cfg::Weights, Lora, Storage, Dims::n_embd>;
+  // The slices of the LoRA shrink's scratch: one, or the tensor-core shrink's parts of the
+  // widest K (c_proj's 4 n_embd).
+  static constexpr int kLoraParts =
+      std::is_same_v<LoraFormat, weights::F32> ? 1 : kernels::lora_mma_parts(4 * C);
   static constexpr bool kHeadInFormat = Weights::kHeadInFormat;
 
   explicit Gpt2(model::Gpt2Tensors t) : w_(std::move(t)) {}
@@ -276,7 +280,7 @@ class Gpt2 {
   // Then the plan's LoRA groups, the scratch grown, and the step's cache rows reserved.
   void prepare(Cache& cache, const model::Batch& b) {
     if constexpr (kLora) adapters_.plan(run_.plan, b);
-    run_.prepare(cache, b, kLora ? adapters_.max_rank() : 0);
+    run_.prepare(cache, b, kLora ? adapters_.max_rank() * kLoraParts : 0);
   }
 
   // Enqueues the step up to ln_f: the (M, C) rows that get logits are in run_.ln. idx: the

@@ -100,18 +100,19 @@ class StepRunner {
     return floats * sizeof(float) + ints * sizeof(int32_t);
   }
 
-  // Grows the scratch for the planned step (cache rows up to max_len; LoRA ranks up to
-  // max_rank) and reserves its rows in the cache. May throw (out of blocks); then nothing was
+  // Grows the scratch for the planned step (cache rows up to max_len; the LoRA shrink's v_row
+  // floats a row: the widest rank, times the tensor-core kernels' parts of K) and reserves its
+  // rows in the cache. May throw (out of blocks); then nothing was
   // allocated in the cache.
   template <class Cache>
-  void prepare(Cache& cache, const Batch& b, int max_rank) {
+  void prepare(Cache& cache, const Batch& b, int v_row) {
     reserve_rows(cache, b);
     resize(plan.N);
     reserve_split(plan.N);
     reserve_attention(cache.max_len(), plan.n_few);
     if constexpr (kLora) {
       const std::size_t N = plan.N;
-      const std::size_t v = N * std::max(max_rank, 1), d = N * 4 * C;  // c_fc is the widest
+      const std::size_t v = N * std::max(v_row, 1), d = N * 4 * C;  // c_fc is the widest
       if (lora_v.size() < v) lora_v.resize(v);
       // A backend that adds the deltas in its linears' epilogue needs no delta matrix.
       if (!backend::FusesLora<Ops, typename Cfg::Lora> && lora_d.size() < d) lora_d.resize(d);
