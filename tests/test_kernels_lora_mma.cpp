@@ -100,9 +100,11 @@ std::vector<float> run(const Tables& t, const std::vector<float>& x, const std::
   const Plan pl = plan_of(ads);
   // garbage the shrink overwrites: a slice of (n, kMaxRank) for each part of K
   std::vector<float> v(std::size_t(sk::kernels::lora_mma_parts(K)) * n * kMaxRank, -1e30f);
+  std::vector<int32_t> arrivals(std::size_t(n) * 2, 0);  // (n, ceil(kMaxRank / 16))
   {
     const DeviceTables16<Fmt> dt(t, K, Nout);
     auto y_d = on(ys), v_d = on(v);
+    auto arrivals_d = on(arrivals);
     auto x_d = on(std::as_const(xs));
     auto ad_d = on(std::as_const(pl.ad)), order_d = on(std::as_const(pl.order)),
          start_d = on(std::as_const(pl.seg_start)), seg_d = on(std::as_const(pl.seg_ad));
@@ -110,11 +112,18 @@ std::vector<float> run(const Tables& t, const std::vector<float>& x, const std::
                  v_d, n,   K,    Nout,          kMaxRank};
     p.order = order_d, p.seg_start = start_d, p.seg_ad = seg_d;
     p.n_seg = static_cast<int>(pl.seg_ad.size());
+    p.arrivals = arrivals_d;
     if (into)
       DeviceOps::lora_into<sk::lora::Segmented, Fmt>(p, pl.distinct);
     else
       DeviceOps::lora<sk::lora::Segmented, Fmt>(p, pl.distinct);
-  }  // ys comes back here
+  }  // ys and the counters come back here
+  // The last block of each chunk set its counter back: the next launch (or a graph's replay)
+  // finds them at zero.
+  for (std::size_t i = 0; i < arrivals.size(); i++) {
+    INFO("counter " << i);
+    REQUIRE(arrivals[i] == 0);
+  }
   return ys;
 }
 
@@ -140,8 +149,9 @@ struct Case16 {
 template <class Fmt, class F>
 void each_case16(F check) {
   std::mt19937 rng(7);
-  // K of one k16 step a warp (one part of K) and of 69 steps (five parts, the last 5 steps:
-  // warps of 4, 1, 0 and 0); Nout of a partial n8 tile and of a partial block of 128 columns.
+  // K of one part (its 4 k16 steps on one warp) and of 69 steps (five parts added by the last
+  // to arrive; the last of 5 steps, warps of 4, 1, 0 and 0); Nout of a partial n8 tile and of
+  // a partial block of 128 columns.
   for (auto [K, Nout] : {std::pair{64, 200}, std::pair{1104, 70}}) {
     INFO("K = " << K << ", Nout = " << Nout);
     check(Case16<Fmt>(K, Nout, rng));
@@ -228,12 +238,17 @@ TEMPLATE_TEST_CASE("tensor-core segmented LoRA writes a delta buffer as a zeroed
   });
 }
 
-// K must come in whole k16 steps: any other is refused, naming the launcher and K.
-TEST_CASE("tensor-core segmented LoRA refuses a K not a multiple of 16", "[lora][emulated]") {
+// K must come in whole k16 steps, and a K of several parts needs the counters: anything else
+// is refused, naming the launcher and K.
+TEST_CASE("tensor-core segmented LoRA refuses a K of partial k16 steps, or parts without counters",
+          "[lora][emulated]") {
   std::vector<float> f(64, 0.f);
   std::vector<int32_t> i(4, 0);
   LoraParams p{f.data(), f.data(), i.data(), nullptr, 1, f.data(), 1, 40, 8, 8};
   p.order = i.data(), p.seg_start = i.data(), p.seg_ad = i.data(), p.n_seg = 1;
   auto call = [&] { DeviceOps::lora<sk::lora::Segmented, sk::weights::F16>(p, {}); };
   REQUIRE_THROWS_WITH(call(), Catch::Contains("lora_segmented_mma") && Catch::Contains("K = 40"));
+  p.K = 512;  // two parts, no counters
+  REQUIRE_THROWS_WITH(call(), Catch::Contains("lora_segmented_mma") && Catch::Contains("K = 512") &&
+                                  Catch::Contains("counters"));
 }

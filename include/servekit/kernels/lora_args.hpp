@@ -26,8 +26,8 @@ struct LoraMats {
 };
 
 // The tensor-core shrink (kernels/lora_mma.hpp) cuts K into parts of kLoraMmaPartK, each
-// summed into its own slice of the scratch v, (N, max_rank) floats a part: the model sizes v
-// by the widest K's parts.
+// summed into its own slice of the scratch v, (N, max_rank) floats a part, the last one to
+// finish adding them into slice 0: the model sizes v by the widest K's parts.
 inline constexpr int kLoraMmaPartK = 256;
 SERVEKIT_HD constexpr int lora_mma_parts(int K) {
   return (K + kLoraMmaPartK - 1) / kLoraMmaPartK;
@@ -53,6 +53,9 @@ struct LoraParams {
   // buffer needs no zeroing launch first (gathered and segmented device kernels; segmented
   // then needs `order` to list every row: the grouped ones, then the others)
   bool write = false;
+  // The tensor-core shrink's counters, (N, ceil(max_rank / 16)) at zero, where K has several
+  // parts (lora_mma_parts): the last part of a chunk to arrive adds them.
+  int32_t* arrivals = nullptr;
 };
 
 }  // namespace SERVEKIT_DEVICE_ABI

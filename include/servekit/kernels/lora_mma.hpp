@@ -12,13 +12,13 @@
 //     part of K): K is cut into parts of kPartK (fixed by K alone), a block's four warps take a
 //     quarter of its part each, A's fragments for a k16 step loaded once and multiplied against
 //     every row tile of the chunk; the quarters are added in order through shared memory and
-//     the part's sum goes to its own slice of the scratch, v[part] = x A^T over the part. The
+//     the part's sum goes to its own slice of the scratch, v[part] = x A^T over the part; the
+//     last block of a chunk to finish adds the parts, in order, into v = scale * sum. The
 //     parts are the shrink's parallelism, not rows: one adapter for 64 rows is 3..12 blocks
 //     reading A once, not 4 reading it 4 times in chunks of 16 rows.
 //   expand y += v B^T: block (kMmaCols columns, segment, chunk), a warp 32 columns (four n8
 //     tiles): B's fragments for a k16 step of rank held in registers while the chunk's row
-//     tiles go by; v = scale * (v[0] + v[1] + ...), in part order, rounded to 16 bits as it is
-//     loaded (x likewise in the shrink).
+//     tiles go by; v is rounded to 16 bits as it is loaded (x likewise in the shrink).
 //
 // Rows are padded to whole tiles with zeros, and a row's sums never meet another row's, so a
 // row gets the same bits whether its segment holds 1 row or 8192, whatever its chunk: every row
@@ -124,8 +124,32 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_shrink_mma_kernel(con
     if (r < 0 || j >= m->rank) continue;
     float s = part[0][ti][nt][i][ln];
     for (int w = 1; w < kWarps; w++) s += part[w][ti][nt][i][ln];
-    p.v[(static_cast<int64_t>(kp) * p.N + r) * p.max_rank + j] = s;
+    p.v[(static_cast<int64_t>(kp) * p.N + r) * p.max_rank + j] = parts == 1 ? m->scale * s : s;
   }
+  if (parts == 1) return;
+  // The block that arrives last at its (chunk, ranks) counter adds the parts in order into slice
+  // 0, scaled, and sets the counter back to zero (split_k_finish's pattern): the expand reads
+  // one v a row.
+  SERVEKIT_SHARED(int, last);
+  __threadfence();  // this block's part is visible before its arrival counts
+  __syncthreads();
+  int32_t* arrival = p.arrivals + static_cast<int64_t>(r0) * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(arrival, 1) == parts - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every other part is visible to this block
+  // volatile: from L2, not from an L1 line an earlier launch may have left on this SM
+  const volatile float* v = p.v;
+  const int64_t slice = static_cast<int64_t>(p.N) * p.max_rank;
+  for (int e = threadIdx.x; e < (r1 - r0) * kMmaRanks; e += kThreads) {
+    const int j = j0 + e % kMmaRanks;
+    if (j >= m->rank) continue;
+    const int64_t at = static_cast<int64_t>(p.order[r0 + e / kMmaRanks]) * p.max_rank + j;
+    float sum = v[at];
+    for (int q = 1; q < parts; q++) sum += v[q * slice + at];
+    p.v[at] = m->scale * sum;
+  }
+  if (threadIdx.x == 0) *arrival = 0;
 }
 
 // y[r, n] += <B[n], v[r]> (p.write: y = 0 + that; 0 for the rows of no segment, p.n_seg's
@@ -154,8 +178,6 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_expand_mma_kernel(con
     return;
   }
   const int R = m->rank, R2 = R + R % 2;  // B16's rows are R2 long (padded to whole pairs)
-  const int parts = lora_mma_parts(p.K);
-  const int64_t slice = static_cast<int64_t>(p.N) * p.max_rank;  // one part's scratch
   namespace L = simt::mma_layout;
   for (int j0 = 0; j0 < R; j0 += 16) {
     std::uint32_t bf[4][2];  // (n8 tile, register): B16's row n, ranks j0 + 2t.., j0 + 8 + 2t..
@@ -172,12 +194,7 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_expand_mma_kernel(con
       for (int h = 0; h < 2; h++) {  // v's rows g (registers 0, 2) and g + 8 (1, 3)
         const int i = i0 + g + 8 * h;
         const float* v = p.v + static_cast<int64_t>(i < r1 ? p.order[i] : 0) * p.max_rank;
-        auto at = [&](int j) {
-          if (i >= r1 || j >= R) return 0.f;
-          float s = v[j];
-          for (int q = 1; q < parts; q++) s += v[q * slice + j];
-          return m->scale * s;
-        };
+        auto at = [&](int j) { return i < r1 && j < R ? v[j] : 0.f; };
         af[h] = pack16<kBf16>(at(j0 + 2 * t), at(j0 + 2 * t + 1));
         af[h + 2] = pack16<kBf16>(at(j0 + 8 + 2 * t), at(j0 + 9 + 2 * t));
       }
@@ -199,8 +216,8 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_expand_mma_kernel(con
 
 // The global-memory bytes of one launch, as lora_bytes counts them: each block's distinct
 // bytes (A16's rank rows and each row's x over the block's part of K once a shrink block, its
-// four warps reading a quarter each; B16's columns and each row's v parts once an expand block,
-// y once a pass of 16 ranks).
+// four warps reading a quarter each, and the last block's parts; B16's columns and each row's v
+// once an expand block, y once a pass of 16 ranks).
 inline std::size_t lora_mma_bytes(const LoraParams& p, bool shrink) {
 #if defined(SERVEKIT_SIMT_HOST)
   using namespace lora_mma;
@@ -231,11 +248,12 @@ inline std::size_t lora_mma_bytes(const LoraParams& p, bool shrink) {
       if (shrink) {
         for (int y = 0; y < ceil_div(p.max_rank, kMmaRanks); y++)
           if (const std::size_t nj = imax(0, imin(kMmaRanks, m->rank - y * kMmaRanks)))
-            bytes += P * T + nj * K * H + rows * (P * I + K * F + P * nj * F);  // A16; x, v
+            bytes += P * T + nj * K * H + rows * (P * I + K * F + P * nj * F) +  // A16; x, v
+                     (P > 1 ? rows * (I + (P + 1) * nj * F) : 0);                // the parts added
       } else {
         const std::size_t ys = 2 * ceil_div(m->rank, 16) - p.write;  // y a pass
         for (int bx = 0; bx < col_blocks; bx++)                      // B16's columns; v and y a row
-          bytes += T + cols(bx) * R2 * H + rows * (I + (P * R + ys * cols(bx)) * F);
+          bytes += T + cols(bx) * R2 * H + rows * (I + (R + ys * cols(bx)) * F);
       }
     }
   }
@@ -247,7 +265,8 @@ inline std::size_t lora_mma_bytes(const LoraParams& p, bool shrink) {
 }
 
 // Segmented (SGMV) on tensor cores: as lora_segmented, reading LoraMats::a16 and b16; p.v holds
-// lora_mma_parts(K) x (N, max_rank) floats.
+// lora_mma_parts(K) x (N, max_rank) floats and, where K has more than one part, p.arrivals
+// (N, ceil(max_rank / 16)) counters at zero (the kernels leave them so).
 template <bool kBf16>
 void lora_segmented_mma(const LoraParams& p, simt::stream_handle stream = nullptr) {
   using namespace lora_mma;
@@ -255,6 +274,9 @@ void lora_segmented_mma(const LoraParams& p, simt::stream_handle stream = nullpt
       kBf16 ? "kernels::lora_segmented_mma (bf16)" : "kernels::lora_segmented_mma (f16)";
   check_lora(p, who);
   if (p.K % 16 != 0) fail(who, ": K = ", p.K, " is not a multiple of 16");
+  if (lora_mma_parts(p.K) > 1 && p.arrivals == nullptr)
+    fail(who, ": K = ", p.K, " comes in ", lora_mma_parts(p.K),
+         " parts and no counters were given");
   const int segs = p.n_seg + p.write;
   if (segs < 1) return;
   LoraParams q = p;

@@ -280,7 +280,7 @@ class Gpt2 {
   // Then the plan's LoRA groups, the scratch grown, and the step's cache rows reserved.
   void prepare(Cache& cache, const model::Batch& b) {
     if constexpr (kLora) adapters_.plan(run_.plan, b);
-    run_.prepare(cache, b, kLora ? adapters_.max_rank() * kLoraParts : 0);
+    run_.prepare(cache, b, kLora ? adapters_.max_rank() : 0, kLoraParts);
   }
 
   // Enqueues the step up to ln_f: the (M, C) rows that get logits are in run_.ln. idx: the
@@ -357,6 +357,7 @@ class Gpt2 {
         q.order = ix + p.at.lora_order, q.seg_start = ix + p.at.lora_seg_start;
         q.seg_ad = ix + p.at.lora_seg_slot, q.n_seg = p.lora_n_seg;
         q.seg_rows = p.lora_seg_rows;
+        q.arrivals = run_.lora_arrivals.data();
         if constexpr (fused) {
           Ops::template linear_lora<E, Lora>(out, in, W, bias, N, q);
         } else {

@@ -64,6 +64,7 @@ class StepRunner {
   Vec<int32_t> picks;
   // LoRA: the shrink's scratch (N, max_rank), the deltas (N, 4C; not on backend::FusesLora)
   Vec<float> lora_v, lora_d;
+  Vec<int32_t> lora_arrivals;  // the tensor-core shrink's counters (zeros, as it leaves them)
   typename Storage::StepContext ctx;  // device storage: stream, staging, results, graphs
 
   // Sizes every buffer for steps of up to max_tokens new tokens over max_seqs sequences and
@@ -100,20 +101,22 @@ class StepRunner {
     return floats * sizeof(float) + ints * sizeof(int32_t);
   }
 
-  // Grows the scratch for the planned step (cache rows up to max_len; the LoRA shrink's v_row
-  // floats a row: the widest rank, times the tensor-core kernels' parts of K) and reserves its
-  // rows in the cache. May throw (out of blocks); then nothing was
-  // allocated in the cache.
+  // Grows the scratch for the planned step (cache rows up to max_len; the LoRA shrink's
+  // max_rank floats a row for each of its `parts` of K, and with several parts its counters,
+  // kernels/lora_args.hpp) and reserves its rows in the cache. May throw (out of blocks); then
+  // nothing was allocated in the cache.
   template <class Cache>
-  void prepare(Cache& cache, const Batch& b, int v_row) {
+  void prepare(Cache& cache, const Batch& b, int max_rank, int parts = 1) {
     reserve_rows(cache, b);
     resize(plan.N);
     reserve_split(plan.N);
     reserve_attention(cache.max_len(), plan.n_few);
     if constexpr (kLora) {
       const std::size_t N = plan.N;
-      const std::size_t v = N * std::max(v_row, 1), d = N * 4 * C;  // c_fc is the widest
+      const std::size_t v = N * std::max(max_rank, 1) * parts, d = N * 4 * C;  // c_fc: widest
       if (lora_v.size() < v) lora_v.resize(v);
+      const std::size_t counters = parts > 1 ? N * ((max_rank + 15) / 16) : 0;
+      if (lora_arrivals.size() < counters) lora_arrivals.resize(counters);
       // A backend that adds the deltas in its linears' epilogue needs no delta matrix.
       if (!backend::FusesLora<Ops, typename Cfg::Lora> && lora_d.size() < d) lora_d.resize(d);
     }
