@@ -25,6 +25,7 @@
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/sampling.hpp"
 #include "support/hf_checks.hpp"
+#include "support/lora_case.hpp"
 #include "support/rounding_ratio.hpp"
 
 namespace sk = servekit;
@@ -168,19 +169,13 @@ TEMPLATE_TEST_CASE("device-resident unmerged adapters give HF + PEFT's logits",
 // the adapter's x, A, B and v (four more of u per linear, on its delta, which is at most the
 // output's magnitude); the device's adapters are really 16-bit (the logits differ from the
 // fp32-adapter device composition's).
-namespace {
-template <class D_, class W_>
-struct AdapterCase {
-  using D = D_;
-  using W = W_;
-};
-}  // namespace
 TEMPLATE_TEST_CASE("device-resident 16-bit adapters match the host's fp32 ones on 16-bit weights",
-                   "[device][lora][hf]", (AdapterCase<sk::dims::TinyA, sk::weights::F16>),
-                   (AdapterCase<sk::dims::TinyA, sk::weights::BF16>),
-                   (AdapterCase<sk::dims::TinyB, sk::weights::F16>)) {
-  using D = typename TestType::D;  // tiny-b: c_proj's K in two parts of the tensor-core shrink
-  using W = typename TestType::W;
+                   "[device][lora][hf]",
+                   (sk::test::LoraCase<sk::lora::Segmented, sk::weights::F16>),
+                   (sk::test::LoraCase<sk::lora::Segmented, sk::weights::BF16>),
+                   (sk::test::LoraCase<sk::lora::Segmented, sk::weights::F16, sk::dims::TinyB>)) {
+  using D = typename TestType::Dims;  // tiny-b: c_proj's K in two parts of the tensor-core shrink
+  using W = typename TestType::Weights;
   using Dev16 = sk::Gpt2<sk::Config<D, W, sk::kv::Paged<16>, sk::lora::Segmented, DeviceBackend>>;
   using Dev32 = sk::Gpt2<sk::Config<D, W, sk::kv::Paged<16>, sk::lora::Gathered, DeviceBackend>>;
   using Host = sk::Gpt2<sk::Config<D, W, sk::kv::Paged<16>, sk::lora::Segmented>>;
@@ -652,21 +647,11 @@ TEMPLATE_TEST_CASE("decode steps replayed from CUDA graphs match eager steps", "
 // The last case: tiny-b's fp16 weights under the segmented policy, whose tensor-core shrink cuts
 // c_proj's K (384) into two parts added by the last block to arrive at a counter, which it sets
 // back to zero for the next replay.
-namespace {
-template <class Policy, class W, class D>
-struct GraphLoraCase {
-  using Lora = Policy;
-  using Weights = W;
-  using Dims = D;
-};
-using TinyA = sk::dims::TinyA;
-}  // namespace
 TEMPLATE_TEST_CASE("LoRA decode steps replayed from CUDA graphs match eager steps",
-                   "[device][graphs][lora]",
-                   (GraphLoraCase<sk::lora::Loop, sk::weights::F32, TinyA>),
-                   (GraphLoraCase<sk::lora::Gathered, sk::weights::F32, TinyA>),
-                   (GraphLoraCase<sk::lora::Segmented, sk::weights::F32, TinyA>),
-                   (GraphLoraCase<sk::lora::Segmented, sk::weights::F16, sk::dims::TinyB>)) {
+                   "[device][graphs][lora]", (sk::test::LoraCase<sk::lora::Loop, sk::weights::F32>),
+                   (sk::test::LoraCase<sk::lora::Gathered, sk::weights::F32>),
+                   (sk::test::LoraCase<sk::lora::Segmented, sk::weights::F32>),
+                   (sk::test::LoraCase<sk::lora::Segmented, sk::weights::F16, sk::dims::TinyB>)) {
   using D = typename TestType::Dims;
   using Model = sk::Gpt2<sk::Config<D, typename TestType::Weights, sk::kv::Paged<16>,
                                     typename TestType::Lora, DeviceBackend>>;

@@ -4,6 +4,7 @@
 // its tokens alone, greedy and seeded, on both cache layouts, with preemption and chunked
 // prefill forced on the paged one; so do prefix caching, speculation and many adapters at once.
 #include "engine_support.hpp"
+#include "support/lora_case.hpp"
 #include "support/reference.hpp"
 #include "servekit/lora/random_adapter.hpp"
 #include "device_backend.hpp"
@@ -89,18 +90,12 @@ TEMPLATE_TEST_CASE("device kernels: speculation changes no token or logprob",
 // Many adapters at once through the LoRA kernels: a mix of 1, 12 and 32 adapters and base rows
 // gives every request the tokens it gets alone with its adapter, under every dispatch policy,
 // and with fp16 weights under the segmented policy's tensor-core kernels on 16-bit adapters.
-namespace {
-template <class Policy, class W>
-struct LoraCase {
-  using Lora = Policy;
-  using Weights = W;
-};
-}  // namespace
 TEMPLATE_TEST_CASE("device kernels: the engine serves many adapters at once, each request as alone",
-                   "[lora][emulated][engine]", (LoraCase<sk::lora::Loop, sk::weights::F32>),
-                   (LoraCase<sk::lora::Gathered, sk::weights::F32>),
-                   (LoraCase<sk::lora::Segmented, sk::weights::F32>),
-                   (LoraCase<sk::lora::Segmented, sk::weights::F16>)) {
+                   "[lora][emulated][engine]",
+                   (sk::test::LoraCase<sk::lora::Loop, sk::weights::F32>),
+                   (sk::test::LoraCase<sk::lora::Gathered, sk::weights::F32>),
+                   (sk::test::LoraCase<sk::lora::Segmented, sk::weights::F32>),
+                   (sk::test::LoraCase<sk::lora::Segmented, sk::weights::F16>)) {
   using A = sk::dims::TinyA;
   using Model = sk::Gpt2<
       sk::Config<A, typename TestType::Weights, sk::kv::Paged<16>, typename TestType::Lora, Dev>>;

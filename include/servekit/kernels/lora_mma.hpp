@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(lora_mma::kThreads) lora_shrink_mma_kernel(con
 
 // y[r, n] += <B[n], v[r]> (p.write: y = 0 + that; 0 for the rows of no segment, p.n_seg's
 // extra segment, or of an adapter that skips the linear), for the chunk's rows and a warp's 32
-// columns, kMmaRanks... 16 ranks a pass: a row's output read and written once a pass.
+// columns, 16 ranks (one k16 step) a pass: a row's output read and written once a pass.
 template <bool kBf16>
 __global__ void __launch_bounds__(lora_mma::kThreads) lora_expand_mma_kernel(const LoraParams p) {
   using namespace lora_mma;
