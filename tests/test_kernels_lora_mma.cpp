@@ -238,8 +238,8 @@ TEMPLATE_TEST_CASE("tensor-core segmented LoRA writes a delta buffer as a zeroed
   });
 }
 
-// K must come in whole k16 steps, and a K of several parts needs the counters: anything else
-// is refused, naming the launcher and K.
+// K must come in whole k16 steps, a K of several parts needs the counters, and x's rows must
+// start 8-byte aligned: anything else is refused, naming the launcher and what is at fault.
 TEST_CASE("tensor-core segmented LoRA refuses a K of partial k16 steps, or parts without counters",
           "[lora][emulated]") {
   std::vector<float> f(64, 0.f);
@@ -251,4 +251,6 @@ TEST_CASE("tensor-core segmented LoRA refuses a K of partial k16 steps, or parts
   p.K = 512;  // two parts, no counters
   REQUIRE_THROWS_WITH(call(), Catch::Contains("lora_segmented_mma") && Catch::Contains("K = 512") &&
                                   Catch::Contains("counters"));
+  p.K = 64, p.x = f.data() + 1;  // a float past an aligned start
+  REQUIRE_THROWS_WITH(call(), Catch::Contains("lora_segmented_mma") && Catch::Contains("x is not"));
 }

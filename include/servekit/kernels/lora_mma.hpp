@@ -274,6 +274,9 @@ void lora_segmented_mma(const LoraParams& p, simt::stream_handle stream = nullpt
       kBf16 ? "kernels::lora_segmented_mma (bf16)" : "kernels::lora_segmented_mma (f16)";
   check_lora(p, who);
   if (p.K % 16 != 0) fail(who, ": K = ", p.K, " is not a multiple of 16");
+  // x's pairs are 8-byte loads (K even keeps every row's pairs aligned if its start is)
+  if (reinterpret_cast<std::uintptr_t>(p.x) % 8 != 0)
+    fail(who, ": x is not 8-byte aligned (", static_cast<const void*>(p.x), ")");
   if (lora_mma_parts(p.K) > 1 && p.arrivals == nullptr)
     fail(who, ": K = ", p.K, " comes in ", lora_mma_parts(p.K),
          " parts and no counters were given");
