@@ -29,8 +29,14 @@ struct LoraMats {
 // summed into its own slice of the scratch v, (N, max_rank) floats a part, the last one to
 // finish adding them into slice 0: the model sizes v by the widest K's parts.
 inline constexpr int kLoraMmaPartK = 256;
+inline constexpr int kLoraMmaRanks = 16;  // rank rows a shrink block takes
 SERVEKIT_HD constexpr int lora_mma_parts(int K) {
   return (K + kLoraMmaPartK - 1) / kLoraMmaPartK;
+}
+// Its counters (LoraParams::arrivals) for N rows of up to max_rank: one a (row, kLoraMmaRanks
+// ranks) where K comes in several parts, none where it comes in one.
+SERVEKIT_HD constexpr std::int64_t lora_mma_counters(int N, int max_rank, int parts) {
+  return parts > 1 ? std::int64_t(N) * ((max_rank + kLoraMmaRanks - 1) / kLoraMmaRanks) : 0;
 }
 
 struct LoraParams {
@@ -53,7 +59,7 @@ struct LoraParams {
   // buffer needs no zeroing launch first (gathered and segmented device kernels; segmented
   // then needs `order` to list every row: the grouped ones, then the others)
   bool write = false;
-  // The tensor-core shrink's counters, (N, ceil(max_rank / 16)) at zero, where K has several
+  // The tensor-core shrink's counters at zero, lora_mma_counters of them where K has several
   // parts (lora_mma_parts): the last part of a chunk to arrive adds them.
   int32_t* arrivals = nullptr;
 };

@@ -34,11 +34,11 @@ inline namespace SERVEKIT_DEVICE_ABI {
 
 namespace lora_mma {
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr int kTile = 16;              // rows of an mma tile
-constexpr int kMmaTiles = 4;           // row tiles a block takes at most: 64 rows
-constexpr int kMmaRanks = 16;          // rank rows a shrink block takes: two n8 tiles
-constexpr int kMmaCols = 32 * kWarps;  // columns an expand block takes
-constexpr int kPartK = kLoraMmaPartK;  // K a shrink block takes: 4 k16 steps a warp
+constexpr int kTile = 16;                 // rows of an mma tile
+constexpr int kMmaTiles = 4;              // row tiles a block takes at most: 64 rows
+constexpr int kMmaRanks = kLoraMmaRanks;  // rank rows a shrink block takes: two n8 tiles
+constexpr int kMmaCols = 32 * kWarps;     // columns an expand block takes
+constexpr int kPartK = kLoraMmaPartK;     // K a shrink block takes: 4 k16 steps a warp
 }  // namespace lora_mma
 
 // Two adjacent 16-bit values as the fragment register that holds them (the first low).
@@ -265,8 +265,8 @@ inline std::size_t lora_mma_bytes(const LoraParams& p, bool shrink) {
 }
 
 // Segmented (SGMV) on tensor cores: as lora_segmented, reading LoraMats::a16 and b16; p.v holds
-// lora_mma_parts(K) x (N, max_rank) floats and, where K has more than one part, p.arrivals
-// (N, ceil(max_rank / 16)) counters at zero (the kernels leave them so).
+// lora_mma_parts(K) x (N, max_rank) floats and p.arrivals lora_mma_counters(N, max_rank, parts)
+// counters at zero (the kernels leave them so).
 template <bool kBf16>
 void lora_segmented_mma(const LoraParams& p, simt::stream_handle stream = nullptr) {
   using namespace lora_mma;

@@ -16,6 +16,7 @@
 #include "servekit/backend/host.hpp"
 #include "servekit/core/error.hpp"
 #include "servekit/core/row_sampling.hpp"
+#include "servekit/kernels/lora_args.hpp"  // lora_mma_counters
 #include "servekit/kernels/split_k_args.hpp"
 #include "servekit/kv/cache.hpp"
 #include "servekit/lora/policy.hpp"
@@ -115,7 +116,7 @@ class StepRunner {
       const std::size_t N = plan.N;
       const std::size_t v = N * std::max(max_rank, 1) * parts, d = N * 4 * C;  // c_fc: widest
       if (lora_v.size() < v) lora_v.resize(v);
-      const std::size_t counters = parts > 1 ? N * ((max_rank + 15) / 16) : 0;
+      const auto counters = std::size_t(kernels::lora_mma_counters(plan.N, max_rank, parts));
       if (lora_arrivals.size() < counters) lora_arrivals.resize(counters);
       // A backend that adds the deltas in its linears' epilogue needs no delta matrix.
       if (!backend::FusesLora<Ops, typename Cfg::Lora> && lora_d.size() < d) lora_d.resize(d);
