@@ -22,6 +22,7 @@
 #include "servekit/kernels/host/lora.hpp"
 #include "servekit/kernels/ref/lora.hpp"
 #include "servekit/lora/policy.hpp"
+#include "servekit/weights/policy.hpp"  // F32
 
 namespace servekit::backend {
 
@@ -58,8 +59,10 @@ struct Ops<Host> : HostStorage {
   }
   // p.y (N, Nout) += each row's LoRA delta of p.x (N, K); p.ad (N): each row's adapter slot.
   // The host kernels group rows themselves: distinct, order and segments are for the device.
-  template <class Policy>
+  // Fmt: the adapters' storage, always fp32 here (model::adapter_format_t).
+  template <class Policy, class Fmt = weights::F32>
   static void lora(const kernels::LoraParams& p, std::span<const int32_t> /*distinct*/) {
+    static_assert(std::is_same_v<Fmt, weights::F32>, "servekit: host adapters are fp32");
     const std::span<const kernels::LoraMats> tab(p.tab, p.n_slots);
     if constexpr (std::is_same_v<Policy, servekit::lora::Loop>) {
       kernels::ref::lora_loop(p.y, p.x, p.ad, tab, p.N, p.K, p.Nout);
@@ -72,10 +75,10 @@ struct Ops<Host> : HostStorage {
     }
   }
   // p.y (N, Nout) = each row's LoRA delta, 0 for a row without one.
-  template <class Policy>
+  template <class Policy, class Fmt = weights::F32>
   static void lora_into(const kernels::LoraParams& p, std::span<const int32_t> distinct) {
     zero(p.y, static_cast<int64_t>(p.N) * p.Nout);
-    lora<Policy>(p, distinct);
+    lora<Policy, Fmt>(p, distinct);
   }
   // Gathered and segmented add each row's delta inside the linear's epilogue (no (N, Nout)
   // delta matrix: kernels/host/lora.hpp); the loop keeps its whole-batch passes.

@@ -361,10 +361,7 @@ class Gpt2 {
         if constexpr (fused) {
           Ops::template linear_lora<E, Lora>(out, in, W, bias, N, q);
         } else {
-          if constexpr (std::is_same_v<LoraFormat, weights::F32>)
-            Ops::template lora_into<Lora>(q, p.lora_distinct);  // d = the rows' deltas
-          else
-            Ops::template lora_into<Lora, LoraFormat>(q, p.lora_distinct);
+          Ops::template lora_into<Lora, LoraFormat>(q, p.lora_distinct);  // d = the deltas
           linear_op<E>(out, in, W, bias, N, d);
         }
         return;
