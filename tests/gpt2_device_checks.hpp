@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -23,6 +24,7 @@
 #include "servekit/model/footprint.hpp"
 #include "servekit/lora/adapter.hpp"
 #include "servekit/model/gpt2.hpp"
+#include "servekit/serve/adapter_slots.hpp"
 #include "servekit/serve/sampling.hpp"
 #include "support/hf_checks.hpp"
 #include "support/lora_case.hpp"
@@ -212,6 +214,39 @@ TEMPLATE_TEST_CASE("device-resident 16-bit adapters match the host's fp32 ones o
     CHECK(apart > 0.f);  // the adapters really were 16-bit
     CHECK(worst <= (4 * D::n_layer + 4 * 4 * D::n_layer + 1) * u * scale);
   }
+}
+
+// A 16-bit composition stores its adapters in 16 bits on the device, and its tier of adapters
+// (serve/adapter_slots.hpp) counts those bytes: a tier the size of three fixtures in 16 bits
+// holds all three without evicting, where counting them in fp32 it would have no room for the
+// third (each is held by a request, so none may go).
+TEST_CASE("a 16-bit composition's device tier counts its adapters' 16-bit bytes",
+          "[device][lora][store]") {
+  using D = sk::dims::TinyA;
+  using Dev16 = sk::Gpt2<
+      sk::Config<D, sk::weights::F16, sk::kv::Paged<16>, sk::lora::Segmented, DeviceBackend>>;
+  using Dev32 = sk::Gpt2<
+      sk::Config<D, sk::weights::F16, sk::kv::Paged<16>, sk::lora::Gathered, DeviceBackend>>;
+  std::vector<std::shared_ptr<const sk::lora::Adapter>> ads;
+  std::size_t b16 = 0, b32 = 0;
+  for (const char* f : {"r4", "r8", "r16"}) {
+    ads.push_back(std::make_shared<const sk::lora::Adapter>(
+        sk::lora::load_adapter<D>(fixture_dir<D>() / "lora" / f)));
+    const sk::lora::Adapter& a = *ads.back();
+    INFO("adapter " << f);
+    CHECK(Dev32::adapter_bytes(a) == a.bytes());
+    CHECK(2 * Dev16::adapter_bytes(a) == a.bytes());  // even ranks: no padding
+    b16 += Dev16::adapter_bytes(a), b32 += a.bytes();
+  }
+  REQUIRE(b32 > b16);  // the tier below is too small for the three in fp32
+  auto model = Dev16::load(fixture_dir<D>());
+  sk::serve::AdapterSlots<Dev16> slots(model, b16);
+  for (const auto& a : ads) REQUIRE(slots.place(a) >= 0);
+  const sk::serve::SlotCounters c = slots.counters();
+  CHECK(c.resident == 3);
+  CHECK(c.evictions == 0);
+  CHECK(c.bytes == b16);
+  for (int s = 0; s < 3; s++) CHECK(model.adapter(s) == ads[std::size_t(s)].get());
 }
 
 // GPT-2 124M's own shape against HF, on the device machine: `tools/make_reference.py --only

@@ -28,7 +28,7 @@ inline namespace SERVEKIT_DEVICE_ABI {
 __device__ SERVEKIT_SIMT_INLINE const LoraMats* lora_mats(const LoraParams& p, int32_t a) {
   if (a < 0 || a >= p.n_slots || (p.only >= 0 && a != p.only)) return nullptr;
   const LoraMats* m = p.tab + a;
-  return m->a || m->a16 ? m : nullptr;  // the fp32 matrices, or the 16-bit ones
+  return m->present() ? m : nullptr;
 }
 
 constexpr int kLoraWarps = 4;

@@ -23,6 +23,9 @@ struct LoraMats {
   // the pad zero) so that every pair of ranks a fragment register takes is one aligned word
   const std::uint16_t* a16 = nullptr;
   const std::uint16_t* b16 = nullptr;
+
+  // Does the adapter change this linear (in whichever storage it is held)?
+  SERVEKIT_HD bool present() const { return a != nullptr || a16 != nullptr; }
 };
 
 // The tensor-core shrink (kernels/lora_mma.hpp) cuts K into parts of kLoraMmaPartK, each

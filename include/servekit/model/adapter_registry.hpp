@@ -48,6 +48,22 @@ class AdapterRegistry {
   static constexpr int L = Dims::n_layer, C = Dims::n_embd;
   static constexpr bool k16 = !std::is_same_v<Fmt, weights::F32>;
   static_assert(!k16 || !Storage::is_host, "servekit: 16-bit adapters are for device storage");
+  using Elem = std::conditional_t<k16, std::uint16_t, float>;  // of the matrices add() stores
+
+  // The bytes of an adapter where the kernels read it, what a device tier of adapters
+  // (serve/adapter_slots.hpp) counts: fp32 A and B (the host kernels' transposed B is B's
+  // bytes give or take a block's padding), or 16-bit A and B, B's rank padded to even.
+  static std::size_t bytes_of(const lora::Adapter& a) {
+    if constexpr (!k16) {
+      return a.bytes();
+    } else {
+      std::size_t n = 0;
+      for (const auto& layer : a.layers)
+        for (const auto& q : layer)
+          if (q) n += q->a.size() + std::size_t(q->out) * (q->rank + q->rank % 2);
+      return n * sizeof(Elem);
+    }
+  }
 
   int add(std::shared_ptr<const lora::Adapter> p) {
     const lora::Adapter& a = *p;
@@ -65,8 +81,8 @@ class AdapterRegistry {
         }
     std::size_t i = 0;
     while (i < adapters_.size() && adapters_[i]) i++;
-    if (i == adapters_.size()) adapters_.emplace_back(), own_.emplace_back(), own16_.emplace_back();
-    own_[i].clear(), own16_[i].clear();
+    if (i == adapters_.size()) adapters_.emplace_back(), own_.emplace_back();
+    own_[i].clear();
     for (const auto& layer : a.layers)
       for (const auto& q : layer)
         if (!q) {
@@ -80,8 +96,8 @@ class AdapterRegistry {
           for (int n = 0; n < q->out; n++)
             for (int j = 0; j < R; j++)
               b16[std::size_t(n) * R2 + j] = to16(q->b[std::size_t(n) * R + j]);
-          own16_[i].push_back(Storage::to_vec(std::move(a16)));
-          own16_[i].push_back(Storage::to_vec(std::move(b16)));
+          own_[i].push_back(Storage::to_vec(std::move(a16)));
+          own_[i].push_back(Storage::to_vec(std::move(b16)));
         } else {  // the device's own copy of every A and B
           own_[i].push_back(Storage::to_vec(std::vector<float>(q->a)));
           own_[i].push_back(Storage::to_vec(std::vector<float>(q->b)));
@@ -94,7 +110,7 @@ class AdapterRegistry {
     if (slot < 0 || slot >= static_cast<int>(adapters_.size()) || !adapters_[slot])
       fail("remove_adapter: no adapter in slot ", slot);
     adapters_[slot].reset();
-    own_[slot].clear(), own16_[slot].clear();
+    own_[slot].clear();
     dirty_ = true;
   }
   // The slot of the adapter named `name`, or -1.
@@ -147,7 +163,7 @@ class AdapterRegistry {
   bool adapts(int lt, std::span<const int32_t> distinct) const {
     const std::size_t base = static_cast<std::size_t>(lt) * adapters_.size();
     for (int32_t a : distinct)
-      if (tab_host_[base + a].a || tab_host_[base + a].a16) return true;
+      if (tab_host_[base + a].present()) return true;
     return false;
   }
   // (slots()) linear lt's matrices per slot, where the kernels read them.
@@ -175,7 +191,7 @@ class AdapterRegistry {
               m.bt = own_[i][k++].data();
             } else if constexpr (k16) {  // the 16-bit copies only
               m.a = m.b = nullptr;
-              m.a16 = own16_[i][k].data(), m.b16 = own16_[i][k + 1].data();
+              m.a16 = own_[i][k].data(), m.b16 = own_[i][k + 1].data();
               k += 2;
             } else {
               m.a = own_[i][k].data(), m.b = own_[i][k + 1].data();
@@ -198,11 +214,10 @@ class AdapterRegistry {
       return float_to_half(f).bits;
   }
 
-  // By slot; host storage: each B transposed; device storage: each A and B uploaded (own_), or
-  // their 16-bit copies (own16_).
+  // By slot; host storage: each B transposed; device storage: each A and B uploaded, in fp32
+  // or as their 16-bit copies.
   std::vector<std::shared_ptr<const lora::Adapter>> adapters_;
-  std::vector<std::vector<Vec<float>>> own_;
-  std::vector<std::vector<Vec<std::uint16_t>>> own16_;
+  std::vector<std::vector<Vec<Elem>>> own_;
   // (L * 4, slots) each linear's matrices per slot (a host copy to decide which linears a
   // step adapts), rebuilt when adapters come and go; the widest rank among them.
   std::vector<kernels::LoraMats> tab_host_;

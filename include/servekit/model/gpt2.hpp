@@ -233,6 +233,11 @@ class Gpt2 {
   }
   void remove_adapter(int slot) requires kLora { adapters_.remove(slot); }
   int find_adapter(std::string_view name) const { return adapters_.find(name); }  // or -1
+  // The bytes `a` takes where this model's kernels read adapters (fp32, or 16-bit on a 16-bit
+  // composition's segmented device step: model/adapter_registry.hpp).
+  static std::size_t adapter_bytes(const lora::Adapter& a) requires kLora {
+    return decltype(adapters_)::bytes_of(a);
+  }
   const lora::Adapter* adapter(int slot) const { return adapters_.get(slot); }
   int adapter_slots() const { return adapters_.slots(); }
 

@@ -4,7 +4,9 @@
 // by the engine thread. Each slot's adapter counts the requests that hold it (waiting or
 // running); only an adapter nobody holds may be evicted, least recently used first, when a
 // new one needs room. Capacity is in bytes. Adapters that were in the model before the engine
-// was made are pinned: always there, never evicted, not counted against the capacity.
+// was made are pinned: always there, never evicted, not counted against the capacity. An
+// adapter counts the bytes the model stores it in (Gpt2::adapter_bytes: 16-bit on a 16-bit
+// composition's device step, fp32 elsewhere).
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -60,7 +62,7 @@ class AdapterSlots {
   // holds to make room. -1: the adapters in use leave no room now (try again when one is let
   // go). Throws if `a` can never fit or the model refuses it.
   int place(std::shared_ptr<const lora::Adapter> a) {
-    const std::size_t n = a->bytes();
+    const std::size_t n = Model::adapter_bytes(*a);  // in the model's storage of adapters
     if (n > capacity_)
       fail("adapter '", a->name, "' needs ", n, " bytes, more than the device tier's ", capacity_,
            " (EngineOptions::adapter_device_bytes)");
