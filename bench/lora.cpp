@@ -17,8 +17,8 @@
 // phase and ranks) into --out. Host backend, f32, random weights; bench/lora_cuda.cu compiles
 // the same on the Cuda backend with f16 base weights (the adapters stay f32, as PEFT saves them,
 // except the segmented policy's: fp16 on tensor cores, kernels/lora_mma.hpp, so its adapters
-// weigh half what the floor counts), its floor from the device's read bandwidth and CUDA-core
-// FMA rate (bench/device_peaks.cuh).
+// weigh half, and it gets a floor of its own, "seg. floor", from those bytes), its floors from
+// the device's read bandwidth and CUDA-core FMA rate (bench/device_peaks.cuh).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -30,6 +30,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common.hpp"
@@ -129,7 +130,13 @@ struct Row {
   std::string phase, ranks;
   int share, batch;
   double none, loop, gathered, segmented, merged, floor;  // ms; < 0: not run
+  double floor_seg;  // the segmented policy's, from its adapters' bytes as it stores them
 };
+
+// Does the segmented policy store its adapters in other bytes than the others (16-bit on the
+// device's tensor cores)? Then it has a floor of its own.
+constexpr bool kSegmentedOwnFloor =
+    !std::is_same_v<Model<sk::lora::Segmented>::LoraFormat, sk::weights::F32>;
 
 std::string ms(double v, int w) {
   char b[32];
@@ -180,11 +187,14 @@ void measure(const std::string& phase, const std::string& ranks, const std::vect
       std::fprintf(stderr, "  %s, ranks %s, share %d, batch %d...\r", phase.c_str(), ranks.c_str(),
                    k, B);
       const int distinct = k == 0 ? B : std::min(k, B);
-      double bytes = 0, flops = 0;
-      for (int i = 0; i < distinct; i++) bytes += adapters[i]->bytes();
+      double bytes = 0, bytes_seg = 0, flops = 0;
+      for (int i = 0; i < distinct; i++) {
+        bytes += Model<sk::lora::Gathered>::adapter_bytes(*adapters[i]);
+        bytes_seg += Model<sk::lora::Segmented>::adapter_bytes(*adapters[i]);
+      }
       for (int i = 0; i < B; i++)  // 2 FLOPs per A and B value per token of the row
         flops += 2.0 * tokens * adapters[k > 0 ? i % k : i]->bytes() / sizeof(float);
-      Row r{phase, ranks, k, B, 0, -1, 0, 0, -1, 0};
+      Row r{phase, ranks, k, B, 0, -1, 0, 0, -1, 0, 0};
       // The policies take turns within each rep, so that the machine's drift over the run
       // falls on all of them alike; the median of each is kept.
       std::vector<double> tn, tl, tg, ts, tm;
@@ -205,12 +215,18 @@ void measure(const std::string& phase, const std::string& ranks, const std::vect
         for (int i = 0; i < reps; i++) tl.push_back(sl.seconds(i));
         r.loop = median(tl) * 1e3;
       }
-      r.floor = r.none + std::max(bytes / (mc.bw_gbs * 1e9), flops / (mc.fma_gflops * 1e9)) * 1e3;
+      auto floor = [&](double b) {
+        return r.none + std::max(b / (mc.bw_gbs * 1e9), flops / (mc.fma_gflops * 1e9)) * 1e3;
+      };
+      r.floor = floor(bytes), r.floor_seg = floor(bytes_seg);
       std::printf("%6d %s %s %s %s %s %s   %s / %s / %s / %s / %s\n", B, ms(r.none, 10).c_str(),
                   ms(r.loop, 10).c_str(), ms(r.gathered, 12).c_str(), ms(r.segmented, 13).c_str(),
                   ms(r.merged, 10).c_str(), ms(r.floor, 10).c_str(), ratio(r.loop, r.none).c_str(),
                   ratio(r.gathered, r.none).c_str(), ratio(r.segmented, r.none).c_str(),
                   ratio(r.merged, r.none).c_str(), ratio(r.floor, r.none).c_str());
+      if (kSegmentedOwnFloor)
+        std::printf("%6s seg. floor %.2f ms, %s (its 16-bit adapters)\n", "", r.floor_seg,
+                    ratio(r.floor_seg, r.none).c_str());
       std::fflush(stdout);
       out.push_back(r);
     }
@@ -238,7 +254,10 @@ void plot(const fs::path& dir, const std::vector<std::string>& phases,
         const std::string who = k == 0 ? "own" : std::to_string(k) + " shared";
         const std::string rows = "(strcol(1) eq '" + ph + "' && strcol(2) eq '" + rk +
                                  "' && strcol(3) eq '" + std::to_string(k) + "' ? ";
-        for (auto [col, name] : {std::pair{7, "gathered"}, {8, "segmented"}, {10, "floor"}})
+        std::vector<std::pair<int, const char*>> cols = {
+            {7, "gathered"}, {8, "segmented"}, {10, "floor"}};
+        if (kSegmentedOwnFloor) cols.emplace_back(11, "seg. floor");
+        for (auto [col, name] : cols)
           lines += std::string(lines.empty() ? "" : ", ") + "'" + c + "' using 4:" + rows + "$" +
                    std::to_string(col) + "/$5 : 1/0) skip 1 with linespoints lw 2 lc " +
                    std::to_string(col - 6) + " dt " + std::to_string(dash) + " title '" + name +
@@ -323,12 +342,13 @@ int main(int argc, char** argv) {
   }
   const fs::path csv = fs::path(out) / "lora_step.csv";
   std::ofstream f(csv);
-  f << "phase,ranks,share,batch,none_ms,loop_ms,gathered_ms,segmented_ms,merged_ms,floor_ms\n";
+  f << "phase,ranks,share,batch,none_ms,loop_ms,gathered_ms,segmented_ms,merged_ms,floor_ms,"
+       "segmented_floor_ms\n";
   auto cell = [](double v) { return v < 0 ? std::string() : std::to_string(v); };
   for (const auto& r : rows)
     f << r.phase << ',' << r.ranks << ',' << r.share << ',' << r.batch << ',' << r.none << ','
       << cell(r.loop) << ',' << r.gathered << ',' << r.segmented << ',' << cell(r.merged) << ','
-      << r.floor << '\n';
+      << r.floor << ',' << r.floor_seg << '\n';
   f.close();
   plot(out, phases, ranks, shares);
   std::printf("wrote %s and lora_step.png\n", csv.string().c_str());
