@@ -171,6 +171,37 @@ TEMPLATE_TEST_CASE("host linear == its kernels/ref oracle, every format, awkward
     }
 }
 
+// The gemm's column panels cover N in whole strips no wider than asked, and where tasks are few
+// each thread gets as many (GPT-2's qkv, 2304 wide, on 2 threads: 12 panels of 192, not 9 of
+// 256); widths with no equal split keep the plain one.
+TEST_CASE("host gemm panels: whole strips over N, as many tasks a thread where they are few") {
+  namespace kh = servekit::kernels::host;
+  const int threads = servekit::host_threads();
+  for (int T : {1, 2, 3, 4})
+    for (int strip : {16, 32})
+      for (int m_blocks : {1, 2, 8})
+        for (int N : {1, 33, 768, 2304, 3072, 1000, 50257}) {
+          servekit::set_host_threads(T);
+          const kh::Panels p = kh::panels(N, m_blocks, 256, strip);
+          INFO(N << " columns in strips of " << strip << ", " << m_blocks << " row blocks, " << T
+                 << " threads: " << p.n << " panels of " << p.NB);
+          REQUIRE(p.NB % strip == 0);
+          REQUIRE(p.NB <= 256);
+          REQUIRE(p.n * p.NB >= N);
+          REQUIRE((p.n - 1) * p.NB < N);  // no empty panel
+          const int strips = (N + strip - 1) / strip;
+          bool equal_split = false;  // one that the rule may take: n .. 2n panels of whole strips
+          for (int e = p.n; e <= std::min(strips, 2 * p.n); e++)
+            equal_split |= strips % e == 0 && (m_blocks * e) % T == 0;
+          if (m_blocks * p.n < 8 * T && equal_split) REQUIRE((m_blocks * p.n) % T == 0);
+        }
+  servekit::set_host_threads(2);
+  const kh::Panels qkv = kh::panels(2304, 1, 256, 32);
+  CHECK(qkv.n == 12);
+  CHECK(qkv.NB == 192);
+  servekit::set_host_threads(threads);
+}
+
 TEST_CASE("host lm_head == its oracle, and a row's logits do not depend on the other rows") {
   std::mt19937 rng(23);
   std::uniform_real_distribution<float> u(-1.f, 1.f);

@@ -229,15 +229,11 @@ void linear_i8(float* out,             // (M, N)
   float* xs = thread_scratch<3>(M);
   parallel_for(
       M, [&](int r) { xs[r] = quantize_row(xq + r * KA, x + static_cast<int64_t>(r) * K, K); });
-  // Tasks of (up to MB rows) x (NB columns, whole strips), as matmul.hpp's gemm: at least two
-  // per thread where the rows give few.
+  // Tasks of (up to MB rows) x (NB columns, whole strips), as matmul.hpp's gemm.
   constexpr int kMaxNB = 256, MB = 64;
   const int m_blocks = (M + MB - 1) / MB;
-  int n_panels = (N + kMaxNB - 1) / kMaxNB;
-  if (m_blocks * n_panels < 2 * host_threads())
-    n_panels = std::max(n_panels, (2 * host_threads() + m_blocks - 1) / m_blocks);
-  const int NB = std::min(kMaxNB, ((N + n_panels - 1) / n_panels + kQNR - 1) / kQNR * kQNR);
-  n_panels = (N + NB - 1) / NB;
+  const Panels pn = panels(N, m_blocks, kMaxNB, kQNR);
+  const int n_panels = pn.n, NB = pn.NB;
   const int64_t ss = static_cast<int64_t>(KQ) * 4 * kQNR;  // one strip's bytes
   parallel_for(
       m_blocks * n_panels,

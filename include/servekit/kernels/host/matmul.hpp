@@ -391,12 +391,34 @@ void gemv(float* out, const float* x, const WeightView<T>& W, const float* b, co
       1);
 }
 
+// The column panels of a gemm's tasks, (m_blocks row blocks) x (n panels of NB columns, whole
+// strips of `strip`): panels as wide as max_nb, but at least two per thread when the rows give
+// few tasks (a 768-wide layer in 3 panels would leave one of 2 threads idle a third of the
+// time), and where the tasks are still few, a whole number of them per thread if a split into
+// equal panels gives one (a 2304-wide qkv in 9 panels of 256 left one of 2 threads idle a
+// ninth of the linear; in 12 of 192 neither is).
+struct Panels {
+  int n, NB;
+};
+inline Panels panels(int N, int m_blocks, int max_nb, int strip) {
+  const int T = host_threads();
+  int n = (N + max_nb - 1) / max_nb;
+  if (m_blocks * n < 2 * T) n = std::max(n, (2 * T + m_blocks - 1) / m_blocks);
+  const int NB = std::min(max_nb, ((N + n - 1) / n + strip - 1) / strip * strip);
+  n = (N + NB - 1) / NB;
+  const int strips = (N + strip - 1) / strip;
+  if (m_blocks * n < 8 * T && (m_blocks * n) % T != 0)
+    for (int e = n + 1; e <= std::min(strips, 2 * n); e++)
+      if (strips % e == 0 && (m_blocks * e) % T == 0) return {e, strips / e * strip};
+  return {n, NB};
+}
+
 // Many rows: tasks of (up to MB rows) x (NB columns), each walking K in (kb, NB) blocks of W.
 template <Epilogue E, class T, RowAddend A>
 void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, int M, const A& add) {
-  // 128 x 256 outputs per task (measured against 64 rows: prefill +10% on AVX-512, level on
-  // AVX2; docs/host_kernels.md). Packed W is walked over all of K (a group) at once, so that a
-  // strip is one contiguous run of K x kNR weights, which the prefetchers follow, and a row
+  // 128 x 256 outputs per task at most (measured against 64 rows: prefill +10% on AVX-512,
+  // level on AVX2; docs/host_kernels.md). Packed W is walked over all of K (a group) at once, so
+  // that a strip is one contiguous run of K x kNR weights, which the prefetchers follow, and a row
   // tile loads and stores its accumulators once: in blocks of 256 rows the strip came as 16 KB
   // runs 48 KB apart, and decode steps were 10-30% slower at batch 8 and up to 1.5x at batch 1
   // with AVX-512 (docs/host_kernels.md). W in (K, N) order goes in blocks of KB rows, widened
@@ -407,13 +429,8 @@ void gemm(float* out, const float* x, const WeightView<T>& W, const float* b, in
   const int K = W.K, N = W.N, GK = W.group_rows;
   const float* xs = group_sums(x, W, M);
   const int m_blocks = (M + MB - 1) / MB;
-  // Panels as wide as kMaxNB, but at least two per thread when the rows give few tasks (a
-  // 768-wide layer in 3 panels would leave one of 2 threads idle a third of the time).
-  int n_panels = (N + kMaxNB - 1) / kMaxNB;
-  if (m_blocks * n_panels < 2 * host_threads())
-    n_panels = std::max(n_panels, (2 * host_threads() + m_blocks - 1) / m_blocks);
-  const int NB = std::min(kMaxNB, ((N + n_panels - 1) / n_panels + kNR - 1) / kNR * kNR);
-  n_panels = (N + NB - 1) / NB;
+  const Panels pn = panels(N, m_blocks, kMaxNB, kNR);
+  const int n_panels = pn.n, NB = pn.NB;
   parallel_for(
       m_blocks * n_panels,
       [&](int task) {
