@@ -10,9 +10,12 @@
 //            which the linear adds
 // The shrink's and the expand's costs (shrink - base, fused - shrink) are printed beside their
 // bytes (A, and B^T packed) at the read bandwidth measured in the same run: the gap between
-// the two is what bench_lora's step over its floor is made of. Gathered dispatch (rows in batch
-// order) or segmented (--dispatch segmented: grouped by adapter); row i on adapter i (--shares 0)
-// or i % k.
+// the two is what bench_lora's step over its floor is made of. Beside the shrink alone, the
+// same reads without its arithmetic: each task of shrink_rows summing its adapters' A (read
+// once where its two rows share one), the rate this access pattern reads at, 48 linears of a
+// few MB each between barriers, against the probe's one long stream. Gathered dispatch (rows in
+// batch order) or segmented (--dispatch segmented: grouped by adapter); row i on adapter i
+// (--shares 0) or i % k.
 // --kernels: the two kernels alone instead, on one thread, as a task's rows meet them (128, or
 // --batch; one adapter, or row i on adapter i % --shares): the shrink of the rows (shrink_rows)
 // and their expand as the fused linear's epilogue asks for it (LoraAdd::rows, 4 rows x a
@@ -54,6 +57,31 @@ struct Segments {
     p.seg_ad = seg_ad.data(), p.n_seg = static_cast<int>(seg_ad.size());
   }
 };
+
+// shrink_rows' tasks (rows in pairs), each reading its rows' A as a plain sum: what the shrink
+// reads, in its order, without its FMAs. The sums land in v so that the reads stay.
+void sum_a(const k::LoraParams& p, const int32_t* rows, int n) {
+  using kh::vec, kh::kLanes;
+  auto sum = [&](int r) {
+    const k::LoraMats& m = p.tab[p.ad[r]];
+    const float* a = m.a;
+    const int64_t len = static_cast<int64_t>(m.rank) * p.K;
+    vec s0{}, s1{}, s2{}, s3{};
+    int64_t d = 0;
+    for (; d + 4 * kLanes <= len; d += 4 * kLanes) {
+      s0 += kh::load(a + d), s1 += kh::load(a + d + kLanes);
+      s2 += kh::load(a + d + 2 * kLanes), s3 += kh::load(a + d + 3 * kLanes);
+    }
+    float t = kh::lane_sum(s0 + s1 + s2 + s3);
+    for (; d < len; d++) t += a[d];
+    p.v[static_cast<int64_t>(r) * p.max_rank] = t;
+  };
+  servekit::parallel_for((n + 1) / 2, [&](int i) {
+    const int r = rows[2 * i];
+    sum(r);
+    if (2 * i + 1 < n && p.ad[rows[2 * i + 1]] != p.ad[r]) sum(rows[2 * i + 1]);
+  });
+}
 
 // --kernels (above), each kernel's best of reps (bench::best_seconds). N rows, row i on
 // adapter i % n_ad; segmented: the shrink and the expand take them grouped by adapter (the
@@ -198,7 +226,7 @@ int main(int argc, char** argv) {
   const Segments seg(std::move(slots));
   const bool segmented = dispatch == "segmented";
   using E = k::Epilogue;
-  // 0 base, 1 shrink then base, 2 fused, 3 the shrink alone, 4 unfused
+  // 0 base, 1 shrink then base, 2 fused, 3 the shrink alone, 4 unfused, 5 A summed
   auto run = [&](int how) {
     const double t0 = servekit::bench::now_s();
     for (auto& l : lin) {
@@ -220,6 +248,11 @@ int main(int argc, char** argv) {
         kh::linear_lora<E::Store>(out.data(), x.data(), l.W, l.b.data(), batch, p, segmented);
         continue;
       }
+      if (how == 5) {
+        const auto& rows = kh::lora_detail::adapted_rows(p, segmented);
+        sum_a(p, rows.data(), static_cast<int>(rows.size()));
+        continue;
+      }
       if (how == 1 || how == 3) {
         const auto& rows = kh::lora_detail::adapted_rows(p, segmented);
         kh::lora_detail::shrink_rows(p, rows.data(), static_cast<int>(rows.size()));
@@ -229,10 +262,10 @@ int main(int argc, char** argv) {
     }
     return (servekit::bench::now_s() - t0) * 1e3;
   };
-  run(0), run(1), run(2), run(3), run(4);  // first touch
-  std::vector<double> t[5];
+  for (int how = 0; how < 6; how++) run(how);  // first touch
+  std::vector<double> t[6];
   for (int r = 0; r < reps; r++) {
-    for (int how = 0; how < 5; how++) t[how].push_back(run(how));
+    for (int how = 0; how < 6; how++) t[how].push_back(run(how));
     std::fprintf(stderr, "\r  rep %d/%d", r + 1, reps);
   }
   std::fprintf(stderr, "\n");
@@ -240,7 +273,8 @@ int main(int argc, char** argv) {
                shrink = servekit::bench::percentile(t[1], 50),
                fused = servekit::bench::percentile(t[2], 50),
                alone = servekit::bench::percentile(t[3], 50),
-               unfused = servekit::bench::percentile(t[4], 50);
+               unfused = servekit::bench::percentile(t[4], 50),
+               summed = servekit::bench::percentile(t[5], 50);
   const double a_ms = a_bytes / (gbs * 1e9) * 1e3, bt_ms = bt_bytes / (gbs * 1e9) * 1e3;
   std::printf("batch %d, %d adapters (ranks %s), %s; read bandwidth %.1f GB/s (this run)\n", batch,
               n_adapters, ranks.c_str(), dispatch.c_str(), gbs);
@@ -250,6 +284,9 @@ int main(int argc, char** argv) {
               shrink - base, a_bytes / 1e6, a_ms, a_bytes / ((shrink - base) * 1e6));
   std::printf("%-8s %9.2f %11s %13.1f %15.2f   (A read at %.1f GB/s: the shrink alone)\n", "shrink",
               alone, "", a_bytes / 1e6, a_ms, a_bytes / (alone * 1e6));
+  std::printf(
+      "%-8s %9.2f %11s %13.1f %15.2f   (A read at %.1f GB/s: summed, no FMAs, the same tasks)\n",
+      "A summed", summed, "", a_bytes / 1e6, a_ms, a_bytes / (summed * 1e6));
   std::printf("%-8s %9.2f %11.2f %13.1f %15.2f   (B^T read at %.1f GB/s)\n", "expand", fused,
               fused - shrink, bt_bytes / 1e6, bt_ms, bt_bytes / ((fused - shrink) * 1e6));
   std::printf("%-8s %9.2f %11.2f   (the deltas into a zeroed matrix the linear adds)\n", "unfused",
