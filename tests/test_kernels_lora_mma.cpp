@@ -240,8 +240,10 @@ TEMPLATE_TEST_CASE("tensor-core segmented LoRA writes a delta buffer as a zeroed
 
 // K must come in whole k16 steps, a K of several parts needs the counters, and x's rows must
 // start 8-byte aligned: anything else is refused, naming the launcher and what is at fault.
-TEST_CASE("tensor-core segmented LoRA refuses a K of partial k16 steps, or parts without counters",
-          "[lora][emulated]") {
+TEST_CASE(
+    "tensor-core segmented LoRA refuses a K of partial k16 steps, parts without counters, or a "
+    "misaligned x",
+    "[lora][emulated]") {
   std::vector<float> f(64, 0.f);
   std::vector<int32_t> i(4, 0);
   LoraParams p{f.data(), f.data(), i.data(), nullptr, 1, f.data(), 1, 40, 8, 8};

@@ -277,9 +277,9 @@ void lora_segmented_mma(const LoraParams& p, simt::stream_handle stream = nullpt
   // x's pairs are 8-byte loads (K even keeps every row's pairs aligned if its start is)
   if (reinterpret_cast<std::uintptr_t>(p.x) % 8 != 0)
     fail(who, ": x is not 8-byte aligned (", static_cast<const void*>(p.x), ")");
-  if (lora_mma_parts(p.K) > 1 && p.arrivals == nullptr)
-    fail(who, ": K = ", p.K, " comes in ", lora_mma_parts(p.K),
-         " parts and no counters were given");
+  const int parts = lora_mma_parts(p.K);
+  if (lora_mma_counters(p.N, p.max_rank, parts) > 0 && p.arrivals == nullptr)
+    fail(who, ": K = ", p.K, " comes in ", parts, " parts and no counters were given");
   const int segs = p.n_seg + p.write;
   if (segs < 1) return;
   LoraParams q = p;
@@ -288,8 +288,8 @@ void lora_segmented_mma(const LoraParams& p, simt::stream_handle stream = nullpt
   if (p.n_seg > 0) {
     simt::expect_bytes(lora_mma_bytes(q, true));
     simt::launch(simt::kernel<lora_shrink_mma_kernel<kBf16>>,
-                 dim3(p.n_seg, ceil_div(p.max_rank, kMmaRanks), chunks * lora_mma_parts(p.K)),
-                 dim3(kThreads), 0, stream, q);
+                 dim3(p.n_seg, ceil_div(p.max_rank, kMmaRanks), chunks * parts), dim3(kThreads), 0,
+                 stream, q);
   }
   simt::expect_bytes(lora_mma_bytes(q, false));
   simt::launch(simt::kernel<lora_expand_mma_kernel<kBf16>>,
