@@ -72,8 +72,8 @@ int shrink_groups(float* v, const float* x, const LoraMats& m, int K, int j) {
 
 // v (rank) = shrunk(A x): rows of A eight at a time, then four, then one by one. A core reads
 // A faster with more of its rows streaming at once: eight over four took a decode step's shrink
-// (64 own adapters) from 10.1 to 9.4 ms on one thread and from 5.9 to 5.6 on two, the rate of a
-// plain sum of the same bytes (docs/PERFORMANCE.md); sixteen, which leaves AVX-512 short of
+// (64 own adapters) from 10.1 to 9.4 ms on one thread and from 5.9 to 5.6 on two, within 4% of
+// a plain sum of the same bytes (docs/PERFORMANCE.md); sixteen, which leaves AVX-512 short of
 // registers for the rows' addresses, no faster than eight.
 inline void shrink(float* v, const float* x, const LoraMats& m, int K) {
   int j = 0;
