@@ -177,11 +177,11 @@ TEMPLATE_TEST_CASE("host linear == its kernels/ref oracle, every format, awkward
 TEST_CASE("host gemm panels: whole strips over N, as many tasks a thread where they are few") {
   namespace kh = servekit::kernels::host;
   const int threads = servekit::host_threads();
-  for (int T : {1, 2, 3, 4})
+  for (int T : {1, 2, 3, 4}) {
+    servekit::set_host_threads(T);
     for (int strip : {16, 32})
       for (int m_blocks : {1, 2, 8})
         for (int N : {1, 33, 768, 2304, 3072, 1000, 50257}) {
-          servekit::set_host_threads(T);
           const kh::Panels p = kh::panels(N, m_blocks, 256, strip);
           INFO(N << " columns in strips of " << strip << ", " << m_blocks << " row blocks, " << T
                  << " threads: " << p.n << " panels of " << p.NB);
@@ -195,6 +195,7 @@ TEST_CASE("host gemm panels: whole strips over N, as many tasks a thread where t
             equal_split |= strips % e == 0 && (m_blocks * e) % T == 0;
           if (m_blocks * p.n < 8 * T && equal_split) REQUIRE((m_blocks * p.n) % T == 0);
         }
+  }
   servekit::set_host_threads(2);
   const kh::Panels qkv = kh::panels(2304, 1, 256, 32);
   CHECK(qkv.n == 12);
