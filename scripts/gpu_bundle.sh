@@ -17,9 +17,10 @@
 # host code for any x86-64), the shared libraries it links beyond glibc (lib/: libstdc++ and
 # libgcc_s), and the host backend's greedy answers to the server check's requests
 # (expected.json). The designs folder holds the design comparisons' benchmarks on the device
-# (bench_lora_cuda, bench_speculative_cuda), in a folder of their own because the bundle is near
-# the carry. Each travels in its own call beside the checkout's tracked files: the script prints their sizes,
-# which must stay under the 64 MiB a call carries.
+# (bench_lora_cuda, bench_speculative_cuda), in a folder of their own. Each travels beside the
+# checkout's tracked files: the script prints their sizes, which must stay under the 64 MiB a
+# call carries; the fatbins are zstd-compressed (CMakeLists.txt), so the bundle and the designs
+# folder fit in one call together (carry=[".gpu-bundle", ".gpu-designs"]), which it also checks.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD="${SERVEKIT_BUILD_DIR:-$ROOT/build}"
@@ -146,3 +147,9 @@ collect "$DESIGNS" "${DESIGN_PROGRAMS[@]}"
   for p in "${DESIGN_PROGRAMS[@]}"; do echo "$p $(stat -c %s "$DESIGNS/bin/$p") bytes"; done
 } >"$DESIGNS/manifest.txt"
 size_check "designs (${DESIGN_PROGRAMS[*]})" "$DESIGNS"
+if [ -n "$tree" ]; then
+  both=$(($(du -sb "$BUNDLE" | cut -f1) + $(du -sb "$DESIGNS" | cut -f1) + tree))
+  echo "gpu_bundle: bundle, designs and the tracked files together: $((both / 1024 / 1024)) MiB"
+  [ "$both" -lt "$LIMIT" ] ||
+    echo "gpu_bundle: warning: the bundle and the designs folder need a call each" >&2
+fi

@@ -23,7 +23,7 @@
 #                                   adapters, a JSON schema, seeds), then the course's client
 #                                   workload at 1, 8 and 32 clients (TTFT, TPOT, tokens/s)
 #   scripts/gpu_check.sh designs    the design comparisons on the device (.gpu-designs/, carried
-#                                   in a call of its own): bench_lora_cuda (each LoRA dispatch
+#                                   beside .gpu-bundle or alone): bench_lora_cuda (each LoRA dispatch
 #                                   beside the base step and the floor, decode and prefill, 1 / 8
 #                                   / 64 rows on their own, 8 shared and one adapter) and
 #                                   bench_speculative_cuda (n-gram speculation: step costs,
