@@ -13,8 +13,9 @@
 // the two is what bench_lora's step over its floor is made of. Beside the shrink alone, the
 // same reads without its arithmetic: each task of shrink_rows summing its adapters' A (read
 // once where its two rows share one), the rate this access pattern reads at, 48 linears of a
-// few MB each between barriers, against the probe's one long stream. Gathered dispatch (rows in
-// batch order) or segmented (--dispatch segmented: grouped by adapter); row i on adapter i
+// few MB each between barriers, and the same bytes summed as one long stream a thread (the
+// probe's pattern, timed in the same reps: the probe itself is a best of five). Gathered dispatch
+// (rows in batch order) or segmented (--dispatch segmented: grouped by adapter); row i on adapter i
 // (--shares 0) or i % k.
 // --kernels: the two kernels alone instead, on one thread, as a task's rows meet them (128, or
 // --batch; one adapter, or row i on adapter i % --shares): the shrink of the rows (shrink_rows)
@@ -58,23 +59,26 @@ struct Segments {
   }
 };
 
+// a[0 .. len) summed in four vector chains: a read with no arithmetic to wait on.
+float sum_span(const float* a, int64_t len) {
+  using kh::vec, kh::kLanes;
+  vec s0{}, s1{}, s2{}, s3{};
+  int64_t d = 0;
+  for (; d + 4 * kLanes <= len; d += 4 * kLanes) {
+    s0 += kh::load(a + d), s1 += kh::load(a + d + kLanes);
+    s2 += kh::load(a + d + 2 * kLanes), s3 += kh::load(a + d + 3 * kLanes);
+  }
+  float t = kh::lane_sum(s0 + s1 + s2 + s3);
+  for (; d < len; d++) t += a[d];
+  return t;
+}
+
 // shrink_rows' tasks (rows in pairs), each reading its rows' A as a plain sum: what the shrink
 // reads, in its order, without its FMAs. The sums land in v so that the reads stay.
 void sum_a(const k::LoraParams& p, const int32_t* rows, int n) {
-  using kh::vec, kh::kLanes;
   auto sum = [&](int r) {
     const k::LoraMats& m = p.tab[p.ad[r]];
-    const float* a = m.a;
-    const int64_t len = static_cast<int64_t>(m.rank) * p.K;
-    vec s0{}, s1{}, s2{}, s3{};
-    int64_t d = 0;
-    for (; d + 4 * kLanes <= len; d += 4 * kLanes) {
-      s0 += kh::load(a + d), s1 += kh::load(a + d + kLanes);
-      s2 += kh::load(a + d + 2 * kLanes), s3 += kh::load(a + d + 3 * kLanes);
-    }
-    float t = kh::lane_sum(s0 + s1 + s2 + s3);
-    for (; d < len; d++) t += a[d];
-    p.v[static_cast<int64_t>(r) * p.max_rank] = t;
+    p.v[static_cast<int64_t>(r) * p.max_rank] = sum_span(m.a, int64_t{m.rank} * p.K);
   };
   servekit::parallel_for((n + 1) / 2, [&](int i) {
     const int r = rows[2 * i];
@@ -226,9 +230,21 @@ int main(int argc, char** argv) {
   const Segments seg(std::move(slots));
   const bool segmented = dispatch == "segmented";
   using E = k::Epilogue;
-  // 0 base, 1 shrink then base, 2 fused, 3 the shrink alone, 4 unfused, 5 A summed
+  // A's bytes again in one buffer, each thread summing one contiguous share of it: the probe's
+  // pattern (one long stream a thread, no barrier) on the same bytes.
+  std::vector<float> stream(static_cast<std::size_t>(a_bytes / sizeof(float)), 0.5f);
+  // 0 base, 1 shrink then base, 2 fused, 3 the shrink alone, 4 unfused, 5 A summed, 6 A's bytes
+  // as one stream a thread
+  constexpr int kRuns = 7;
   auto run = [&](int how) {
     const double t0 = servekit::bench::now_s();
+    if (how == 6) {
+      const int T = servekit::host_threads();
+      const int64_t share = static_cast<int64_t>(stream.size()) / T;
+      servekit::parallel_for(
+          T, [&](int i) { v[i] = sum_span(stream.data() + i * share, share); }, 1);
+      return (servekit::bench::now_s() - t0) * 1e3;
+    }
     for (auto& l : lin) {
       k::LoraParams p{};
       p.x = x.data(), p.tab = l.tab.data(), p.n_slots = n_adapters;
@@ -262,10 +278,10 @@ int main(int argc, char** argv) {
     }
     return (servekit::bench::now_s() - t0) * 1e3;
   };
-  for (int how = 0; how < 6; how++) run(how);  // first touch
-  std::vector<double> t[6];
+  for (int how = 0; how < kRuns; how++) run(how);  // first touch
+  std::vector<double> t[kRuns];
   for (int r = 0; r < reps; r++) {
-    for (int how = 0; how < 6; how++) t[how].push_back(run(how));
+    for (int how = 0; how < kRuns; how++) t[how].push_back(run(how));
     std::fprintf(stderr, "\r  rep %d/%d", r + 1, reps);
   }
   std::fprintf(stderr, "\n");
@@ -274,7 +290,8 @@ int main(int argc, char** argv) {
                fused = servekit::bench::percentile(t[2], 50),
                alone = servekit::bench::percentile(t[3], 50),
                unfused = servekit::bench::percentile(t[4], 50),
-               summed = servekit::bench::percentile(t[5], 50);
+               summed = servekit::bench::percentile(t[5], 50),
+               streamed = servekit::bench::percentile(t[6], 50);
   const double a_ms = a_bytes / (gbs * 1e9) * 1e3, bt_ms = bt_bytes / (gbs * 1e9) * 1e3;
   std::printf("batch %d, %d adapters (ranks %s), %s; read bandwidth %.1f GB/s (this run)\n", batch,
               n_adapters, ranks.c_str(), dispatch.c_str(), gbs);
@@ -287,6 +304,9 @@ int main(int argc, char** argv) {
   std::printf(
       "%-8s %9.2f %11s %13.1f %15.2f   (A read at %.1f GB/s: summed, no FMAs, the same tasks)\n",
       "A summed", summed, "", a_bytes / 1e6, a_ms, a_bytes / (summed * 1e6));
+  std::printf(
+      "%-8s %9.2f %11s %13.1f %15.2f   (A's bytes at %.1f GB/s: one stream a thread, no barrier)\n",
+      "streamed", streamed, "", a_bytes / 1e6, a_ms, a_bytes / (streamed * 1e6));
   std::printf("%-8s %9.2f %11.2f %13.1f %15.2f   (B^T read at %.1f GB/s)\n", "expand", fused,
               fused - shrink, bt_bytes / 1e6, bt_ms, bt_bytes / ((fused - shrink) * 1e6));
   std::printf("%-8s %9.2f %11.2f   (the deltas into a zeroed matrix the linear adds)\n", "unfused",
