@@ -8,9 +8,10 @@
 #   bash scripts/gpu_bundle.sh --no-server      # the bundle and designs only: neither CLI is built
 #                                               # (the server check, its own call, is skipped)
 # then, on the GPU machine (the device tool's run, 10 minutes a call):
-#   run(command="bash scripts/gpu_check.sh all", carry=[".gpu-bundle"])
+#   run(command="bash scripts/gpu_check.sh all", carry=[".gpu-bundle", ".gpu-designs"])
+#   run(command="bash scripts/gpu_check.sh designs", carry=[".gpu-bundle", ".gpu-designs"])
 #   run(command="bash scripts/gpu_check.sh server", carry=[".gpu-server"])
-#   run(command="bash scripts/gpu_check.sh designs", carry=[".gpu-designs"])
+# (gpu_check.sh also takes steps joined by commas: tests,bench,designs.)
 # Each test and bench program is sm_80 + sm_90 code with sm_90 PTX, and links the CUDA runtime,
 # libstdc++, libgcc and libgomp statically: there it needs glibc and the driver's libcuda only,
 # which this script checks. The server folder holds servekit-gpu (the CLI's cuda composition,

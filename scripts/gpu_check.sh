@@ -29,6 +29,7 @@
 #                                   bench_speculative_cuda (n-gram speculation: step costs,
 #                                   acceptance and speedup at batches 1 / 4 / 16)
 #   scripts/gpu_check.sh all        tests, sanitize and bench, for one call on a warm machine
+#   scripts/gpu_check.sh tests,bench,designs   any steps joined by commas, in that order
 # Each step writes gpu_<step>.md (and gpu_check.log, CSVs) into $OUT if set, else .gpu-report/,
 # and fails when a program does not start, a test fails, or a test program runs no test.
 set -uo pipefail
@@ -36,39 +37,50 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUNDLE="${SERVEKIT_GPU_BUNDLE:-$ROOT/.gpu-bundle}"
 SERVER="${SERVEKIT_GPU_SERVER:-$ROOT/.gpu-server}"
 DESIGNS="${SERVEKIT_GPU_DESIGNS:-$ROOT/.gpu-designs}"
-STEP=${1:-all}
+STEPS=${1:-all}
 REPORT_DIR=${2:-${OUT:-$ROOT/.gpu-report}}
 LIMIT_S=${SERVEKIT_GPU_STEP_LIMIT:-200}  # per command; a hang must not eat the whole call
-case "$STEP" in tests | sanitize | bench | hf | profile | server | designs | all) ;; *)
-  echo "gpu_check: unknown step '$STEP' (tests, sanitize, bench, hf, profile, server, designs or all)" >&2
-  exit 2
-  ;;
-esac
+# STEPS: one step, or several joined by commas, run in that order in one call (all is
+# tests,sanitize,bench).
+[ "$STEPS" = all ] && STEPS=tests,sanitize,bench
+IFS=, read -r -a STEP_LIST <<<"$STEPS"
+[ ${#STEP_LIST[@]} -gt 0 ] || STEP_LIST=(all)
+for step in "${STEP_LIST[@]}"; do
+  case "$step" in tests | sanitize | bench | hf | profile | server | designs) ;; *)
+    echo "gpu_check: unknown step '$step' (tests, sanitize, bench, hf, profile, server, designs or all; several joined by commas)" >&2
+    exit 2
+    ;;
+  esac
+done
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_check: no NVIDIA GPU here (nvidia-smi -L failed); nothing to check" >&2
   exit 2
 fi
-MANIFEST="$BUNDLE/manifest.txt"
-if [ "$STEP" = server ]; then
-  MANIFEST="$SERVER/manifest.txt"
-  if [ ! -f "$MANIFEST" ]; then
-    echo "gpu_check: no server folder at $SERVER: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-server" >&2
+# manifest_of STEP: the manifest of the folder STEP runs from.
+manifest_of() {
+  case "$1" in
+  server) echo "$SERVER/manifest.txt" ;;
+  designs) echo "$DESIGNS/manifest.txt" ;;
+  *) echo "$BUNDLE/manifest.txt" ;;
+  esac
+}
+need_bundle=0
+for step in "${STEP_LIST[@]}"; do
+  if [ ! -f "$(manifest_of "$step")" ]; then
+    case "$step" in
+    server) echo "gpu_check: no server folder at $SERVER: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-server" >&2 ;;
+    designs) echo "gpu_check: no designs folder at $DESIGNS: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-designs" >&2 ;;
+    *) echo "gpu_check: no bundle at $BUNDLE: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-bundle" >&2 ;;
+    esac
     exit 2
   fi
-elif [ "$STEP" = designs ]; then
-  MANIFEST="$DESIGNS/manifest.txt"
-  if [ ! -f "$MANIFEST" ]; then
-    echo "gpu_check: no designs folder at $DESIGNS: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-designs" >&2
-    exit 2
-  fi
-elif [ ! -f "$MANIFEST" ]; then
-  echo "gpu_check: no bundle at $BUNDLE: run scripts/gpu_bundle.sh where nvcc is, carry .gpu-bundle" >&2
-  exit 2
-fi
+  case "$step" in server | designs) ;; *) need_bundle=1 ;; esac
+done
+MANIFEST=$(manifest_of "${STEP_LIST[0]}")
 # The bundle's test programs: those gpu_bundle.sh listed (bin/NAME and NAME.tests).
 TESTS=()
 for f in "$BUNDLE"/*.tests; do [ -e "$f" ] && TESTS+=("$(basename "$f" .tests)"); done
-if [ ${#TESTS[@]} -eq 0 ] && [ "$STEP" != server ] && [ "$STEP" != designs ]; then
+if [ ${#TESTS[@]} -eq 0 ] && [ $need_bundle = 1 ]; then
   echo "gpu_check: the bundle at $BUNDLE lists no test program" >&2
   exit 2
 fi
@@ -307,14 +319,8 @@ step_hf() {
 }
 
 : >>"$LOG"
-case "$STEP" in
-  tests) step_tests ;;
-  sanitize) step_sanitize ;;
-  bench) step_bench ;;
-  hf) step_hf ;;
-  profile) step_profile ;;
-  server) step_server ;;
-  designs) step_designs ;;
-  all) step_tests; step_sanitize; step_bench ;;
-esac
+for step in "${STEP_LIST[@]}"; do
+  MANIFEST=$(manifest_of "$step")
+  "step_$step"
+done
 exit $status
