@@ -31,9 +31,10 @@ if(TARGET servekit_cli)
 endif()
 
 # scripts/gpu_check.sh where there is no GPU (an nvidia-smi that fails stands in for one that
-# finds none): it says so, exits 2, and writes nothing; so does an unknown step.
+# finds none): it says so, exits 2, and writes nothing; so does an unknown step, alone or among
+# steps joined by commas.
 add_test(NAME gpu_check_without_gpu COMMAND bash -c
-  "d=\"$1\"; rm -rf \"$d\"; mkdir -p \"$d/bin\"; printf '#!/bin/sh\\nexit 9\\n' > \"$d/bin/nvidia-smi\"; chmod +x \"$d/bin/nvidia-smi\"; out=$(PATH=\"$d/bin:$PATH\" bash \"$0\" tests \"$d/report\" 2>&1); rc=$?; echo \"$out\"; [ $rc -eq 2 ] && grep -q 'no NVIDIA GPU here' <<< \"$out\" && [ ! -e \"$d/report\" ]"
+  "d=\"$1\"; rm -rf \"$d\"; mkdir -p \"$d/bin\"; printf '#!/bin/sh\\nexit 9\\n' > \"$d/bin/nvidia-smi\"; chmod +x \"$d/bin/nvidia-smi\"; out=$(PATH=\"$d/bin:$PATH\" bash \"$0\" tests \"$d/report\" 2>&1); rc=$?; echo \"$out\"; [ $rc -eq 2 ] && grep -q 'no NVIDIA GPU here' <<< \"$out\" && [ ! -e \"$d/report\" ] || exit 1; out=$(bash \"$0\" tests,bogus \"$d/report\" 2>&1); rc=$?; echo \"$out\"; [ $rc -eq 2 ] && grep -q \"unknown step 'bogus'\" <<< \"$out\" && [ ! -e \"$d/report\" ]"
   ${PROJECT_SOURCE_DIR}/scripts/gpu_check.sh ${CMAKE_CURRENT_BINARY_DIR}/gpu_check_without_gpu)
 set_tests_properties(gpu_check_without_gpu PROPERTIES LABELS host)
 
