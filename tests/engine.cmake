@@ -2,6 +2,9 @@
 # The serving engine (serve/engine.hpp): schedulers against generate() alone, threads and
 # cancellation, bad requests; on the host backend and, smaller, under emulation.
 servekit_test(test_engine LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine.cpp)
+# A prompt's log-probabilities: HF's, and the same bits in any step.
+servekit_test(test_prompt_logprobs LABELS host
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_prompt_logprobs.cpp)
 # A scheduler from outside the library, written against the concept alone.
 servekit_test(test_custom_scheduler LABELS host
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_custom_scheduler.cpp)

@@ -10,7 +10,10 @@
 // its logprob must agree. On a real GPU (not tested here) two greedy runs may part where the
 // alone run's top-2 logits are within kNearTie: then the comparison of that request stops
 // there, and the part is counted. Any other difference fails.
+#include <algorithm>
 #include <bit>
+#include <cmath>
+#include <numeric>
 
 #include <catch2/catch.hpp>
 
@@ -163,6 +166,56 @@ inline int check_same(const serve::Result& want, const serve::Result& got, std::
   CHECK(want.tokens[k].logprob == top[0].logprob);
   CHECK(top[0].logprob - top[1].logprob < kNearTie);
   return 1;
+}
+
+// The best k of a row of log-probabilities, as the engine orders them: highest first, ties to
+// the lower id.
+inline std::vector<serve::TokenLogprob> best(const std::vector<float>& lp, int k) {
+  std::vector<int32_t> idx(lp.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+    return lp[a] > lp[b] || (lp[a] == lp[b] && a < b);
+  });
+  std::vector<serve::TokenLogprob> out;
+  for (int i = 0; i < k; i++) out.push_back({idx[i], lp[idx[i]]});
+  return out;
+}
+
+// What the prompt gets alone: the whole of it in one forward, every row's logits (Logits::All).
+template <class Model>
+std::vector<serve::PromptToken> alone_prompt(Model& m, const std::vector<int32_t>& prompt, int k) {
+  constexpr int V = Model::V;
+  auto cache = m.make_cache(1);
+  const int T = static_cast<int>(prompt.size());
+  const model::SeqStep step{0, 0, T};
+  std::vector<float> logits, lp;
+  m.forward(cache, model::Batch{prompt, std::span(&step, 1), model::Logits::All}, logits);
+  std::vector<serve::PromptToken> out;
+  for (int i = 0; i + 1 < T; i++) {
+    serve::log_softmax(std::span<const float>(logits.data() + std::size_t(i) * V, V), lp);
+    out.push_back({prompt[i + 1], lp[prompt[i + 1]], best(lp, k)});
+  }
+  return out;
+}
+
+// Exact: the same bits. Otherwise (a GPU, whose head may tile a one-row step and a whole
+// prompt differently) within kNearTie, alternatives compared by value where ids may swap.
+inline void check_same_prompt(const std::vector<serve::PromptToken>& want,
+                              const std::vector<serve::PromptToken>& got, bool exact) {
+  REQUIRE(got.size() == want.size());
+  auto same = [&](float a, float b) {
+    return exact ? std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b)
+                 : std::abs(a - b) <= kNearTie;
+  };
+  int differ = 0;
+  for (std::size_t i = 0; i < want.size(); i++) {
+    differ += got[i].id != want[i].id || !same(got[i].logprob, want[i].logprob) ||
+              got[i].top.size() != want[i].top.size();
+    for (std::size_t j = 0; j < want[i].top.size() && j < got[i].top.size(); j++)
+      differ += (exact && got[i].top[j].id != want[i].top[j].id) ||
+                !same(got[i].top[j].logprob, want[i].top[j].logprob);
+  }
+  CHECK(differ == 0);
 }
 
 template <class Model, class Sched>

@@ -39,6 +39,31 @@ TEMPLATE_TEST_CASE("device kernels: continuous and static batching == alone", "[
   }
 }
 
+// A prompt's log-probabilities through the device sampler's path: every row of a chunk that holds
+// prompt positions gets logits, downloaded beside the step's picks; the values are the prompt's in
+// one forward alone, chunked and (paged) preempted, with no new token where none is asked for.
+TEMPLATE_TEST_CASE("device kernels: prompt log-probabilities == the prompt alone",
+                   "[engine][emulated][prompt_logprobs]", Contig, Paged) {
+  auto m = TestType::random(5);
+  auto rs = make_requests({.n = 8, .max_prompt = 60, .min_new = 10, .max_new = 30}, D::vocab, 9);
+  for (std::size_t i = 0; i < rs.size(); i += 2) rs[i].prompt_logprobs = static_cast<int>(i % 3);
+  rs[2].stop.max_new_tokens = 0;
+  auto want = alone(m, rs);
+  serve::EngineOptions opt{.max_batch = 4, .max_batched_tokens = 24};
+  if constexpr (std::is_same_v<TestType, Paged>) opt.kv_blocks = 16;
+  std::vector<serve::Result> got;
+  auto s = run_and_compare<TestType, sched::Continuous>(m, rs, want, opt, &got);
+  CHECK(s.chunked_prefills > 0);
+  if constexpr (std::is_same_v<TestType, Paged>) CHECK(s.preemptions > 0);
+  for (std::size_t i = 0; i < rs.size(); i += 2) {
+    INFO("request " << i << ", prompt " << rs[i].prompt_ids.size() << " tokens");
+    check_same_prompt(alone_prompt(m, rs[i].prompt_ids, rs[i].prompt_logprobs),
+                      got[i].prompt_logprobs, kExact<TestType>);
+  }
+  CHECK(got[2].tokens.empty());
+  CHECK(got[2].finish_reason == "length");
+}
+
 // Prefix caching with the CUDA kernels: a cached prefix's rows are read by the attention kernels
 // through shared block-table entries, and nothing of a request's output changes.
 TEST_CASE("device kernels: prefix caching changes no token or logprob",

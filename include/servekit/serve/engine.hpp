@@ -332,6 +332,18 @@ class Engine {
     return done;
   }
 
+  // A chunk's rows of logits from row p on, one per new token from position s->n_cached: the
+  // log-probabilities of the prompt tokens after them. An error ends the request.
+  void feed_prompt(Seq* s, int p, int n) {
+    try {
+      for (int j = 0; j < n; j++)
+        s->st->on_prompt_logits(s->n_cached + j,
+                                std::span<const float>(logits_.data() + std::size_t(p + j) * V, V));
+    } catch (const std::exception& e) {
+      s->st->finish(finish::error, e.what());
+    }
+  }
+
   // Jump-forward: appends the tokens s's grammar forces next, fed in its next step as a chunk
   // (whose rows' logits equal one step each's: they are chunk-invariant). True when the
   // request has finished.
@@ -360,10 +372,13 @@ class Engine {
         done = verify(s, r, opt_.speculative.k, core_,
                       [this](Seq* q, int row) { return feed(q, row); });
       } else {
+        bool failed = false;  // in its prompt's log-probabilities
+        if (const int p = batch_.prompt_row(i); p >= 0)
+          feed_prompt(s, p, w.n_new), failed = s->st->finished();
         s->n_cached += w.n_new;
         core_.wrote(*s);
-        if (s->ghost || s->uncached() > 0) continue;  // a pad row, or a prompt chunk
-        done = feed(s, r);
+        if (s->ghost || (s->uncached() > 0 && !failed)) continue;  // a pad row, or a prompt chunk
+        done = failed || feed(s, r);
       }
       if (!done) done = jump(s);
       if (!done) continue;

@@ -29,6 +29,13 @@ struct TokenLogprob {
   float logprob;  // log-softmax of the model's raw logits
 };
 
+// A prompt token after the first, with its log-probability given the tokens before it.
+struct PromptToken {
+  int32_t id;
+  float logprob;
+  std::vector<TokenLogprob> top;  // best first, Request::prompt_logprobs entries
+};
+
 struct GeneratedToken {
   int32_t id;
   float logprob;
@@ -50,6 +57,12 @@ struct Request {
   StopParams stop;
   std::optional<std::string> adapter;  // LoRA adapter id; none: the base model
   int top_logprobs = 0;                // also report this many best alternatives per token
+  // >= 0: also each prompt token's log-probability given the tokens before it, with this many
+  // best alternatives at each position (OpenAI's echo with logprobs, TGI's
+  // decoder_input_details, an evaluation's log-likelihood). Every prompt position then gets
+  // logits, so the prompt is computed whole: no prefix-cache hits. With max_new_tokens 0 the
+  // prompt runs and nothing is generated.
+  int prompt_logprobs = -1;
   // Structured output: the generated text fits this grammar (constrain::compile_json_schema,
   // or a whole text's: compile_regex, compile_choice, compile_gbnf). The request ends when the
   // JSON is complete (a regex's or grammar's text: with the end-of-text token, where the text
@@ -89,6 +102,8 @@ struct Result {
   uint64_t id = 0;
   std::vector<int32_t> prompt_ids;
   std::vector<GeneratedToken> tokens;
+  // Request::prompt_logprobs >= 0: one per prompt token after the first, in order.
+  std::vector<PromptToken> prompt_logprobs;
   std::string text;           // the generated text only
   std::string finish_reason;  // one of serve::finish
   std::string error;          // finish_reason "error": what went wrong

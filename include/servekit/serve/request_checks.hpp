@@ -53,6 +53,8 @@ void check_request(const Request& r, const std::vector<int32_t>& prompt) {
   if (r.stop.eos_id >= V) fail("request: eos_id ", r.stop.eos_id, " is outside [0, ", V, ")");
   if (r.top_logprobs < 0 || r.top_logprobs > V)
     fail("request: top_logprobs must be in [0, ", V, "], got ", r.top_logprobs);
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > V)
+    fail("request: prompt_logprobs must be in [0, ", V, "] (or -1: off), got ", r.prompt_logprobs);
   r.sampling.validate();
 }
 

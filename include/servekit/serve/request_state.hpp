@@ -7,6 +7,7 @@
 // there is one implementation of the stop rules.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <optional>
@@ -61,6 +62,8 @@ class RequestState {
     req_.sampling.validate();
     if (req_.stop.max_new_tokens < 0)
       fail("request: max_new_tokens must be >= 0, got ", req_.stop.max_new_tokens);
+    if (req_.prompt_logprobs < -1)
+      fail("request: prompt_logprobs must be >= 0 (or -1: off), got ", req_.prompt_logprobs);
     eos_ = req_.stop.eos_id >= 0 ? req_.stop.eos_id : tok.eos_id();
     if (req_.json_schema) cons_.emplace(req_.json_schema, constrain::Vocab::of(tok, vocab, eos_));
     for (const auto& s : req_.stop.stop_strings) longest_stop_ = std::max(longest_stop_, s.size());
@@ -69,7 +72,11 @@ class RequestState {
     res_.metrics.prompt_tokens = static_cast<int>(prompt.size());
     tokens_ = std::move(prompt);
     last_ = submitted_;
-    if (req_.stop.max_new_tokens == 0) finish(finish::length);
+    if (wants_prompt_logprobs())
+      for (std::size_t i = 1; i < tokens_.size(); i++)
+        res_.prompt_logprobs.push_back({tokens_[i], NAN, {}});
+    // Nothing to generate: done now, unless the prompt's log-probabilities are asked for.
+    if (req_.stop.max_new_tokens == 0 && !wants_prompt_logprobs()) finish(finish::length);
   }
 
   uint64_t id() const { return res_.id; }
@@ -100,11 +107,23 @@ class RequestState {
     if (res_.metrics.preemptions == 0) res_.metrics.cached_tokens = n;
   }
 
+  bool wants_prompt_logprobs() const { return req_.prompt_logprobs >= 0; }
+  // The logits row after prompt position pos (0 <= pos < prompt_len() - 1): prompt token pos + 1's
+  // log-probability and the best alternatives. Rows recomputed after a preemption give the same
+  // values again; other rows are ignored.
+  void on_prompt_logits(int pos, std::span<const float> logits) {
+    if (!wants_prompt_logprobs() || pos < 0 || pos + 1 >= prompt_len()) return;
+    PromptToken& t = res_.prompt_logprobs[pos];
+    t.top.clear();
+    t.logprob = top_logprobs(logits, t.id, req_.prompt_logprobs, t.top);
+  }
+
   // The logits row after the last of tokens(): draws the next token with `sampler`, applies the
   // stop rules, streams. Returns true when the request has finished.
   bool on_logits(std::span<const float> logits, Sampler& sampler,
                  Clock::time_point now = Clock::now()) {
     if (finished()) fail("request ", id(), ": logits after it finished");
+    if (req_.stop.max_new_tokens == 0) return finish(finish::length), true;  // the prompt ran
     if (const uint32_t* mask = next_mask()) {
       // Tokens the grammar refuses become -inf, before sampling and the logprobs, as the
       // device's mask_logits does.
@@ -123,12 +142,14 @@ class RequestState {
   bool on_pick(int32_t id, float logprob, std::span<const float> logits,
                Clock::time_point now = Clock::now()) {
     if (finished()) fail("request ", this->id(), ": a token after it finished");
+    if (req_.stop.max_new_tokens == 0) return finish(finish::length), true;  // the prompt ran
     if (id < 0) fail("sampling: every one of the logits is NaN or -inf");
     if (req_.top_logprobs > 0 && logits.empty())
       fail("request ", this->id(), ": top logprobs asked for, but no logits came with the token");
     GeneratedToken g{};
     g.id = id;
-    g.logprob = req_.top_logprobs > 0 ? top_logprobs(logits, g) : logprob;
+    g.logprob =
+        req_.top_logprobs > 0 ? top_logprobs(logits, id, req_.top_logprobs, g.top) : logprob;
     g.ms = ms_between(last_, now);
     if (res_.tokens.empty())
       res_.metrics.ttft_ms = ms_between(submitted_, now);
@@ -285,9 +306,13 @@ class RequestState {
     return go;
   }
 
-  float top_logprobs(std::span<const float> logits, GeneratedToken& g) {
+  // Token id's log-probability in logits; the best k alternatives into top.
+  float top_logprobs(std::span<const float> logits, int32_t id, int k,
+                     std::vector<TokenLogprob>& top) {
     log_softmax(logits, logp_);
-    const int V = static_cast<int>(logits.size()), k = std::min(req_.top_logprobs, V);
+    const int V = static_cast<int>(logits.size());
+    k = std::min(k, V);
+    if (k <= 0) return logp_[id];
     std::vector<int32_t> idx(V);
     std::iota(idx.begin(), idx.end(), 0);
     // NaN sorts last: a NaN log-probability is never reported as a likely alternative.
@@ -295,8 +320,8 @@ class RequestState {
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
       return key(a) > key(b) || (key(a) == key(b) && a < b);
     });
-    for (int i = 0; i < k; i++) g.top.push_back({idx[i], logp_[idx[i]]});
-    return logp_[g.id];
+    for (int i = 0; i < k; i++) top.push_back({idx[i], logp_[idx[i]]});
+    return logp_[id];
   }
 
   Request req_;
@@ -310,7 +335,7 @@ class RequestState {
   std::size_t streamed_ = 0;                  // tokens already handed to on_piece
   Clock::time_point submitted_, last_;
   bool scheduled_ = false;
-  std::vector<float> logp_;                    // only with top_logprobs
+  std::vector<float> logp_;                    // only with top or prompt logprobs
   std::optional<constrain::Constraint> cons_;  // a request with a JSON schema
   std::vector<float> masked_;                  // its masked logits (host sampling)
   constrain::ForcedRun forced_;                // the tokens its grammar forces next

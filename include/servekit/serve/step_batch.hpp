@@ -5,8 +5,10 @@
 // of its first chunk; one pad token for a ghost), its cache slot, rows and adapter, and for
 // device sampling each row's sampling parameters and the token masks of constrained rows. A
 // speculating sequence's draft follows its uncached token and brings a row of logits per
-// proposed token (the row after each one). The first row of the logits (and of the picked ids)
-// that belongs to each Work item is kept for the update after the step.
+// proposed token (the row after each one). A request that wants its prompt's log-probabilities
+// gets a row of logits for every token of a chunk that holds prompt positions, the last of them
+// the row it samples from. The row each Work item samples from (and of the picked ids), and the
+// first of its prompt rows, are kept for the update after the step.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -30,7 +32,7 @@ class StepBatch {
     tokens_.clear(), seqs_.clear(), adapters_.clear(), rows_.clear(), masks_.clear();
     late_.clear();
     mask_words_ = mask_words;
-    out_row_.clear();
+    out_row_.clear(), prompt_row_.clear();
     n_rows_ = 0;
     with_logits_ = !sampling;
     for (const Work& w : plan) {
@@ -44,10 +46,16 @@ class StepBatch {
         n_rows_++;
       }
       const int d = static_cast<int>(s.draft.size());
-      out_row_.push_back(n_rows_);
-      seqs_.push_back({s.slot, s.n_cached, w.n_new, s.row_offset, 1 + d});
+      // Every row's logits: prompt positions whose next token is a prompt token are in the chunk.
+      const bool prompt_rows = !s.ghost && d == 0 && s.st->wants_prompt_logprobs() &&
+                               s.n_cached < s.st->prompt_len() - 1;
+      const int n_logits = prompt_rows ? w.n_new : 1 + d;
+      prompt_row_.push_back(prompt_rows ? n_rows_ : -1);
+      out_row_.push_back(prompt_rows ? n_rows_ + w.n_new - 1 : n_rows_);
+      seqs_.push_back({s.slot, s.n_cached, w.n_new, s.row_offset, n_logits});
       adapters_.push_back(s.adapter);
-      n_rows_ += 1 + d;
+      n_rows_ += n_logits;
+      with_logits_ |= prompt_rows;
       if (s.ghost) {
         tokens_.push_back(pad_id);
         c.padded_tokens++;
@@ -60,12 +68,14 @@ class StepBatch {
           c.prompt_tokens += std::min(own, s.st->prompt_len() - s.n_cached);
       }
       if (!sampling) continue;
+      if (prompt_rows) rows_.insert(rows_.end(), w.n_new - 1, RowSampling{});  // greedy, unused
       rows_.push_back(s.ghost ? RowSampling{} : s.st->sampling_row());
       for (int j = 1; j <= d; j++) rows_.push_back(s.st->sampling_row(j));
       with_logits_ |= s.st->request().top_logprobs > 0;
       // A constrained row that samples this step (not a prompt chunk) brings its mask. (The
       // engine proposes no draft for it: the later rows' masks depend on the tokens accepted.)
-      if (!s.ghost && s.uncached() == w.n_new - d && s.st->constraint()) {
+      if (!s.ghost && s.uncached() == w.n_new - d && s.st->constraint() &&
+          s.st->request().stop.max_new_tokens > 0) {
         rows_[rows_.size() - 1 - d].mask = static_cast<int32_t>(masks_.size() / mask_words);
         if (late_masks) {
           late_.push_back(s.st.get());
@@ -83,8 +93,11 @@ class StepBatch {
     if (!late_.empty()) b.late_masks = {&StepBatch::write_masks, this};
     return b;
   }
-  // The (first) row of the step's logits (and ids) of plan[i].
+  // The row of the step's logits (and ids) plan[i] samples from (with a draft, the first).
   int row(std::size_t i) const { return out_row_[i]; }
+  // The row of plan[i]'s first new token when every one of its rows has logits (its prompt's
+  // log-probabilities), else -1.
+  int prompt_row(std::size_t i) const { return prompt_row_[i]; }
   int rows() const { return n_rows_; }
   int tokens() const { return static_cast<int>(tokens_.size()); }  // the step's input rows
   // Whether the step must bring its logits back: the host samples from them, or a request
@@ -108,7 +121,7 @@ class StepBatch {
   std::vector<uint32_t> masks_;      // (constrained rows, mask words) this step's token masks
   std::vector<RequestState*> late_;  // late masks: each mask's request
   int mask_words_ = 0;
-  std::vector<int> out_row_;
+  std::vector<int> out_row_, prompt_row_;
   int n_rows_ = 0;  // rows of logits
   bool with_logits_ = true;
 };

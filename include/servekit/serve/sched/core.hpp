@@ -164,13 +164,15 @@ class Core {
   bool prefix_caching() const { return prefix_; }
   kv::PrefixHit prefix_hit(const Seq& s) const {
     if constexpr (paged) {
-      if (!prefix_) return {};
+      if (!may_hit(s)) return {};
       const auto& t = s.st->tokens();
       return cache_.lookup(t, cache_.find_adapter_key(adapter_id(s)), last_reusable(t.size()));
     } else {
       return {};
     }
   }
+  // Whether s may map cached blocks: not when every prompt position needs its logits.
+  bool may_hit(const Seq& s) const { return prefix_ && !s.st->wants_prompt_logprobs(); }
   // The engine's side: s's rows up to n_cached are written; its full blocks get their names.
   void wrote(const Seq& s) {
     if constexpr (paged)
@@ -191,9 +193,11 @@ class Core {
       if (prefix_) {
         const auto& t = s->st->tokens();
         s->prefix_key = cache_.adapter_key(adapter_id(*s));
-        s->n_cached = cache_.map_prefix(s->slot, t, s->prefix_key, last_reusable(t.size()));
-        counters.prefix_queries += static_cast<long>(t.size());
-        counters.prefix_hits += s->n_cached;
+        if (may_hit(*s)) {
+          s->n_cached = cache_.map_prefix(s->slot, t, s->prefix_key, last_reusable(t.size()));
+          counters.prefix_queries += static_cast<long>(t.size());
+          counters.prefix_hits += s->n_cached;
+        }
         s->st->prefix_cached(s->n_cached);
       }
     s->st->scheduled();
