@@ -191,6 +191,45 @@ def test_openai_completions_streamed_and_not(server):
         c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=3, n=2)
 
 
+def test_prompt_logprobs_score_a_text_as_its_generation_did(server):
+    """Echo with logprobs (OpenAI) and decoder_input_details (TGI): each prompt token's
+    log-probability given the tokens before it, the first without one; a generated text scored
+    as a prompt gets the log-probabilities its generation reported."""
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="-")
+    gen = c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=4, temperature=0,
+                               logprobs=0, extra_body={"ignore_eos": True})
+    gen_lp = gen.choices[0].logprobs.token_logprobs
+    gen_ids = cli_ids(PROMPT, 4)
+    tgi = TgiClient(server.url).generate(PROMPT, max_new_tokens=1, decoder_input_details=True)
+    prefill = tgi.details.prefill
+    assert len(prefill) == gen.usage.prompt_tokens
+    assert prefill[0].logprob is None
+    assert all(t.logprob is not None and t.logprob <= 0 for t in prefill[1:])
+    assert "".join(t.text for t in prefill) == PROMPT
+    prompt_ids = [t.id for t in prefill]
+    # The prompt and three generated tokens, scored: nothing new is generated (max_tokens 0).
+    scored = c.completions.create(model="tiny-a", prompt=[prompt_ids + gen_ids[:3]], max_tokens=0,
+                                  echo=True, logprobs=2, temperature=0)
+    ch = scored.choices[0]
+    assert ch.finish_reason == "length"
+    assert scored.usage.completion_tokens == 0
+    lp = ch.logprobs
+    n = len(prompt_ids)
+    assert len(lp.tokens) == n + 3
+    assert "".join(lp.tokens) == ch.text
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.token_logprobs[1:n] == [t.logprob for t in prefill[1:]]
+    assert lp.token_logprobs[n:] == gen_lp[:3]
+    assert all(len(t) == 2 and max(t.values()) >= v for t, v in
+               zip(lp.top_logprobs[1:], lp.token_logprobs[1:]))
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(n + 3)]
+    # Streamed, decoder_input_details is refused as TGI refuses it.
+    r = requests.post(server.url + "/generate_stream", json={
+        "inputs": PROMPT, "parameters": {"max_new_tokens": 2, "decoder_input_details": True}})
+    assert r.status_code == 422, r.text
+    assert "decoder_input_details" in r.json()["error"]
+
+
 BAD = [  # (what, body, status, words in the error)
     ("malformed JSON", b'{"inputs": "x", ', 422, "not valid JSON"),
     ("not an object", b'[1, 2]', 422, "must be a JSON object"),

@@ -66,13 +66,15 @@ inline void log_softmax(std::span<const float> logits, std::vector<float>& out) 
   for (std::size_t i = 0; i < logits.size(); i++) out[i] = logits[i] - lse;
 }
 
-// log_softmax(logits)[id] alone: one pass, no (V) buffer.
+// log_softmax(logits)[id] alone, the same bits: one pass, no (V) buffer. (So a token drawn by
+// the host has the log-probability the same text gets scored as a prompt.)
 inline float logprob_of(std::span<const float> logits, int32_t id) {
   const float m = logits[argmax(logits)];
   double sum = 0;
   for (float v : logits)
     if (v == v) sum += std::exp(static_cast<double>(v) - m);
-  return logits[id] - m - static_cast<float>(std::log(sum));
+  const float lse = m + static_cast<float>(std::log(sum));
+  return logits[id] - lse;
 }
 
 // Holds only scratch: one Sampler serves every request of an engine.

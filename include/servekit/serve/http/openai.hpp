@@ -78,6 +78,11 @@ inline CompletionCall parse_completion(const json& body, const ApiLimits& lim = 
     c.logprobs = static_cast<int>(*k);
     c.req.top_logprobs = c.logprobs;
   }
+  // Echoed with logprobs, the prompt's tokens lead the logprobs, each with its log-probability
+  // given the ones before it (none for the first), as OpenAI's legacy API and vLLM answer: what
+  // an evaluation's log-likelihood reads (with max_tokens 0 the prompt alone runs). Unstreamed
+  // answers only; a stream's logprobs are its generated tokens'.
+  if (c.echo && c.logprobs >= 0 && !c.stream) c.req.prompt_logprobs = c.logprobs;
   if (f.has("stream_options")) {
     if (!f.at("stream_options").is_object())
       invalid("`stream_options` must be an object, got ", shown(f.at("stream_options")));
@@ -122,6 +127,31 @@ inline json openai_logprobs(const Finished& f, std::size_t from, std::size_t to,
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
 
+// The same object for the prompt's tokens (echo with logprobs): the first has no log-probability
+// and no alternatives; text offsets count from the echoed prompt's start.
+inline json openai_prompt_logprobs(const Finished& f) {
+  json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  const auto& ids = f.result.prompt_ids;
+  const auto& pl = f.result.prompt_logprobs;
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < ids.size(); i++) {
+    const std::string piece = f.token_text(ids[i]);
+    toks.push_back(piece);
+    offs.push_back(offset);
+    offset += piece.size();
+    if (i == 0 || i > pl.size()) {
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    lps.push_back(pl[i - 1].logprob);
+    json top = json::object();
+    for (const auto& a : pl[i - 1].top) top[f.token_text(a.id)] = a.logprob;
+    tops.push_back(top);
+  }
+  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
 inline json openai_usage(const Result& r) {
   const int p = r.metrics.prompt_tokens, g = static_cast<int>(r.tokens.size());
   return {{"prompt_tokens", p},
@@ -151,8 +181,16 @@ inline json openai_response(const CompletionCall& c, const Finished& f, int64_t 
                  {"text", head + f.result.text},
                  {"logprobs", nullptr},
                  {"finish_reason", openai_finish(f.result.finish_reason)}};
-  if (c.logprobs >= 0)
-    choice["logprobs"] = openai_logprobs(f, 0, f.result.tokens.size(), head.size());
+  if (c.logprobs >= 0) {
+    json lp = openai_logprobs(f, 0, f.result.tokens.size(), head.size());
+    if (c.req.prompt_logprobs >= 0) {  // the prompt's entries first
+      json all = openai_prompt_logprobs(f);
+      for (auto& [key, v] : all.items())
+        for (auto& e : lp[key]) v.push_back(std::move(e));
+      lp = std::move(all);
+    }
+    choice["logprobs"] = lp;
+  }
   j["choices"] = json::array({choice});
   j["usage"] = openai_usage(f.result);
   return j;

@@ -108,7 +108,9 @@ inline GenerateCall parse_generate(const json& body, const ApiLimits& lim = {}) 
   p.unsupported("typical_p", is_one);
   p.unsupported("best_of", is_one);
   p.unsupported("watermark", is_false);
-  p.unsupported("decoder_input_details", is_false, " (prompt log-probabilities are not computed)");
+  // The prompt's tokens in details.prefill, each with its log-probability given the ones
+  // before it (the first has none).
+  if (p.boolean("decoder_input_details").value_or(false)) c.req.prompt_logprobs = 0;
   p.unsupported("top_n_tokens", is_zero, " (use return_k_alternatives)");
   if (p.has("response_format"))
     c.req.json_schema = response_format(p.at("response_format"), "parameters.response_format");
@@ -170,6 +172,20 @@ inline json tgi_seed(const GenerateCall& c) {
   return c.sampling ? json(c.req.sampling.seed) : json(nullptr);
 }
 
+// details.prefill: the prompt's tokens, each with its log-probability given the ones before it
+// (decoder_input_details; null for the first, as TGI's NaN is), else none.
+inline json tgi_prefill(const GenerateCall& c, const Finished& f) {
+  json pre = json::array();
+  if (c.req.prompt_logprobs < 0) return pre;
+  const auto& ids = f.result.prompt_ids;
+  const auto& lp = f.result.prompt_logprobs;
+  for (std::size_t i = 0; i < ids.size(); i++)
+    pre.push_back({{"id", ids[i]},
+                   {"text", f.token_text(ids[i])},
+                   {"logprob", i == 0 || i > lp.size() ? json(nullptr) : json(lp[i - 1].logprob)}});
+  return pre;
+}
+
 // The body of a /generate answer (POST / wraps it in a list).
 inline json tgi_response(const GenerateCall& c, const Finished& f) {
   const Result& r = f.result;
@@ -180,7 +196,7 @@ inline json tgi_response(const GenerateCall& c, const Finished& f) {
                     {"cached_tokens", r.metrics.cached_tokens},
                     {"generated_tokens", r.tokens.size()},
                     {"seed", tgi_seed(c)},
-                    {"prefill", json::array()},
+                    {"prefill", tgi_prefill(c, f)},
                     {"tokens", tgi_tokens(f)}};
   return j;
 }

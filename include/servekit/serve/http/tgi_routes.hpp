@@ -31,11 +31,15 @@ class TgiRoutes {
       try {
         c = parse_generate(parse_body(q.body), core_.opt().limits);
         check_adapter(c.req.adapter, c.adapter_source);
+        if (compat) stream = c.stream;
+        if (stream && c.req.prompt_logprobs >= 0)  // as text-generation-inference answers
+          throw ApiError(422, "validation",
+                         "`parameters.decoder_input_details` = true is not supported when "
+                         "streaming tokens");
       } catch (const ApiError& e) {
         core_.reject(e.type);
         throw;
       }
-      if (compat) stream = c.stream;
       if (c.sampling && !c.seeded) c.req.sampling.seed = core_.draw_seed();
       if (c.truncate) {
         auto ids = core_.tok().encode(c.req.prompt);
