@@ -29,20 +29,23 @@ namespace servekit::cli {
 // adapter (the folder name of one of --adapter's adapters), json_schema (the output is JSON
 // that fits it; a schema object), regex (the whole output matches it), choice (the output is
 // one of these strings), grammar (a GBNF grammar's text: the whole output is a text of its rule
-// root), speculate (false: no speculation for it under --speculative).
+// root), speculate (false: no speculation for it under --speculative), prompt_logprobs (k >= 0:
+// each prompt token's log-probability given the ones before it, with the k best alternatives;
+// with max_new_tokens 0 the prompt alone is scored).
 inline serve::Request parse_request(const json& j, int lineno) {
   auto where = [&](const char* f) { return detail::cat("line ", lineno, ": field \"", f, "\""); };
   if (!j.is_object()) fail("line ", lineno, ": expected a JSON object, got ", j.type_name());
   static const char* known[] = {"prompt",     "prompt_ids", "max_new_tokens", "temperature",
                                 "top_k",      "top_p",      "seed",           "stop",
                                 "ignore_eos", "adapter",    "json_schema",    "regex",
-                                "choice",     "grammar",    "speculate"};
+                                "choice",     "grammar",    "speculate",      "prompt_logprobs"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known),
                      [&](const char* k) { return it.key() == k; }) == std::end(known))
       fail("line ", lineno, ": unknown field \"", it.key(),
            "\" (known: prompt, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop, "
-           "ignore_eos, adapter, json_schema, regex, choice, grammar, speculate)");
+           "ignore_eos, adapter, json_schema, regex, choice, grammar, speculate, "
+           "prompt_logprobs)");
   serve::Request r;
   auto get = [&](const char* f, auto& out) {
     if (!j.contains(f)) return;
@@ -110,13 +113,21 @@ inline serve::Request parse_request(const json& j, int lineno) {
     }
   }
   get("speculate", r.speculate);
+  if (j.contains("prompt_logprobs")) {
+    get("prompt_logprobs", r.prompt_logprobs);
+    if (r.prompt_logprobs < 0)
+      fail(where("prompt_logprobs"),
+           " must be >= 0 (the alternatives at each prompt position), got ", r.prompt_logprobs);
+  }
   bool ignore_eos = false;
   get("ignore_eos", ignore_eos);
   r.stop.stop_at_eos = !ignore_eos;
   return r;
 }
 
-inline json result_json(const serve::Result& r, int lineno) {
+// scored: the line asked for its prompt's log-probabilities ("prompt_logprobs": null for the
+// first token, then {id, logprob, top: [{id, logprob}]} for each after it).
+inline json result_json(const serve::Result& r, int lineno, bool scored) {
   json j;
   j["line"] = lineno;
   j["finish_reason"] = r.finish_reason;
@@ -132,6 +143,15 @@ inline json result_json(const serve::Result& r, int lineno) {
                         {"accepted", r.metrics.spec_accepted}};
   if (r.metrics.forced_tokens > 0) j["forced_tokens"] = r.metrics.forced_tokens;
   j["generated_ids"] = r.ids();
+  if (scored) {
+    json p = json::array({nullptr});
+    for (const auto& t : r.prompt_logprobs) {
+      json top = json::array();
+      for (const auto& a : t.top) top.push_back({{"id", a.id}, {"logprob", a.logprob}});
+      p.push_back({{"id", t.id}, {"logprob", t.logprob}, {"top", top}});
+    }
+    j["prompt_logprobs"] = p;
+  }
   const auto& m = r.metrics;
   j["metrics"] = {{"queue_ms", m.queue_ms},
                   {"ttft_ms", m.ttft_ms},
@@ -150,6 +170,7 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
   std::vector<serve::Request> reqs;
   std::vector<std::string> line_error;  // per request: parse error, or empty
   std::vector<int> line_no;
+  std::vector<char> scored;  // per request: it asked for its prompt's log-probabilities
   std::string line;
   int lineno = 0;
   while (std::getline(in, line)) {
@@ -169,6 +190,7 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
     } else {
       reqs.emplace_back();  // a placeholder: it gets an error result, never runs
     }
+    scored.push_back(err.empty() && reqs.back().prompt_logprobs >= 0);
     line_error.push_back(err);
     line_no.push_back(lineno);
   }
@@ -216,7 +238,7 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
       all[i].error = detail::cat("line ", line_no[i], ": ", all[i].error);
     }
     bad += all[i].finish_reason == serve::finish::error;
-    out << dump(result_json(all[i], line_no[i])) << '\n';
+    out << dump(result_json(all[i], line_no[i], scored[i])) << '\n';
   }
   const auto s = engine.stats();
   std::fprintf(stderr,

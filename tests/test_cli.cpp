@@ -293,6 +293,39 @@ TEST_CASE("batch: a file of requests through each scheduler, a bad line reported
   CHECK_THAT(r.out, Contains("/nonexistent.jsonl"));
 }
 
+TEST_CASE("batch: prompt_logprobs scores prompts; a shared start scores the same in each") {
+  const std::vector<int32_t> ids{46, 206, 75, 218, 12, 99};
+  const auto got = run_batch(
+      "servekit_cli_prompt_logprobs",
+      {R"({"prompt_ids": [46, 206, 75, 218], "max_new_tokens": 0, "prompt_logprobs": 1})",
+       R"({"prompt_ids": [46, 206, 75, 218, 12, 99], "max_new_tokens": 2, "prompt_logprobs": 0})",
+       R"({"prompt_ids": [46, 206], "prompt_logprobs": -1})",
+       R"({"prompt_ids": [46, 206], "max_new_tokens": 2})"});
+  REQUIRE(got.size() == 4);
+  const json &a = got[0]["prompt_logprobs"], &b = got[1]["prompt_logprobs"];
+  REQUIRE(a.size() == 4);
+  REQUIRE(b.size() == 6);
+  CHECK(a[0].is_null());
+  CHECK(b[0].is_null());
+  for (std::size_t i = 1; i < b.size(); i++) {
+    INFO("prompt position " << i);
+    CHECK(b[i]["id"] == ids[i]);
+    CHECK(b[i]["logprob"].get<float>() <= 0.f);
+    CHECK(b[i]["top"].empty());
+    if (i >= a.size()) continue;
+    CHECK(a[i]["logprob"] == b[i]["logprob"]);  // the same bits, printed the same
+    REQUIRE(a[i]["top"].size() == 1);
+    CHECK(a[i]["top"][0]["logprob"].get<float>() >= a[i]["logprob"].get<float>());
+  }
+  CHECK(got[0]["finish_reason"] == "length");
+  CHECK(got[0]["generated_ids"].empty());
+  CHECK(got[1]["generated_ids"].size() == 2);
+  CHECK(got[2]["finish_reason"] == "error");
+  CHECK_THAT(got[2]["error"].get<std::string>(),
+             Contains("line 3") && Contains("prompt_logprobs") && Contains("must be >= 0"));
+  CHECK_FALSE(got[3].contains("prompt_logprobs"));
+}
+
 TEST_CASE("the model folder's own tokenizer files win, and an incomplete pair is an error") {
   const fs::path dir = servekit::test::temp_file("servekit_cli_model_tok");
   fs::remove_all(dir);

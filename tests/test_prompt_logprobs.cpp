@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // A prompt's log-probabilities (Request::prompt_logprobs): HF's on the tiny-a fixture, and the
 // same bits as the whole prompt in one forward alone, whatever shares the step, however the
-// prompt is chunked, after a preemption, beside other requests' prefix-cache hits, on every
-// scheduler; with max_new_tokens 0 the prompt runs and nothing is generated.
+// prompt is chunked, after a preemption, beside other requests' prefix-cache hits and
+// speculation, on every scheduler; with max_new_tokens 0 the prompt runs and nothing is
+// generated.
 #include <algorithm>
 #include <cmath>
 
@@ -138,6 +139,29 @@ TEST_CASE("prompt log-probabilities beside prefix-cache hits: every position com
     CHECK(got[i].metrics.cached_tokens == 0);
     check_same_prompt(alone_prompt(m, rs[i].prompt_ids, 2), got[i].prompt_logprobs, true);
   }
+}
+
+TEST_CASE("prompt log-probabilities beside speculating requests, and speculating themselves",
+          "[engine][prompt_logprobs][spec]") {
+  auto& m = model<Paged>();
+  // Repetitive texts, so that proposals are made and accepted; half of them score their prompt
+  // (and then decode, speculating like the others).
+  auto rs = make_repetitive_requests({.n = 16, .max_new = 60}, D::vocab, 51);
+  for (std::size_t i = 0; i < rs.size(); i += 2) rs[i].prompt_logprobs = 1;
+  const auto want = alone(m, rs);
+  serve::EngineOptions opt{.max_batch = 8,
+                           .max_batched_tokens = 64,
+                           .speculative = {.k = 4, .rule = serve::SpecRule::always}};
+  std::vector<serve::Result> got;
+  auto s = run_and_compare<Paged, sched::Continuous>(m, rs, want, opt, &got);
+  CHECK(s.spec_accepted > 0);
+  long scored_accepted = 0;
+  for (std::size_t i = 0; i < rs.size(); i += 2) {
+    INFO("request " << i);
+    check_same_prompt(alone_prompt(m, rs[i].prompt_ids, 1), got[i].prompt_logprobs, true);
+    scored_accepted += got[i].metrics.spec_accepted;
+  }
+  CHECK(scored_accepted > 0);
 }
 
 TEST_CASE("prompt_logprobs out of range is refused, naming it", "[engine][prompt_logprobs]") {

@@ -20,7 +20,10 @@ inline std::string json_brief(const nlohmann::json& j) {
     for (const auto& v : j) flat = flat && v.is_primitive();
     if (!flat) return "an array of " + std::to_string(j.size()) + " values";
     std::string s = "[";
-    for (std::size_t i = 0; i < j.size(); i++) s += (i ? "," : "") + scalar(j[i]);
+    for (std::size_t i = 0; i < j.size(); i++) {
+      if (i) s += ',';  // (appended apart: GCC 12 warns of a false overlap in "," + string)
+      s += scalar(j[i]);
+    }
     return s + "]";
   }
   if (j.is_object()) return "an object of " + std::to_string(j.size()) + " keys";
