@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine_support.hpp"
+#include "host_engine_models.hpp"
 #include "support/vocab_prefix.hpp"
 
 namespace sk = servekit;
@@ -17,17 +18,6 @@ namespace serve = servekit::serve;
 namespace sched = servekit::serve::sched;
 using namespace servekit::test::engine;
 using Catch::Contains;
-
-// A random tiny GPT-2 with room for 300-token prompts + 200 new tokens.
-using D = sk::dims::Tiny<2, 4, 64, 512, 512>;
-using Contig = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous>>;
-using Paged = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>>>;
-
-template <class Model>
-Model& model() {
-  static Model m = Model::random(11);
-  return m;
-}
 
 // [invariance]: the long comparisons of many requests, which the sanitizer build leaves to this
 // one (tests/sanitize.cmake).

@@ -8,27 +8,13 @@
 #include <cmath>
 
 #include "engine_support.hpp"
+#include "host_engine_models.hpp"
 #include "support/reference.hpp"
 
 namespace sk = servekit;
 namespace serve = servekit::serve;
 namespace sched = servekit::serve::sched;
 using namespace servekit::test::engine;
-
-namespace {
-
-// A random tiny GPT-2 with room for 300-token prompts + 200 new tokens (test_engine's).
-using D = sk::dims::Tiny<2, 4, 64, 512, 512>;
-using Contig = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Contiguous>>;
-using Paged = sk::Gpt2<sk::Config<D, sk::weights::F32, sk::kv::Paged<16>>>;
-
-template <class Model>
-Model& model() {
-  static Model m = Model::random(11);
-  return m;
-}
-
-}  // namespace
 
 TEST_CASE("prompt log-probabilities are HF's (tiny-a)", "[engine][prompt_logprobs]") {
   using TinyA = sk::dims::TinyA;
