@@ -109,47 +109,51 @@ inline std::string openai_finish(const std::string& r) {
   return r == finish::eos || r == finish::stop ? "stop" : "length";
 }
 
-// OpenAI's logprobs object for tokens [from, to) of f.
-inline json openai_logprobs(const Finished& f, std::size_t from, std::size_t to,
-                            std::size_t text_offset) {
+// OpenAI's logprobs object, a token at a time: its text, log-probability and alternatives (none
+// for a prompt's first token: null), at a text offset that grows with the texts.
+struct OpenAiLogprobs {
   json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
-  const auto& ts = f.result.tokens;
-  for (std::size_t i = from; i < to && i < ts.size(); i++) {
-    const std::string& piece = i < f.pieces.size() ? f.pieces[i] : "";
-    toks.push_back(piece);
-    lps.push_back(ts[i].logprob);
-    json top = json::object();
-    for (const auto& a : ts[i].top) top[f.token_text(a.id)] = a.logprob;
-    tops.push_back(top);
-    offs.push_back(text_offset);
-    text_offset += piece.size();
-  }
-  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
-}
-
-// The same object for the prompt's tokens (echo with logprobs): the first has no log-probability
-// and no alternatives; text offsets count from the echoed prompt's start.
-inline json openai_prompt_logprobs(const Finished& f) {
-  json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
-  const auto& ids = f.result.prompt_ids;
-  const auto& pl = f.result.prompt_logprobs;
   std::size_t offset = 0;
-  for (std::size_t i = 0; i < ids.size(); i++) {
-    const std::string piece = f.token_text(ids[i]);
+
+  void add(const Finished& f, const std::string& piece, const float* logprob,
+           const std::vector<TokenLogprob>& alternatives) {
     toks.push_back(piece);
     offs.push_back(offset);
     offset += piece.size();
-    if (i == 0 || i > pl.size()) {
+    if (!logprob) {
       lps.push_back(nullptr);
       tops.push_back(nullptr);
-      continue;
+      return;
     }
-    lps.push_back(pl[i - 1].logprob);
+    lps.push_back(*logprob);
     json top = json::object();
-    for (const auto& a : pl[i - 1].top) top[f.token_text(a.id)] = a.logprob;
+    for (const auto& a : alternatives) top[f.token_text(a.id)] = a.logprob;
     tops.push_back(top);
   }
-  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+  json done() const {
+    return {
+        {"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+  }
+};
+
+// The answer's logprobs: with the prompt's (echo with logprobs) its tokens first, offsets from the
+// echoed prompt's start; then the generated tokens', from head_size (the echoed text's length).
+inline json openai_logprobs(const Finished& f, bool with_prompt, std::size_t head_size) {
+  OpenAiLogprobs lp;
+  if (with_prompt) {
+    const auto& ids = f.result.prompt_ids;
+    const auto& pl = f.result.prompt_logprobs;
+    for (std::size_t i = 0; i < ids.size(); i++) {
+      const bool has = i > 0 && i <= pl.size();
+      lp.add(f, f.token_text(ids[i]), has ? &pl[i - 1].logprob : nullptr,
+             has ? pl[i - 1].top : std::vector<TokenLogprob>{});
+    }
+  }
+  lp.offset = head_size;
+  const auto& ts = f.result.tokens;
+  for (std::size_t i = 0; i < ts.size(); i++)
+    lp.add(f, i < f.pieces.size() ? f.pieces[i] : "", &ts[i].logprob, ts[i].top);
+  return lp.done();
 }
 
 inline json openai_usage(const Result& r) {
@@ -181,16 +185,8 @@ inline json openai_response(const CompletionCall& c, const Finished& f, int64_t 
                  {"text", head + f.result.text},
                  {"logprobs", nullptr},
                  {"finish_reason", openai_finish(f.result.finish_reason)}};
-  if (c.logprobs >= 0) {
-    json lp = openai_logprobs(f, 0, f.result.tokens.size(), head.size());
-    if (c.req.prompt_logprobs >= 0) {  // the prompt's entries first
-      json all = openai_prompt_logprobs(f);
-      for (auto& [key, v] : all.items())
-        for (auto& e : lp[key]) v.push_back(std::move(e));
-      lp = std::move(all);
-    }
-    choice["logprobs"] = lp;
-  }
+  if (c.logprobs >= 0)
+    choice["logprobs"] = openai_logprobs(f, c.req.prompt_logprobs >= 0, head.size());
   j["choices"] = json::array({choice});
   j["usage"] = openai_usage(f.result);
   return j;
