@@ -96,6 +96,11 @@ TEMPLATE_TEST_CASE("prompt log-probabilities: the same bits alone and in any ste
   SECTION("sequential") {
     check.template operator()<sched::Sequential<>>(opt);
   }
+  if constexpr (std::is_same_v<TestType, Contig>) {
+    SECTION("sequential without a cache: every step recomputes, the prompt is scored once") {
+      check.template operator()<sched::Sequential<sched::NoCache>>({.max_batch = 1});
+    }
+  }
   if constexpr (std::is_same_v<TestType, Paged>) {
     SECTION("continuous, a pool too small for the batch: preemption by recompute") {
       opt.kv_blocks = 40;

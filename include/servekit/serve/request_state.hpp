@@ -108,6 +108,12 @@ class RequestState {
   }
 
   bool wants_prompt_logprobs() const { return req_.prompt_logprobs >= 0; }
+  // Whether the n new tokens from position `from` hold a prompt position not scored yet (a
+  // recompute after a preemption, or a scheduler without a cache, need not score it again).
+  bool scores_prompt(int from, int n) const {
+    const int last = prompt_len() - 1;  // positions 0 .. last - 1 are scored
+    return wants_prompt_logprobs() && scored_ < last && from < last && from + n > scored_;
+  }
   // The logits row after prompt position pos (0 <= pos < prompt_len() - 1): prompt token pos + 1's
   // log-probability and the best alternatives. Rows recomputed after a preemption give the same
   // values again; other rows are ignored.
@@ -116,6 +122,7 @@ class RequestState {
     PromptToken& t = res_.prompt_logprobs[pos];
     t.top.clear();
     t.logprob = top_logprobs(logits, t.id, req_.prompt_logprobs, t.top);
+    scored_ = std::max(scored_, pos + 1);
   }
 
   // The logits row after the last of tokens(): draws the next token with `sampler`, applies the
@@ -335,7 +342,8 @@ class RequestState {
   std::size_t streamed_ = 0;                  // tokens already handed to on_piece
   Clock::time_point submitted_, last_;
   bool scheduled_ = false;
-  std::vector<float> logp_;                    // only with top or prompt logprobs
+  int scored_ = 0;           // prompt positions 0 .. scored_ - 1 have their log-probabilities
+  std::vector<float> logp_;  // only with top or prompt logprobs
   std::optional<constrain::Constraint> cons_;  // a request with a JSON schema
   std::vector<float> masked_;                  // its masked logits (host sampling)
   constrain::ForcedRun forced_;                // the tokens its grammar forces next

@@ -46,9 +46,8 @@ class StepBatch {
         n_rows_++;
       }
       const int d = static_cast<int>(s.draft.size());
-      // Every row's logits: prompt positions whose next token is a prompt token are in the chunk.
-      const bool prompt_rows = !s.ghost && d == 0 && s.st->wants_prompt_logprobs() &&
-                               s.n_cached < s.st->prompt_len() - 1;
+      // Every row's logits: the chunk holds prompt positions not scored yet.
+      const bool prompt_rows = !s.ghost && d == 0 && s.st->scores_prompt(s.n_cached, w.n_new);
       const int n_logits = prompt_rows ? w.n_new : 1 + d;
       prompt_row_.push_back(prompt_rows ? n_rows_ : -1);
       out_row_.push_back(prompt_rows ? n_rows_ + w.n_new - 1 : n_rows_);
