@@ -5,6 +5,8 @@ servekit_test(test_engine LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_eng
 # A prompt's log-probabilities: HF's, and the same bits in any step.
 servekit_test(test_prompt_logprobs LABELS host
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_prompt_logprobs.cpp)
+# Priority scheduling: order, preemption for the urgent, the same bits.
+servekit_test(test_priority LABELS host SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_priority.cpp)
 # A scheduler from outside the library, written against the concept alone.
 servekit_test(test_custom_scheduler LABELS host
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_custom_scheduler.cpp)

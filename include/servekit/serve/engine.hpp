@@ -187,6 +187,10 @@ class Engine {
 
   void validate(const Request& r, const std::vector<int32_t>& prompt) const {
     check_request<typename Model::Dims>(r, prompt);
+    if (r.priority != 0 && !opt_.priority_scheduling)
+      fail("request: priority ", r.priority,
+           " asked for, but this engine schedules first come, first served "
+           "(EngineOptions::priority_scheduling; --scheduling-policy priority)");
     if (r.adapter) {
       if constexpr (!kLora)
         fail("request: adapter '", *r.adapter,

@@ -69,6 +69,11 @@ struct Request {
   // may end); with too few tokens left it closes what is open, so that it ends valid whenever
   // the budget allows.
   std::shared_ptr<const constrain::Grammar> json_schema;
+  // Lower runs first (vLLM's priority): waiting requests are admitted in priority order and,
+  // with the continuous scheduler, a running one of a higher number may be preempted to place
+  // this one. Needs EngineOptions::priority_scheduling (otherwise only 0 is accepted). Tokens
+  // and logprobs do not depend on it.
+  int priority = 0;
   // With the engine's speculation on (EngineOptions::speculative), whether this request takes
   // part; its tokens are the same either way.
   bool speculate = true;

@@ -11,11 +11,17 @@
 //      stalled behind a long prompt. With prefix caching, a request's cached prefix is mapped
 //      at admission and only the rest is computed.
 // Finished sequences leave at once, and their slot and blocks go to the next request.
+// With priority scheduling (EngineOptions::priority_scheduling) the queues are in priority
+// order, so "oldest" above reads "most urgent, then oldest", "newest" reads "least urgent, then
+// newest", and a waiting request more urgent than a running one is admitted before that one is
+// planned, preempting the least urgent running sequences when it finds no slot or blocks
+// (vLLM's priority policy). A sequence preempted so recomputes later, its tokens unchanged.
 // With max_active_adapters, at most that many distinct LoRA adapters run at once (LoRAX): a
 // waiting request whose adapter would exceed the bound is passed over for the next one whose
 // adapter is running (first come, first served within an adapter), and an adapter that has
 // admitted for adapter_slice_steps while another waits for a place stops admitting and drains.
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <string_view>
 #include <vector>
@@ -34,49 +40,38 @@ struct Continuous {
   template <class Cache>
   void plan(Core<Cache>& c, std::vector<Work>& out) {
     const EngineOptions& o = c.options();
-    int budget = o.max_batched_tokens;
-    int promised = 0;  // blocks the planned work will take when the step reserves its rows
-    for (std::size_t i = 0; i < c.running().size() && budget > 0;) {
+    Budget b{o.max_batched_tokens, 0};
+    if (o.priority_scheduling) update_slices(c);
+    for (std::size_t i = 0; i < c.running().size() && b.tokens > 0;) {
+      // Priorities: a waiting request more urgent than the next running one is placed before
+      // it, preempting the least urgent running sequences (not planned yet) if it must. It
+      // joins running ahead of them, so the next one to plan moves one place on.
+      if (o.priority_scheduling &&
+          admit_one(c, out, b, Core<Cache>::priority(*c.running()[i]), true)) {
+        i++;
+        continue;
+      }
       Seq* s = c.running()[i];
-      const int n = std::min(s->uncached(), budget);
+      const int n = std::min(s->uncached(), b.tokens);
       int need = c.blocks_needed(*s, n);
       bool evicted = false;
-      while (need > c.free_blocks() - promised) {
-        Seq* victim = c.running().back();  // never planned yet: planning goes oldest first
+      while (need > c.free_blocks() - b.promised) {
+        Seq* victim = c.running().back();  // never planned yet: planning goes in running order
         c.preempt(victim);
         if (victim == s) {
           evicted = true;
           break;
         }
       }
-      if (evicted) break;  // s was the newest: nothing after it is left to plan
+      if (evicted) break;  // s was the last: nothing after it is left to plan
       out.push_back({s, n});
       if (n < s->uncached()) c.counters.chunked_prefills++;
-      promised += need;
-      budget -= n;
+      b.promised += need;
+      b.tokens -= n;
       i++;
     }
     update_slices(c);
-    while (!c.waiting().empty() && budget > 0 && c.free_slots() > 0 &&
-           static_cast<int>(c.running().size()) < o.max_batch) {
-      const std::size_t wi = next_admissible(c);
-      if (wi == c.waiting().size()) break;
-      Seq* w = c.waiting()[wi];
-      // A cached prefix is mapped, not computed: it takes no budget, and its blocks no new
-      // ones (but those nobody holds leave the free pool).
-      const kv::PrefixHit hit = c.prefix_hit(*w);
-      const int len = w->uncached() - hit.tokens;
-      if (!o.chunked_prefill && len > budget && !out.empty()) break;
-      const int n = o.chunked_prefill ? std::min(len, budget) : len;
-      const int need = c.blocks_needed(*w, hit.tokens + n) - hit.blocks + hit.evictable;
-      const int keep = c.running().empty() ? 0 : c.watermark_blocks();
-      if (need > c.free_blocks() - promised - keep) break;
-      c.admit(wi);
-      if (w->adapter >= 0) since_.try_emplace(w->adapter, step_);
-      out.push_back({w, n});
-      if (n < len) c.counters.chunked_prefills++;
-      promised += need;
-      budget -= n;
+    while (b.tokens > 0 && admit_one(c, out, b, INT_MAX, false)) {
     }
     std::vector<int> used;
     for (const Work& w : out)
@@ -88,6 +83,51 @@ struct Continuous {
   }
 
  private:
+  struct Budget {
+    int tokens;    // new tokens the step may still take
+    int promised;  // blocks the planned work will take when the step reserves its rows
+  };
+
+  // Admits the next waiting request that may start now, if its priority is below `before`
+  // (lower numbers first; INT_MAX: any), and plans its first chunk. With `preempt`, a request
+  // that finds no slot or too few blocks takes them from the least urgent running sequences
+  // while those are less urgent than it (they must not be planned yet). False: none was
+  // admitted.
+  template <class Cache>
+  bool admit_one(Core<Cache>& c, std::vector<Work>& out, Budget& b, int before, bool preempt) {
+    const EngineOptions& o = c.options();
+    if (c.waiting().empty()) return false;
+    const std::size_t wi = next_admissible(c);
+    if (wi == c.waiting().size()) return false;
+    Seq* w = c.waiting()[wi];
+    const int prio = Core<Cache>::priority(*w);
+    if (prio >= before) return false;
+    while (true) {
+      // A cached prefix is mapped, not computed: it takes no budget, and its blocks no new
+      // ones (but those nobody holds leave the free pool).
+      const kv::PrefixHit hit = c.prefix_hit(*w);
+      const int len = w->uncached() - hit.tokens;
+      if (!o.chunked_prefill && len > b.tokens && !out.empty()) return false;
+      const int n = o.chunked_prefill ? std::min(len, b.tokens) : len;
+      const int need = c.blocks_needed(*w, hit.tokens + n) - hit.blocks + hit.evictable;
+      const int keep = c.running().empty() ? 0 : c.watermark_blocks();
+      const bool fits = c.free_slots() > 0 && static_cast<int>(c.running().size()) < o.max_batch &&
+                        need <= c.free_blocks() - b.promised - keep;
+      if (fits) {
+        c.admit(wi);  // preempting put the victims after w: wi still names it
+        if (w->adapter >= 0) since_.try_emplace(w->adapter, step_);
+        out.push_back({w, n});
+        if (n < len) c.counters.chunked_prefills++;
+        b.promised += need;
+        b.tokens -= n;
+        return true;
+      }
+      if (!preempt || c.running().empty() || Core<Cache>::priority(*c.running().back()) <= prio)
+        return false;
+      c.preempt(c.running().back());
+    }
+  }
+
   template <class Cache>
   static std::vector<int> running_adapters(const Core<Cache>& c) {
     std::vector<int> a;

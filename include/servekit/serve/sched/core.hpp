@@ -59,6 +59,11 @@ struct EngineOptions {
   // n-gram speculation (serve/ngram_proposer.hpp): decoding sequences propose up to k tokens,
   // verified in the same step; the tokens are those of plain decoding. k = 0: off
   Speculation speculative;
+  // Request::priority orders the queues (lower first; first come, first served within a
+  // priority), and the continuous scheduler preempts running sequences of a lower priority to
+  // place a waiting one of a higher (vLLM's --scheduling-policy priority). Off: every request
+  // has priority 0, and one that asks for another is refused.
+  bool priority_scheduling = false;
 };
 
 // The logits rows a step can have: a row per sequence, and with speculation one per proposed
@@ -120,8 +125,12 @@ class Core {
 
   Counters counters;
 
-  const std::deque<Seq*>& waiting() const { return waiting_; }   // FCFS; preempted go first
-  const std::vector<Seq*>& running() const { return running_; }  // admission order
+  // Both queues are in priority order (Request::priority, lower first; all 0 unless
+  // EngineOptions::priority_scheduling), and within a priority: waiting first come, first
+  // served with the preempted first; running in admission order.
+  const std::deque<Seq*>& waiting() const { return waiting_; }
+  const std::vector<Seq*>& running() const { return running_; }
+  static int priority(const Seq& s) { return s.st->request().priority; }
   const std::vector<Seq*>& retiring() const { return retiring_; }
 
   const EngineOptions& options() const { return opt_; }
@@ -201,7 +210,9 @@ class Core {
         s->st->prefix_cached(s->n_cached);
       }
     s->st->scheduled();
-    running_.push_back(s);
+    auto at = running_.end();  // after the last of its priority or a higher one
+    while (at != running_.begin() && priority(**(at - 1)) > priority(*s)) --at;
+    running_.insert(at, s);
     return s;
   }
   // A finished ghost the scheduler lets go: the engine retires it after planning.
@@ -212,19 +223,25 @@ class Core {
     return std::find(retiring_.begin(), retiring_.end(), s) != retiring_.end();
   }
 
-  // Takes s's slot and blocks back and requeues it at the front; it will recompute prompt +
-  // tokens so far (vLLM's preemption by recompute). Its random stream is keyed by token
-  // index, so a seeded request draws the same tokens after it.
+  // Takes s's slot and blocks back and requeues it first of its priority; it will recompute prompt
+  // + tokens so far (vLLM's preemption by recompute). Its random stream is keyed by token index, so
+  // a seeded request draws the same tokens after it.
   void preempt(Seq* s) {
     release(s);
     running_.erase(std::find(running_.begin(), running_.end(), s));
     s->st->preempted();
     counters.preemptions++;
-    waiting_.push_front(s);
+    auto at = waiting_.begin();
+    while (at != waiting_.end() && priority(**at) < priority(*s)) ++at;
+    waiting_.insert(at, s);
   }
 
-  // The engine's side. A new (or placed) request joins the back of the queue.
-  void enqueue(Seq* s) { waiting_.push_back(s); }
+  // The engine's side. A new (or placed) request joins the back of its priority.
+  void enqueue(Seq* s) {
+    auto at = waiting_.end();
+    while (at != waiting_.begin() && priority(**(at - 1)) > priority(*s)) --at;
+    waiting_.insert(at, s);
+  }
   // The ghosts let go this step, handed to the engine to retire.
   std::vector<Seq*> take_retiring() { return std::exchange(retiring_, {}); }
   // s has ended: its slot and blocks back to the pool, and out of every queue.
