@@ -4,6 +4,7 @@
 // per request in input order. A malformed line gets an error result naming its line number;
 // the other requests still run.
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -31,21 +32,22 @@ namespace servekit::cli {
 // one of these strings), grammar (a GBNF grammar's text: the whole output is a text of its rule
 // root), speculate (false: no speculation for it under --speculative), prompt_logprobs (k >= 0:
 // each prompt token's log-probability given the ones before it, with the k best alternatives;
-// with max_new_tokens 0 the prompt alone is scored).
+// with max_new_tokens 0 the prompt alone is scored), priority (with --scheduling-policy
+// priority: lower numbers are admitted first).
 inline serve::Request parse_request(const json& j, int lineno) {
   auto where = [&](const char* f) { return detail::cat("line ", lineno, ": field \"", f, "\""); };
   if (!j.is_object()) fail("line ", lineno, ": expected a JSON object, got ", j.type_name());
-  static const char* known[] = {"prompt",     "prompt_ids", "max_new_tokens", "temperature",
-                                "top_k",      "top_p",      "seed",           "stop",
-                                "ignore_eos", "adapter",    "json_schema",    "regex",
-                                "choice",     "grammar",    "speculate",      "prompt_logprobs"};
+  static const char* known[] = {
+      "prompt", "prompt_ids", "max_new_tokens", "temperature",     "top_k",       "top_p",
+      "seed",   "stop",       "ignore_eos",     "adapter",         "json_schema", "regex",
+      "choice", "grammar",    "speculate",      "prompt_logprobs", "priority"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known),
                      [&](const char* k) { return it.key() == k; }) == std::end(known))
       fail("line ", lineno, ": unknown field \"", it.key(),
            "\" (known: prompt, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, stop, "
            "ignore_eos, adapter, json_schema, regex, choice, grammar, speculate, "
-           "prompt_logprobs)");
+           "prompt_logprobs, priority)");
   serve::Request r;
   auto get = [&](const char* f, auto& out) {
     if (!j.contains(f)) return;
@@ -113,6 +115,12 @@ inline serve::Request parse_request(const json& j, int lineno) {
     }
   }
   get("speculate", r.speculate);
+  if (j.contains("priority")) {
+    const json& p = j.at("priority");
+    if (!p.is_number_integer() || p.get<int64_t>() < INT_MIN || p.get<int64_t>() > INT_MAX)
+      fail(where("priority"), " must be an integer (lower runs first), got ", p.dump());
+    r.priority = static_cast<int>(p.get<int64_t>());
+  }
   if (j.contains("prompt_logprobs")) {
     get("prompt_logprobs", r.prompt_logprobs);
     if (r.prompt_logprobs < 0)
@@ -201,6 +209,7 @@ int run_batch_with(Model& model, const text::Gpt2Tokenizer& tok, const BatchArgs
                            .memory_limit = a.memory_limit};
   opt.prefix_caching = !a.no_prefix_caching;
   opt.jump_forward = !a.no_jump_forward;
+  opt.priority_scheduling = a.scheduling_policy == "priority";
   opt.prefix_cache_blocks = a.prefix_cache_blocks;
   opt.speculative = a.speculative;
   opt.max_active_adapters = choice.max_loras;

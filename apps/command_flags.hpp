@@ -46,6 +46,16 @@ inline void add_jump_flag(CLI::App* sub, bool& off) {
                 "once and fed in one step; the same tokens either way)");
 }
 
+// vLLM's --scheduling-policy: fcfs, or priority (requests' "priority" orders the queues, lower
+// first, and an urgent one may preempt a running one of a higher number).
+inline void add_policy_flag(CLI::App* sub, std::string& policy) {
+  sub->add_option("--scheduling-policy", policy,
+                  "fcfs (first come, first served; a request's priority must be 0) or priority "
+                  "(lower priority numbers run first, preempting higher ones when there is no "
+                  "room; the same tokens either way)")
+      ->check(CLI::IsMember({"fcfs", "priority"}));
+}
+
 // The engine's memory (serve/memory_plan.hpp), for batch and serve.
 inline void add_memory_flags(CLI::App* sub, int& blocks, std::size_t& limit,
                              std::size_t& adapter_host, std::size_t& adapter_device) {

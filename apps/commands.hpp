@@ -149,6 +149,7 @@ struct BatchCommand {
                     "folder name");
     add_prefix_flags(sub, a.no_prefix_caching, a.prefix_cache_blocks);
     add_jump_flag(sub, a.no_jump_forward);
+    add_policy_flag(sub, a.scheduling_policy);
     add_speculative_flags(sub, spec);
     add_memory_flags(sub, a.kv_blocks, a.memory_limit, a.adapter_host_bytes,
                      a.adapter_device_bytes);
@@ -203,6 +204,7 @@ struct ServeCommand {
                      a.adapter_device_bytes);
     add_prefix_flags(sub, a.no_prefix_caching, a.prefix_cache_blocks);
     add_jump_flag(sub, a.no_jump_forward);
+    add_policy_flag(sub, a.scheduling_policy);
     add_speculative_flags(sub, spec);
     sub->add_option("--max-pending", a.max_pending,
                     "requests admitted at once (waiting + running); more get 429")

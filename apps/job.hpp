@@ -49,8 +49,9 @@ struct BatchArgs {
   std::string model, vocab, input, output;
   int max_batch = 8, max_batched_tokens = 512, prefix_cache_blocks = -1, kv_blocks = 0;
   bool no_prefix_caching = false, no_jump_forward = false;
-  serve::Speculation speculative;  // --speculative; k = 0: off
-  std::size_t memory_limit = 0;    // bytes; 0: a share of what is available
+  std::string scheduling_policy = "fcfs";  // or "priority"
+  serve::Speculation speculative;          // --speculative; k = 0: off
+  std::size_t memory_limit = 0;            // bytes; 0: a share of what is available
   std::size_t adapter_host_bytes = 0, adapter_device_bytes = 0;  // 0: EngineOptions' defaults
   uint64_t seed = 0;                                             // the random model's
   std::vector<std::string> adapters;  // PEFT folders; a line's "adapter" names one by folder name
@@ -66,6 +67,7 @@ struct ServeArgs {
   std::vector<std::string> adapters;  // ID=DIR, an adapter folder, or a folder of adapters
   bool no_adapter_paths = false, quiet = false, no_prefix_caching = false;
   bool no_jump_forward = false;
+  std::string scheduling_policy = "fcfs";  // or "priority"
   int prefix_cache_blocks = -1;
   serve::Speculation speculative;  // --speculative; k = 0: off
   std::size_t memory_limit = 0;    // bytes; 0: a share of what is available

@@ -71,6 +71,7 @@ int serve_as(const Job& job) {
   eo.adapter_paths = !a.no_adapter_paths;
   eo.prefix_caching = !a.no_prefix_caching;
   eo.jump_forward = !a.no_jump_forward;
+  eo.priority_scheduling = a.scheduling_policy == "priority";
   eo.prefix_cache_blocks = a.prefix_cache_blocks;
   eo.speculative = a.speculative;
   eo.max_active_adapters = job.choice.max_loras;

@@ -326,6 +326,39 @@ TEST_CASE("batch: prompt_logprobs scores prompts; a shared start scores the same
   CHECK_FALSE(got[3].contains("prompt_logprobs"));
 }
 
+TEST_CASE("batch --scheduling-policy priority: lower numbers first, the same tokens") {
+  const std::vector<std::string> lines = {
+      R"({"prompt_ids": [46, 206, 75], "max_new_tokens": 6, "priority": 2})",
+      R"({"prompt_ids": [12, 99], "max_new_tokens": 6, "priority": 0})",
+      R"({"prompt_ids": [218, 12, 5, 7], "max_new_tokens": 6, "priority": -1})",
+      R"({"prompt_ids": [46, 206], "priority": "high"})",
+      R"({"prompt_ids": [46, 206], "priority": 1.5})"};
+  // One at a time: a request scheduled later waited longer, whenever it was submitted, since
+  // each waited for the whole of those before it.
+  const auto got = run_batch("servekit_cli_priority", lines,
+                             " --scheduling-policy priority --scheduler sequential --max-batch 1");
+  const auto fcfs = run_batch("servekit_cli_priority_fcfs", lines, " --max-batch 1");
+  REQUIRE(got.size() == 5);
+  REQUIRE(fcfs.size() == 5);
+  for (int i = 0; i < 3; i++) {
+    INFO("line " << i + 1);
+    REQUIRE(got[i]["finish_reason"] == "length");
+    CHECK(got[i]["generated_ids"].size() == 6);
+    CHECK(fcfs[i]["finish_reason"] == (i == 1 ? "length" : "error"));  // fcfs: priority 0 only
+  }
+  auto queued = [&](int i) { return got[i]["metrics"]["queue_ms"].get<double>(); };
+  CHECK(queued(2) < queued(1));
+  CHECK(queued(1) < queued(0));
+  CHECK(fcfs[1]["generated_ids"] == got[1]["generated_ids"]);
+  CHECK_THAT(fcfs[0]["error"].get<std::string>(),
+             Contains("priority 2 asked for") && Contains("--scheduling-policy priority"));
+  for (int i : {3, 4}) {
+    CHECK(got[i]["finish_reason"] == "error");
+    CHECK_THAT(got[i]["error"].get<std::string>(), Contains("line " + std::to_string(i + 1)) &&
+                                                       Contains("\"priority\" must be an integer"));
+  }
+}
+
 TEST_CASE("the model folder's own tokenizer files win, and an incomplete pair is an error") {
   const fs::path dir = servekit::test::temp_file("servekit_cli_model_tok");
   fs::remove_all(dir);

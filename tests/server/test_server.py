@@ -230,6 +230,41 @@ def test_prompt_logprobs_score_a_text_as_its_generation_did(server):
     assert "decoder_input_details" in r.json()["error"]
 
 
+def test_priority_needs_the_priority_policy_and_keeps_the_tokens(server):
+    """vLLM's `priority` (lower first): refused, named, by a first-come-first-served server;
+    with --scheduling-policy priority, requests of mixed priorities on one slot get the tokens
+    each gets alone."""
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="-")
+    with pytest.raises(openai.BadRequestError, match="priority 1 asked for.*--scheduling-policy"):
+        c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=2,
+                             extra_body={"priority": 1})
+    with pytest.raises(openai.BadRequestError, match="priority"):
+        c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=2,
+                             extra_body={"priority": "high"})
+    assert c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=2,
+                                extra_body={"priority": 0}).usage.completion_tokens == 2
+    want = c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=12, temperature=0,
+                                logprobs=0, extra_body={"ignore_eos": True}).choices[0].logprobs
+    with Server(tiny_args() + ["--max-batch", "1", "--scheduling-policy", "priority", "-q"]) as s:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="-")
+        got = {}
+
+        def ask(p):
+            r = c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=12, temperature=0,
+                                     logprobs=0, extra_body={"ignore_eos": True, "priority": p})
+            got[p] = r.choices[0].logprobs
+
+        threads = [threading.Thread(target=ask, args=(p,)) for p in (3, -2, 0, 7, -5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(got) == [-5, -2, 0, 3, 7]
+        for p, lp in got.items():
+            assert lp.tokens == want.tokens, p
+            assert lp.token_logprobs == want.token_logprobs, p
+
+
 BAD = [  # (what, body, status, words in the error)
     ("malformed JSON", b'{"inputs": "x", ', 422, "not valid JSON"),
     ("not an object", b'[1, 2]', 422, "must be a JSON object"),

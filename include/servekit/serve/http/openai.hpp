@@ -7,6 +7,7 @@
 //   -> data: {"id": "cmpl-7", "object": "text_completion", "choices": [{"index": 0, "text":
 //      " the", "logprobs": null, "finish_reason": null}], ...}  ...  data: [DONE]
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -94,6 +95,8 @@ inline CompletionCall parse_completion(const json& body, const ApiLimits& lim = 
   if (auto n = f.integer("n", 1, 1 << 20); n && *n != 1)
     invalid("`n` = ", *n, ": servekit returns one choice per request (n = 1)");
   f.string("user");
+  // vLLM's extension: lower runs first, with the server's --scheduling-policy priority.
+  if (auto p = f.integer("priority", INT_MIN, INT_MAX)) c.req.priority = static_cast<int>(*p);
   f.unsupported("best_of", is_one);
   f.unsupported("presence_penalty", is_zero);
   f.unsupported("frequency_penalty", is_zero);
