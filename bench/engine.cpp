@@ -6,6 +6,9 @@
 //   poisson  open-loop arrivals at increasing rates: TTFT and TPOT p50 / p99 and throughput per
 //            scheduler, continuous with and without chunked prefill;
 //   sweep    throughput and mean latency against batch size (the course's plot);
+//   priority Poisson arrivals, every fifth urgent, first come first served vs priority
+//            scheduling: the urgent requests' and the others' latency, beside the urgent ones
+//            alone (bench/priority_runs.hpp);
 //   masks    a decode step with JSON-schema token masks made before the forward or while it
 //            runs, beside the unconstrained step (bench/mask_steps.hpp; device sampling only).
 // Each part writes a CSV and a PNG (gnuplot) into --out. Host backend (bench_engine_cuda, the same
@@ -26,6 +29,7 @@
 
 #include "common.hpp"
 #include "mask_steps.hpp"
+#include "priority_runs.hpp"
 #include "servekit/model/gpt2.hpp"
 #include "servekit/serve/engine.hpp"
 #if defined(__CUDACC__)
@@ -55,10 +59,11 @@ using ContigModel =
 
 struct Args {
   std::string vocab = sk::text::default_vocab_dir().string(), out = "out/bench_engine",
-              parts = "course,poisson,sweep";
+              parts = "course,poisson,sweep,priority";
   int poisson_requests = 24, max_sweep = 64;
   int mask_batch = 16, mask_steps = 48, mask_rounds = 3;
   std::vector<double> rates = {0.5, 1, 2, 4};
+  servekit::bench::PriorityLoad priority;
 };
 
 template <class Sched, class Model>
@@ -242,13 +247,16 @@ void masks(M& m, const sk::text::Gpt2Tokenizer& tok, const Args& a) {
 int main(int argc, char** argv) {
   CLI::App app{"serving engine benchmark: schedulers side by side"};
   Args a;
-  app.add_option("--parts", a.parts, "comma-separated: course, poisson, sweep, masks");
+  app.add_option("--parts", a.parts, "comma-separated: course, poisson, sweep, priority, masks");
   app.add_option("--out", a.out, "folder for CSVs and PNGs");
   app.add_option("--vocab", a.vocab, "tokenizer folder");
   app.add_option("--poisson-requests", a.poisson_requests, "requests per Poisson run");
   app.add_option("--rates", a.rates, "Poisson arrival rates (requests/s), comma-separated")
       ->delimiter(',');
   app.add_option("--max-sweep", a.max_sweep, "largest batch of the sweep");
+  app.add_option("--priority-requests", a.priority.requests, "priority: requests a run");
+  app.add_option("--priority-rate", a.priority.rate, "priority: arrivals per second");
+  app.add_option("--priority-batch", a.priority.max_batch, "priority: the engine's max batch");
   app.add_option("--mask-batch", a.mask_batch, "masks: rows a step");
   app.add_option("--mask-steps", a.mask_steps, "masks: decode steps a run");
   app.add_option("--mask-rounds", a.mask_rounds, "masks: rounds of the three runs");
@@ -274,6 +282,8 @@ int main(int argc, char** argv) {
     }
     if (a.parts.find("poisson") != std::string::npos) poisson(m, tok, a);
     if (a.parts.find("sweep") != std::string::npos) sweep(m, tok, a);
+    if (a.parts.find("priority") != std::string::npos)
+      servekit::bench::priority_part(m, tok, a.priority, a.out, kWhere);
     if (a.parts.find("masks") != std::string::npos) {
       auto cm = ContigModel::random(0);
       masks(cm, tok, a);
