@@ -61,6 +61,40 @@ struct Gate {
   }
 };
 
+// Runs rs through an engine with priorities, the last request submitted while rs[1] is held in
+// its first token (so rs[0] and rs[1] run, and rs[1] is the newer), and checks: every request
+// gets the bits it gets alone, the last one ends first without being preempted, rs[0] is never
+// preempted and rs[1] exactly once, the engine's only preemption.
+template <class Model>
+void check_urgent_last(Model& m, std::vector<serve::Request> rs, serve::EngineOptions opt) {
+  const auto want = alone(m, rs);
+  const int n = static_cast<int>(rs.size()), last = n - 1;
+  EndOrder ends;
+  for (int i = 0; i < n; i++) ends.watch(rs[i], i);
+  Gate gate;
+  gate.hold_first_token(rs[1]);
+  opt.priority_scheduling = true;
+  serve::Engine<Model, sched::Continuous> engine(m, tokenizer(), opt);
+  std::vector<serve::RequestHandle> hs;
+  for (int i = 0; i < last; i++) hs.push_back(engine.submit(rs[i]));
+  hs.push_back(gate.while_held([&] { return engine.submit(rs[last]); }));
+  std::vector<serve::Result> got;
+  for (auto& h : hs) got.push_back(h.get());
+  for (int i = 0; i < n; i++) {
+    REQUIRE(got[i].error == "");
+    check_same(want[i], got[i], i, true);
+  }
+  CHECK(ends.place(last) == 0);
+  CHECK(got[last].metrics.preemptions == 0);
+  CHECK(got[0].metrics.preemptions == 0);  // the oldest of its priority keeps its place
+  CHECK(got[1].metrics.preemptions == 1);  // the newer running one gave its place up
+  engine.wait_idle();
+  const auto s = engine.stats();
+  CHECK(s.preemptions == 1);
+  CHECK(s.slots_free == s.slots);
+  CHECK(s.cache_blocks_free == s.cache_blocks);
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("priorities: the same bits as alone, whatever order they run in",
@@ -112,7 +146,6 @@ TEST_CASE("priorities: one at a time, requests end in priority order, then first
 
 TEMPLATE_TEST_CASE("priorities: an urgent request preempts the least urgent running one",
                    "[engine][priority]", Contig, Paged) {
-  auto& m = model<TestType>();
   // Three long requests of priority 1 on two slots, then, while the first two run, a short one
   // of priority -1: it takes the newer one's slot at once and ends long before the first.
   auto rs = make_requests(
@@ -120,34 +153,11 @@ TEMPLATE_TEST_CASE("priorities: an urgent request preempts the least urgent runn
   rs[3].stop.max_new_tokens = 10;
   for (int i = 0; i < 3; i++) rs[i].priority = 1;
   rs[3].priority = -1;
-  auto want = alone(m, rs);
-  EndOrder ends;
-  for (int i = 0; i < 4; i++) ends.watch(rs[i], i);
-  Gate gate;
-  gate.hold_first_token(rs[1]);
-  serve::EngineOptions opt{.max_batch = 2};
-  opt.priority_scheduling = true;
-  serve::Engine<TestType, sched::Continuous> engine(m, tokenizer(), opt);
-  std::vector<serve::RequestHandle> hs;
-  for (int i = 0; i < 3; i++) hs.push_back(engine.submit(rs[i]));
-  // The short one comes while the second runs.
-  hs.push_back(gate.while_held([&] { return engine.submit(rs[3]); }));
-  std::vector<serve::Result> got;
-  for (auto& h : hs) got.push_back(h.get());
-  for (int i = 0; i < 4; i++) {
-    REQUIRE(got[i].error == "");
-    check_same(want[i], got[i], i, true);
-  }
-  CHECK(ends.place(3) == 0);
-  CHECK(got[3].metrics.preemptions == 0);
-  CHECK(got[0].metrics.preemptions == 0);  // the oldest of its priority keeps its slot
-  CHECK(got[1].metrics.preemptions == 1);  // the newest running one gave its slot up
-  CHECK(engine.stats().preemptions == 1);
+  check_urgent_last(model<TestType>(), rs, {.max_batch = 2});
 }
 
 TEST_CASE("priorities: an urgent request takes the blocks it needs from the least urgent",
           "[engine][priority]") {
-  auto& m = model<Paged>();
   // A pool of 40 blocks of 16 holds two requests of 250-token prompts and 60 new tokens whole
   // (20 blocks each at the end), so they never preempt each other; an urgent one's 150-token
   // prompt (10 blocks) finds at most 8 free until the newer one is preempted.
@@ -156,31 +166,7 @@ TEST_CASE("priorities: an urgent request takes the blocks it needs from the leas
   rs[2].prompt_ids.resize(150);
   rs[2].stop.max_new_tokens = 10;
   rs[0].priority = rs[1].priority = 2;
-  auto want = alone(m, rs);
-  EndOrder ends;
-  for (int i = 0; i < 3; i++) ends.watch(rs[i], i);
-  Gate gate;
-  gate.hold_first_token(rs[1]);
-  serve::EngineOptions opt{.max_batch = 4, .kv_blocks = 40};
-  opt.priority_scheduling = true;
-  serve::Engine<Paged, sched::Continuous> engine(m, tokenizer(), opt);
-  std::vector<serve::RequestHandle> hs;
-  for (int i = 0; i < 2; i++) hs.push_back(engine.submit(rs[i]));
-  hs.push_back(gate.while_held([&] { return engine.submit(rs[2]); }));
-  std::vector<serve::Result> got;
-  for (auto& h : hs) got.push_back(h.get());
-  for (int i = 0; i < 3; i++) {
-    REQUIRE(got[i].error == "");
-    check_same(want[i], got[i], i, true);
-  }
-  CHECK(ends.place(2) == 0);
-  CHECK(got[2].metrics.preemptions == 0);
-  CHECK(got[0].metrics.preemptions == 0);
-  CHECK(got[1].metrics.preemptions == 1);
-  engine.wait_idle();
-  const auto s = engine.stats();
-  CHECK(s.preemptions == 1);
-  CHECK(s.cache_blocks_free == s.cache_blocks);
+  check_urgent_last(model<Paged>(), rs, {.max_batch = 4, .kv_blocks = 40});
 }
 
 TEST_CASE("priorities: off, a priority other than 0 is refused, naming it", "[engine][priority]") {
