@@ -23,13 +23,15 @@ endif()
 # (without libstdc++'s TSan variant), and TSan then reports every cross-thread release as a race
 # (hence servekit_catch_main_tsan, tests/CMakeLists.txt).
 add_executable(test_engine_tsan ${CMAKE_CURRENT_LIST_DIR}/test_engine.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/test_adapter_store.cpp $<TARGET_OBJECTS:servekit_catch_main_tsan>)
+  ${CMAKE_CURRENT_LIST_DIR}/test_adapter_store.cpp ${CMAKE_CURRENT_LIST_DIR}/test_priority.cpp
+  $<TARGET_OBJECTS:servekit_catch_main_tsan>)
 target_link_libraries(test_engine_tsan PRIVATE servekit::servekit servekit_warnings Catch2::Catch2)
 target_compile_definitions(test_engine_tsan PRIVATE
   SERVEKIT_FIXTURES="${SERVEKIT_FIXTURES}" SERVEKIT_DATA="${SERVEKIT_DATA}")
 target_compile_options(test_engine_tsan PRIVATE ${SERVEKIT_TSAN_FLAGS})
 target_link_options(test_engine_tsan PRIVATE -fsanitize=thread)
-# Only the threaded cases (the engine's, and the adapter store's loader thread beside it):
+# Only the threaded cases (the engine's, the adapter store's loader thread beside it, and the
+# priority cases that hold the engine thread while a request is submitted, tagged [threads]):
 # everything else is single-threaded above the engine. Address-space
 # randomisation off (setarch -R): TSan's fixed shadow layout can collide with a randomised
 # mapping on some kernels and abort before the test starts.

@@ -145,7 +145,7 @@ TEST_CASE("priorities: one at a time, requests end in priority order, then first
 }
 
 TEMPLATE_TEST_CASE("priorities: an urgent request preempts the least urgent running one",
-                   "[engine][priority]", Contig, Paged) {
+                   "[engine][priority][threads]", Contig, Paged) {
   // Three long requests of priority 1 on two slots, then, while the first two run, a short one
   // of priority -1: it takes the newer one's slot at once and ends long before the first.
   auto rs = make_requests(
@@ -157,7 +157,7 @@ TEMPLATE_TEST_CASE("priorities: an urgent request preempts the least urgent runn
 }
 
 TEST_CASE("priorities: an urgent request takes the blocks it needs from the least urgent",
-          "[engine][priority]") {
+          "[engine][priority][threads]") {
   // A pool of 40 blocks of 16 holds two requests of 250-token prompts and 60 new tokens whole
   // (20 blocks each at the end), so they never preempt each other; an urgent one's 150-token
   // prompt (10 blocks) finds at most 8 free until the newer one is preempted.
