@@ -187,8 +187,45 @@ def test_openai_completions_streamed_and_not(server):
     assert len(lp.choices[0].logprobs.token_logprobs) == 3
     with pytest.raises(openai.NotFoundError):
         c.completions.create(model="no-such-model", prompt=PROMPT, max_tokens=3)
-    with pytest.raises(openai.BadRequestError, match="one choice"):
-        c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=3, n=2)
+    with pytest.raises(openai.BadRequestError, match="`n`"):
+        c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=3, n=0)
+
+
+def test_n_choices_are_the_requests_seeded_seed_plus_i(server):
+    """OpenAI's n: n choices, choice i the completion a request seeded seed + i gets alone
+    (vLLM's rule), streamed or not; greedy, n equal ones; usage counts the prompt once."""
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="-")
+    kw = dict(model="r8", prompt=PROMPT, max_tokens=10, temperature=0.9,
+              extra_body={"ignore_eos": True})
+    alone = [c.completions.create(seed=7 + i, logprobs=1, **kw).choices[0] for i in range(4)]
+    assert len({a.text for a in alone}) > 1  # the seeds differ, so do the texts
+    got = c.completions.create(seed=7, n=4, logprobs=1, **kw)
+    assert [ch.index for ch in got.choices] == [0, 1, 2, 3]
+    for ch, a in zip(got.choices, alone):
+        assert ch.text == a.text
+        assert ch.logprobs.token_logprobs == a.logprobs.token_logprobs
+        assert ch.finish_reason == "length"
+    one = c.completions.create(seed=7, **kw)
+    assert got.usage.prompt_tokens == one.usage.prompt_tokens
+    assert got.usage.completion_tokens == 40
+    # Streamed: every choice's chunks, interleaved, add up to its text; each ends once.
+    texts, ends, usage = ["", "", "", ""], [0, 0, 0, 0], None
+    for ch in c.completions.create(seed=7, n=4, stream=True,
+                                   stream_options={"include_usage": True}, **kw):
+        if ch.usage:
+            usage = ch.usage
+        for x in ch.choices:
+            texts[x.index] += x.text
+            ends[x.index] += x.finish_reason is not None
+    assert texts == [a.text for a in alone]
+    assert ends == [1, 1, 1, 1]
+    assert usage.completion_tokens == 40
+    # Greedy: n equal choices, with the prompt echoed in each.
+    g = c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=6, temperature=0, n=3,
+                             echo=True, extra_body={"ignore_eos": True})
+    assert len({ch.text for ch in g.choices}) == 1 and g.choices[2].text.startswith(PROMPT)
+    with pytest.raises(openai.BadRequestError, match="`n`"):
+        c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=3, n=65)
 
 
 def test_prompt_logprobs_score_a_text_as_its_generation_did(server):
@@ -462,6 +499,16 @@ def test_a_full_queue_answers_429():
             assert n == 48
         short = {"inputs": PROMPT, "parameters": {"max_new_tokens": 2}}
         assert requests.post(s.url + "/generate", json=short).status_code == 200
+        # n choices are n requests: more than the server ever admits is refused, named.
+        model = requests.get(s.url + "/v1/models").json()["data"][0]["id"]
+        r = requests.post(s.url + "/v1/completions",
+                          json={"model": model, "prompt": PROMPT, "max_tokens": 2, "n": 3})
+        assert r.status_code == 400, r.text
+        assert "`n` = 3" in r.text and "--max-pending" in r.text
+        r = requests.post(s.url + "/v1/completions",
+                          json={"model": model, "prompt": PROMPT, "max_tokens": 2, "n": 2})
+        assert r.status_code == 200, r.text
+        assert [c["index"] for c in r.json()["choices"]] == [0, 1]
 
 
 @pytest.mark.parametrize("grace", [30, 0])

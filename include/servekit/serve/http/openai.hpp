@@ -25,6 +25,7 @@ struct CompletionCall {
   bool sampling = false;  // temperature > 0: a seed is drawn when none is given
   bool seeded = false;    // the request gave its seed
   int logprobs = -1;      // -1: none; k >= 0: each token's log-probability and k alternatives
+  int n = 1;              // choices: n requests, choice i seeded seed + i (vLLM's rule)
 };
 
 inline CompletionCall parse_completion(const json& body, const ApiLimits& lim = {}) {
@@ -92,8 +93,7 @@ inline CompletionCall parse_completion(const json& body, const ApiLimits& lim = 
     so.boolean("continuous_usage_stats");
     so.no_others();
   }
-  if (auto n = f.integer("n", 1, 1 << 20); n && *n != 1)
-    invalid("`n` = ", *n, ": servekit returns one choice per request (n = 1)");
+  if (auto n = f.integer("n", 1, lim.max_choices)) c.n = static_cast<int>(*n);
   f.string("user");
   // vLLM's extension: lower runs first, with the server's --scheduling-policy priority.
   if (auto p = f.integer("priority", INT_MIN, INT_MAX)) c.req.priority = static_cast<int>(*p);
@@ -159,8 +159,12 @@ inline json openai_logprobs(const Finished& f, bool with_prompt, std::size_t hea
   return lp.done();
 }
 
-inline json openai_usage(const Result& r) {
-  const int p = r.metrics.prompt_tokens, g = static_cast<int>(r.tokens.size());
+// The prompt counted once, the choices' tokens summed (vLLM's usage for n choices).
+inline json openai_usage(const std::vector<const Result*>& rs) {
+  const Result& r = *rs[0];
+  const int p = r.metrics.prompt_tokens;
+  int g = 0;
+  for (const Result* c : rs) g += static_cast<int>(c->tokens.size());
   return {{"prompt_tokens", p},
           {"completion_tokens", g},
           {"total_tokens", p + g},
@@ -180,18 +184,26 @@ inline json openai_chunk(const CompletionCall& c, uint64_t id, int64_t created) 
           {"model", c.model}};
 }
 
-inline json openai_response(const CompletionCall& c, const Finished& f, int64_t created,
-                            const std::string& prompt_text) {
-  json j = openai_chunk(c, f.result.id, created);
+// The answer to a request of n choices: fs[i] is choice i's.
+inline json openai_response(const CompletionCall& c, const std::vector<Finished>& fs,
+                            int64_t created, const std::string& prompt_text) {
+  json j = openai_chunk(c, fs[0].result.id, created);
   const std::string head = c.echo ? prompt_text : "";
-  json choice = {{"index", 0},
-                 {"text", head + f.result.text},
-                 {"logprobs", nullptr},
-                 {"finish_reason", openai_finish(f.result.finish_reason)}};
-  if (c.logprobs >= 0)
-    choice["logprobs"] = openai_logprobs(f, c.req.prompt_logprobs >= 0, head.size());
-  j["choices"] = json::array({choice});
-  j["usage"] = openai_usage(f.result);
+  json choices = json::array();
+  std::vector<const Result*> rs;
+  for (std::size_t i = 0; i < fs.size(); i++) {
+    const Finished& f = fs[i];
+    json choice = {{"index", i},
+                   {"text", head + f.result.text},
+                   {"logprobs", nullptr},
+                   {"finish_reason", openai_finish(f.result.finish_reason)}};
+    if (c.logprobs >= 0)
+      choice["logprobs"] = openai_logprobs(f, c.req.prompt_logprobs >= 0, head.size());
+    choices.push_back(choice);
+    rs.push_back(&f.result);
+  }
+  j["choices"] = choices;
+  j["usage"] = openai_usage(rs);
   return j;
 }
 

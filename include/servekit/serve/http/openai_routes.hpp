@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "servekit/serve/http/event_stream.hpp"
 #include "servekit/serve/http/identity.hpp"
@@ -41,25 +42,52 @@ class OpenAiRoutes {
         c.req.adapter = c.model;
       }
       if (c.sampling && !c.seeded) c.req.sampling.seed = core_.draw_seed();
+      if (c.n > core_.opt().max_pending) {
+        core_.reject("validation");
+        throw ApiError(422, "validation",
+                       detail::cat("`n` = ", c.n,
+                                   ": each choice is a request, and the server "
+                                   "admits ",
+                                   core_.opt().max_pending, " at once (--max-pending)"));
+      }
       std::string prompt_text =
           c.req.prompt.empty() ? core_.tok().decode(c.req.prompt_ids) : c.req.prompt;
-      auto job = std::make_shared<Job>();
-      job->ticket = std::move(ticket);
-      job->route = "/v1/completions";
-      job->adapter = c.req.adapter.value_or("");
-      job->prompt_text = prompt_text;
-      core_.submit(c.req, *job);
+      // Each choice is a request of its own, admitted and counted as one; they share the
+      // prompt (and with prefix caching its blocks) and wake one stream.
+      std::vector<std::shared_ptr<Job>> jobs;
+      auto bell = std::make_shared<Bell>();
+      for (int i = 0; i < c.n; i++) {
+        auto job = std::make_shared<Job>();
+        job->ticket = i == 0 ? std::move(ticket) : core_.admit();
+        job->flow->bell = bell;
+        job->route = "/v1/completions";
+        job->adapter = c.req.adapter.value_or("");
+        job->prompt_text = prompt_text;
+        jobs.push_back(std::move(job));
+      }
+      for (int i = 0; i < c.n; i++) {
+        Request r = c.req;
+        r.sampling.seed = c.req.sampling.seed + static_cast<uint64_t>(i);
+        try {
+          core_.submit(std::move(r), *jobs[i]);
+        } catch (...) {
+          for (int k = 0; k < i; k++) core_.abandon(*jobs[k]);
+          throw;
+        }
+      }
       const int64_t created = unix_now();
       if (c.stream)
-        return completions_stream(res, std::make_shared<CompletionCall>(std::move(c)), job,
+        return completions_stream(res, std::make_shared<CompletionCall>(std::move(c)), jobs,
                                   created);
-      const Result& r = core_.wait(*job);
-      core_.finished(*job, r, job->adapter, false);
-      core_.throw_if_failed(r);
-      json body = openai_response(c,
-                                  {r, job->flow->pieces, core_.tok().eos_id(),
-                                   [this](int32_t id) { return core_.token_text(id); }},
-                                  created, prompt_text);
+      std::vector<Finished> fs;
+      for (const auto& job : jobs) {
+        const Result& r = core_.wait(*job);
+        core_.finished(*job, r, job->adapter, false);
+        fs.push_back({r, job->flow->pieces, core_.tok().eos_id(),
+                      [this](int32_t id) { return core_.token_text(id); }});
+      }
+      for (const auto& f : fs) core_.throw_if_failed(f.result);
+      json body = openai_response(c, fs, created, prompt_text);
       res.set_content(dump_json(body), "application/json");
     } catch (const ApiError& e) {
       send_error(res, e, true);
@@ -92,21 +120,26 @@ class OpenAiRoutes {
  private:
   using Job = ServerCore::Job;
 
-  // One chunk per token (with echo, the first carries the prompt too); then, as the request
-  // asked, a chunk with the finish reason when no token came, a usage chunk, and [DONE].
+  // One chunk per token, choice i's with index i (with echo, each choice's first carries the
+  // prompt too); then, as the request asked, a chunk with the finish reason for a choice that
+  // got no token, a usage chunk, and [DONE].
   void completions_stream(HttpResponse& res, std::shared_ptr<CompletionCall> c,
-                          std::shared_ptr<Job> job, int64_t created) {
-    auto offset = std::make_shared<std::size_t>(c->echo ? job->prompt_text.size() : 0);
-    auto first = std::make_shared<bool>(true);
-    stream_flow(
-        core_, res, job,
-        [this, c, job, created, offset, first](Sink& sink, const GeneratedToken& t,
-                                               const std::string& piece, const Result* last) {
-          json ch = openai_chunk(*c, job->handle.id, created);
-          std::string text = (*first && c->echo ? job->prompt_text : "") + piece;
-          *first = false;
+                          std::vector<std::shared_ptr<Job>> jobs, int64_t created) {
+    const uint64_t id = jobs[0]->handle.id;
+    const std::string prompt_text = jobs[0]->prompt_text;
+    auto offset =
+        std::make_shared<std::vector<std::size_t>>(jobs.size(), c->echo ? prompt_text.size() : 0);
+    auto first = std::make_shared<std::vector<bool>>(jobs.size(), true);
+    stream_flows(
+        core_, res, jobs,
+        [this, c, id, prompt_text, created, offset, first](
+            Sink& sink, std::size_t i, const GeneratedToken& t, const std::string& piece,
+            const Result* last) {
+          json ch = openai_chunk(*c, id, created);
+          std::string text = ((*first)[i] && c->echo ? prompt_text : "") + piece;
+          (*first)[i] = false;
           json choice = {
-              {"index", 0},
+              {"index", i},
               {"text", text},
               {"logprobs", nullptr},
               {"finish_reason", last ? json(openai_finish(last->finish_reason)) : json(nullptr)}};
@@ -116,30 +149,33 @@ class OpenAiRoutes {
             choice["logprobs"] = {{"tokens", {piece}},
                                   {"token_logprobs", {t.logprob}},
                                   {"top_logprobs", {top}},
-                                  {"text_offset", {*offset + text.size() - piece.size()}}};
+                                  {"text_offset", {(*offset)[i] + text.size() - piece.size()}}};
           }
-          *offset += text.size();
+          (*offset)[i] += text.size();
           ch["choices"] = json::array({choice});
           return write_event(sink, dump_json(ch));
         },
-        [c, job, created](Sink& sink, const Result& r) {
-          if (r.finish_reason == finish::error || r.finish_reason == finish::cancelled) {
-            const std::string msg =
-                r.finish_reason == finish::error ? r.error : "the request was cancelled";
-            if (!write_event(sink, dump_json(openai_error(ApiError(500, "generation", msg)))))
-              return false;
-          } else if (r.tokens.empty()) {  // max_tokens = 0: one chunk with the reason
-            json ch = openai_chunk(*c, job->handle.id, created);
-            ch["choices"] = json::array({{{"index", 0},
-                                          {"text", c->echo ? job->prompt_text : ""},
-                                          {"logprobs", nullptr},
-                                          {"finish_reason", openai_finish(r.finish_reason)}}});
-            if (!write_event(sink, dump_json(ch))) return false;
+        [c, id, prompt_text, created](Sink& sink, const std::vector<const Result*>& rs) {
+          for (std::size_t i = 0; i < rs.size(); i++) {
+            const Result& r = *rs[i];
+            if (r.finish_reason == finish::error || r.finish_reason == finish::cancelled) {
+              const std::string msg =
+                  r.finish_reason == finish::error ? r.error : "the request was cancelled";
+              if (!write_event(sink, dump_json(openai_error(ApiError(500, "generation", msg)))))
+                return false;
+            } else if (r.tokens.empty()) {  // max_tokens = 0: one chunk with the reason
+              json ch = openai_chunk(*c, id, created);
+              ch["choices"] = json::array({{{"index", i},
+                                            {"text", c->echo ? prompt_text : ""},
+                                            {"logprobs", nullptr},
+                                            {"finish_reason", openai_finish(r.finish_reason)}}});
+              if (!write_event(sink, dump_json(ch))) return false;
+            }
           }
           if (c->include_usage) {
-            json ch = openai_chunk(*c, job->handle.id, created);
+            json ch = openai_chunk(*c, id, created);
             ch["choices"] = json::array();
-            ch["usage"] = openai_usage(r);
+            ch["usage"] = openai_usage(rs);
             if (!write_event(sink, dump_json(ch))) return false;
           }
           return write_event(sink, "[DONE]");

@@ -47,10 +47,16 @@ struct HttpOptions {
   ApiLimits limits;
 };
 
-// What one request's connection waits on; the engine thread fills it.
-struct Flow {
+// What a connection waits on: the Flows it guards. The choices of one OpenAI request (n > 1)
+// share one, so that their stream wakes on a token of any of them.
+struct Bell {
   std::mutex mu;
   std::condition_variable cv;
+};
+
+// What one request's connection waits on; the engine thread fills it, under its bell's lock.
+struct Flow {
+  std::shared_ptr<Bell> bell = std::make_shared<Bell>();
   std::vector<std::string> pieces;  // one per generated token (may be empty: held back)
   std::vector<GeneratedToken> tokens;
   bool ended = false;
@@ -147,19 +153,19 @@ class ServerCore {
     auto flow = job.flow;
     r.on_piece = [flow](std::string_view piece, const GeneratedToken& t) {
       {
-        std::lock_guard lk(flow->mu);
+        std::lock_guard lk(flow->bell->mu);
         flow->pieces.emplace_back(piece);
         flow->tokens.push_back(t);
       }
-      flow->cv.notify_all();
+      flow->bell->cv.notify_all();
       return !flow->abandoned.load();
     };
     r.on_end = [flow] {
       {
-        std::lock_guard lk(flow->mu);
+        std::lock_guard lk(flow->bell->mu);
         flow->ended = true;
       }
-      flow->cv.notify_all();
+      flow->bell->cv.notify_all();
     };
     try {
       job.handle = engine_.submit(std::move(r));
@@ -174,8 +180,8 @@ class ServerCore {
   // Blocks until the request has ended; its result.
   const Result& wait(Job& job) {
     {
-      std::unique_lock lk(job.flow->mu);
-      job.flow->cv.wait(lk, [&] { return job.flow->ended; });
+      std::unique_lock lk(job.flow->bell->mu);
+      job.flow->bell->cv.wait(lk, [&] { return job.flow->ended; });
     }
     return job.handle.done->wait();
   }

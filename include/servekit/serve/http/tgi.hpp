@@ -28,6 +28,7 @@ struct ApiLimits {
   int max_new_tokens = 1 << 20;  // the model's context ends a request long before this
   std::size_t max_stop = 16, max_stop_bytes = 256;
   int max_alternatives = 20;
+  int max_choices = 64;  // OpenAI's n (each choice is a request, within max_pending too)
 };
 
 struct GenerateCall {
