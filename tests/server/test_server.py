@@ -220,6 +220,13 @@ def test_n_choices_are_the_requests_seeded_seed_plus_i(server):
     assert texts == [a.text for a in alone]
     assert ends == [1, 1, 1, 1]
     assert usage.completion_tokens == 40
+    # The first choice computes the prompt; the others map its full blocks of 16 tokens.
+    long = "Choices share what they can: " + " ".join(str(i) for i in range(40))
+    hits = metrics(server.url)["servekit:prefix_cache_hits_total"]
+    r = c.completions.create(model="tiny-a", prompt=long, max_tokens=2, temperature=1, n=3)
+    p = r.usage.prompt_tokens
+    assert p > 32
+    assert metrics(server.url)["servekit:prefix_cache_hits_total"] - hits == 2 * 16 * ((p - 1) // 16)
     # Greedy: n equal choices, with the prompt echoed in each.
     g = c.completions.create(model="tiny-a", prompt=PROMPT, max_tokens=6, temperature=0, n=3,
                              echo=True, extra_body={"ignore_eos": True})

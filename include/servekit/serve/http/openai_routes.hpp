@@ -52,8 +52,8 @@ class OpenAiRoutes {
       }
       std::string prompt_text =
           c.req.prompt.empty() ? core_.tok().decode(c.req.prompt_ids) : c.req.prompt;
-      // Each choice is a request of its own, admitted and counted as one; they share the
-      // prompt (and with prefix caching its blocks) and wake one stream.
+      // Each choice is a request of its own, admitted and counted as one; they wake one
+      // stream.
       std::vector<std::shared_ptr<Job>> jobs;
       auto bell = std::make_shared<Bell>();
       for (int i = 0; i < c.n; i++) {
@@ -65,7 +65,13 @@ class OpenAiRoutes {
         job->prompt_text = prompt_text;
         jobs.push_back(std::move(job));
       }
+      // With prefix caching, the first choice computes the prompt and the others map its
+      // blocks: they are submitted once it has its first token (SGLang caches the prefix
+      // first likewise). A request scoring its prompt maps nothing, so all go at once.
+      const bool share =
+          c.n > 1 && c.req.prompt_logprobs < 0 && core_.engine().stats().prefix_caching;
       for (int i = 0; i < c.n; i++) {
+        if (share && i == 1) core_.wait_first_token(*jobs[0]);
         Request r = c.req;
         r.sampling.seed = c.req.sampling.seed + static_cast<uint64_t>(i);
         try {

@@ -177,6 +177,12 @@ class ServerCore {
     live_.insert(job.handle.id);
   }
 
+  // Blocks until the request has its first token (its prompt is in the cache) or has ended.
+  void wait_first_token(Job& job) {
+    std::unique_lock lk(job.flow->bell->mu);
+    job.flow->bell->cv.wait(lk, [&] { return job.flow->ended || !job.flow->tokens.empty(); });
+  }
+
   // Blocks until the request has ended; its result.
   const Result& wait(Job& job) {
     {
