@@ -51,6 +51,9 @@ struct Continuous {
         i++;
         continue;
       }
+      // A try that failed may still have preempted (its estimate of what they free is an
+      // upper bound), from the back, s among them.
+      if (i >= c.running().size()) break;
       Seq* s = c.running()[i];
       const int n = std::min(s->uncached(), b.tokens);
       int need = c.blocks_needed(*s, n);
@@ -91,7 +94,8 @@ struct Continuous {
   // Admits the next waiting request that may start now, if its priority is below `before`
   // (lower numbers first; INT_MAX: any), and plans its first chunk. With `preempt`, a request
   // that finds no slot or too few blocks takes them from the least urgent running sequences
-  // while those are less urgent than it (they must not be planned yet). False: none was
+  // while those are less urgent than it (they must not be planned yet), unless all of theirs
+  // together would still be too few: then nobody is preempted for nothing. False: none was
   // admitted.
   template <class Cache>
   bool admit_one(Core<Cache>& c, std::vector<Work>& out, Budget& b, int before, bool preempt) {
@@ -102,6 +106,7 @@ struct Continuous {
     Seq* w = c.waiting()[wi];
     const int prio = Core<Cache>::priority(*w);
     if (prio >= before) return false;
+    bool could_fit = !preempt;  // known once it does not fit as things stand
     while (true) {
       // A cached prefix is mapped, not computed: it takes no budget, and its blocks no new
       // ones (but those nobody holds leave the free pool).
@@ -124,6 +129,17 @@ struct Continuous {
       }
       if (!preempt || c.running().empty() || Core<Cache>::priority(*c.running().back()) <= prio)
         return false;
+      if (!could_fit) {
+        // What every less urgent running sequence gives back, at most.
+        int slots = 0, blocks = 0;
+        for (auto it = c.running().rbegin();
+             it != c.running().rend() && Core<Cache>::priority(**it) > prio; ++it)
+          slots++, blocks += c.blocks_held(**it);
+        const int left = static_cast<int>(c.running().size()) - slots;
+        could_fit = c.free_slots() + slots > 0 && left < o.max_batch &&
+                    need <= c.free_blocks() + blocks - b.promised - (left > 0 ? keep : 0);
+        if (!could_fit) return false;
+      }
       c.preempt(c.running().back());
     }
   }

@@ -156,6 +156,14 @@ class Core {
       return 0;
     }
   }
+  // Blocks s holds in the pool (0 on a contiguous cache); preempting s frees at most these (a
+  // block another sequence maps stays).
+  int blocks_held(const Seq& s) const {
+    if constexpr (paged)
+      return s.slot >= 0 ? cache_.blocks_held(s.slot) : 0;
+    else
+      return 0;
+  }
   // Blocks admission keeps free for running sequences' next tokens (vLLM's watermark).
   int watermark_blocks() const {
     if constexpr (paged)
